@@ -1,0 +1,12 @@
+// Package qemumcp carries the guest images built into the qemu-mcp binary,
+// so that --selftest and a qemu_boot without a kernel work from any directory.
+package qemumcp
+
+import _ "embed"
+
+// TinyKernel is the project's own bare-metal riscv64 test kernel
+// (testdata/images/tiny/, rebuilt by scripts/build-tiny-kernel): a banner,
+// the prompt "tiny> " and a small line shell on the virt board's UART.
+//
+//go:embed testdata/images/tiny.bin
+var TinyKernel []byte
