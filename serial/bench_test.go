@@ -1,0 +1,187 @@
+package serial
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	floodSize  = 4 << 20
+	floodChunk = 4 << 10
+)
+
+// floodData is 4 MiB of log-like lines whose only "MAGIC" (and only
+// "login:") is in the last line.
+var floodData = func() []byte {
+	const tail = "login: MAGIC-END-TOKEN\n"
+	var b []byte
+	for i := 0; len(b) < floodSize; i++ {
+		b = fmt.Appendf(b, "[%6d.%06d] kernel: message number %d with some filler text\n", i/1000, i%1000, i)
+	}
+	b = append(b[:floodSize-len(tail)-1], '\n')
+	return append(b, tail...)
+}()
+
+// floodPatterns cover the three rescan strategies: bounded length (rescan
+// only the last few bytes), line-local (rescan from the last newline), and
+// neither (rescan from since, with and without a literal prefix for the
+// regexp to skip to).
+var floodPatterns = []struct{ name, re string }{
+	{"bounded", `MAGIC-END-TOKEN`},
+	{"line-local", `MAGIC-[A-Z]+-TOKEN`},
+	{"full-prefix", `(?s)login:.*TOKEN`},
+	{"full-noprefix", `[a-z]+:\s+MAGIC`},
+}
+
+// BenchmarkWaitFlood: one Wait from 0 for a pattern at the very end of
+// 4 MiB written in 4 KiB chunks by another goroutine.
+func BenchmarkWaitFlood(b *testing.B) {
+	for _, p := range floodPatterns {
+		re := regexp.MustCompile(p.re)
+		b.Run(p.name, func(b *testing.B) {
+			b.SetBytes(floodSize)
+			for b.Loop() {
+				buf := NewBuffer()
+				started := make(chan struct{})
+				go func() {
+					<-started
+					for off := 0; off < len(floodData); off += floodChunk {
+						buf.Write(floodData[off:min(off+floodChunk, len(floodData))])
+					}
+				}()
+				close(started)
+				m, err := buf.Wait(context.Background(), 0, re, time.Minute)
+				if err != nil || !m.Matched || m.Cursor < floodSize-30 {
+					b.Fatalf("Wait: %v, matched %v, cursor %d", err, m.Matched, m.Cursor)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRegexpFinal is the baseline: one plain regexp search over the
+// final 4 MiB.
+func BenchmarkRegexpFinal(b *testing.B) {
+	for _, p := range floodPatterns {
+		re := regexp.MustCompile(p.re)
+		b.Run(p.name, func(b *testing.B) {
+			b.SetBytes(floodSize)
+			for b.Loop() {
+				if re.FindSubmatchIndex(floodData) == nil {
+					b.Fatal("no match")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMatcherLockstep is the worst case for a waiter: it rescans after
+// every 4 KiB chunk (a writer slower than the scan). "incremental" uses the
+// suffix rescan where the pattern allows it, "from-since" rescans the whole
+// window each time. full-noprefix is left out: rescanning from since with
+// Go's NFA at a few MB/s would take minutes (1024 scans averaging 2 MiB).
+func BenchmarkMatcherLockstep(b *testing.B) {
+	for _, p := range floodPatterns {
+		re := regexp.MustCompile(p.re)
+		modes := []bool{false}
+		if newMatcher(re).incremental {
+			modes = []bool{true, false}
+		} else if p.name == "full-noprefix" {
+			continue
+		}
+		for _, incremental := range modes {
+			name := p.name + "/from-since"
+			if incremental {
+				name = p.name + "/incremental"
+			}
+			b.Run(name, func(b *testing.B) {
+				b.SetBytes(floodSize)
+				for b.Loop() {
+					m := newMatcher(re)
+					m.incremental = m.incremental && incremental
+					var loc []int
+					for end := floodChunk; loc == nil && end <= len(floodData); end += floodChunk {
+						loc = m.find(floodData[:end])
+					}
+					if loc == nil {
+						b.Fatal("no match")
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRoundTrip: one small message through the echo peer and back,
+// "raw" with plain FIFO reads and writes, "console" through Console.Write
+// and Buffer.Wait (with the drain goroutine in between).
+func BenchmarkRoundTrip(b *testing.B) {
+	msg := []byte("ping\n")
+	b.Run("raw", func(b *testing.B) {
+		base := filepath.Join(b.TempDir(), "raw")
+		for _, suffix := range []string{".in", ".out"} {
+			if err := unix.Mkfifo(base+suffix, 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		p := openPeer(b, base)
+		p.echo()
+		in, err := os.OpenFile(base+".in", os.O_RDWR, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer in.Close()
+		out, err := os.OpenFile(base+".out", os.O_RDWR, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		got := make([]byte, len(msg))
+		for b.Loop() {
+			if _, err := in.Write(msg); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(out, got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("console", func(b *testing.B) {
+		ctx := context.Background()
+		c := newConsole(b)
+		p := openPeer(b, c.Base())
+		p.echo()
+		re := regexp.MustCompile(`ping\n`)
+		var cur int64
+		for b.Loop() {
+			if _, err := c.Write(ctx, msg); err != nil {
+				b.Fatal(err)
+			}
+			m, err := c.Buffer().Wait(ctx, cur, re, 10*time.Second)
+			if err != nil || !m.Matched {
+				b.Fatalf("Wait: %+v, %v", m, err)
+			}
+			cur = m.Cursor
+		}
+	})
+}
+
+// BenchmarkBufferWriteFlood is the floor for BenchmarkWaitFlood: the same
+// 4 MiB in 4 KiB chunks with nobody waiting.
+func BenchmarkBufferWriteFlood(b *testing.B) {
+	b.SetBytes(floodSize)
+	for b.Loop() {
+		buf := NewBuffer()
+		for off := 0; off < len(floodData); off += floodChunk {
+			buf.Write(floodData[off:min(off+floodChunk, len(floodData))])
+		}
+	}
+}

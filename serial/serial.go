@@ -1,0 +1,426 @@
+// Package serial connects to a QEMU guest's serial console through a pair of
+// named pipes (QEMU's "-chardev pipe"), draining the guest's output
+// continuously into a [Buffer] that is addressed by absolute byte offsets, so
+// reads never consume or lose output and regexp waits are woken by new data.
+package serial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// defaultReadSize is the drain goroutine's read size.
+const defaultReadSize = 64 << 10
+
+// Option configures [Create].
+type Option func(*config)
+
+type config struct {
+	logger   *slog.Logger
+	readSize int
+}
+
+// WithLogger sets the logger for events nobody can otherwise see, such as
+// the drain goroutine failing. By default nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithReadSize sets how many bytes the drain goroutine reads from the
+// output FIFO at a time (default 64 KiB). Values < 1 are ignored.
+func WithReadSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.readSize = n
+		}
+	}
+}
+
+// Console is one guest's serial console: the FIFO <base>.in carries bytes to
+// the guest and <base>.out bytes from it. A goroutine drains <base>.out into
+// [Console.Buffer] from [Create] until [Console.Finish] or [Console.Close],
+// so the guest never stalls on a full pipe.
+//
+// The console opens both FIFOs read-write, so opening never blocks or fails
+// for lack of a peer, and writes never fail when QEMU has gone; it also means
+// the drain never sees end-of-file, so whoever notices that QEMU exited must
+// call [Console.Finish].
+//
+// All methods are safe for concurrent use.
+type Console struct {
+	base    string
+	in, out *fifo
+	buf     *Buffer
+	log     *slog.Logger
+	size    int
+
+	// writeSem (capacity 1) serialises Write and its use of the write
+	// deadline; unlike a mutex, waiting for it honours the context.
+	writeSem chan struct{}
+
+	lifeMu       sync.Mutex // serialises Finish and Close
+	finished     bool
+	closed       bool
+	drainStopped bool
+
+	closing   atomic.Bool   // set by Close before it closes the FIFOs
+	stopping  atomic.Bool   // set before the drain is told to stop
+	drainDone chan struct{} // closed when the drain goroutine returns
+}
+
+// Create makes the FIFOs <dir>/serial-<pid>.in and <dir>/serial-<pid>.out
+// (mode 0600), opens them and starts draining the output. Pass
+// [Console.Base] to QEMU as "-chardev pipe,path=...". Create fails if either
+// path exists already, whatever it is (leftovers are for the caller to
+// reap); it never follows a symlink and checks that what it opened is the
+// FIFO it made, owned by this user. On failure it removes what it created,
+// and nothing else. Removal compares device and inode with an lstat just
+// before unlinking, which cannot be atomic, so dir should be writable only
+// by this user.
+func Create(dir string, pid int, opts ...Option) (*Console, error) {
+	cfg := config{logger: slog.New(slog.DiscardHandler), readSize: defaultReadSize}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	base := filepath.Join(dir, fmt.Sprintf("serial-%d", pid))
+	in, err := makeFIFO(base + ".in")
+	if err != nil {
+		return nil, err
+	}
+	out, err := makeFIFO(base + ".out")
+	if err != nil {
+		in.destroy(cfg.logger)
+		return nil, err
+	}
+	// Deadlines are how Write honours its context and how the drain is
+	// stopped; they need the runtime poller, which FIFOs support.
+	if err := in.f.SetWriteDeadline(time.Time{}); err == nil {
+		err = out.f.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		in.destroy(cfg.logger)
+		out.destroy(cfg.logger)
+		return nil, fmt.Errorf("serial: FIFO not pollable: %w", err)
+	}
+	c := &Console{
+		base:      base,
+		in:        in,
+		out:       out,
+		buf:       NewBuffer(),
+		log:       cfg.logger,
+		size:      cfg.readSize,
+		writeSem:  make(chan struct{}, 1),
+		drainDone: make(chan struct{}),
+	}
+	go c.drain()
+	return c, nil
+}
+
+// Base returns the FIFOs' common path without ".in"/".out", for QEMU's
+// "-chardev pipe,path=".
+func (c *Console) Base() string { return c.base }
+
+// InPath returns the path of the FIFO carrying bytes to the guest.
+func (c *Console) InPath() string { return c.in.path }
+
+// OutPath returns the path of the FIFO carrying bytes from the guest.
+func (c *Console) OutPath() string { return c.out.path }
+
+// Buffer returns the buffer holding everything the guest has written.
+func (c *Console) Buffer() *Buffer { return c.buf }
+
+// Write sends p to the guest and returns how many bytes went into the pipe.
+// If the guest does not read and the pipe is full, Write blocks until ctx is
+// done and then returns the count so far with an error wrapping ctx.Err()
+// (and [os.ErrDeadlineExceeded] if the pipe was full). A ctx without
+// deadline or cancellation lets Write block for as long as the guest does
+// not read. Concurrent Writes are serialised, so their bytes do not
+// interleave; one waiting for another gives up when its ctx is done. After
+// Close, Write fails with an error wrapping [os.ErrClosed].
+func (c *Console) Write(ctx context.Context, p []byte) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("serial: write: %w", err)
+	}
+	select {
+	case c.writeSem <- struct{}{}:
+		defer func() { <-c.writeSem }()
+	case <-ctx.Done():
+		return 0, fmt.Errorf("serial: write: %w", ctx.Err())
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	f := c.in.f
+	deadline, _ := ctx.Deadline() // zero (no deadline) if none
+	if err := f.SetWriteDeadline(deadline); err != nil {
+		return 0, c.writeErr(err)
+	}
+	// Cancellation without a deadline: move the deadline to the past. The
+	// callback is waited for if it started, so it cannot touch the deadline
+	// of a later Write.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		_ = f.SetWriteDeadline(time.Unix(1, 0))
+	})
+	n, err := f.Write(p)
+	if !stop() {
+		<-fired
+	}
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// Every write deadline comes from ctx; its own timer may not have
+		// fired yet.
+		cerr := ctx.Err()
+		if cerr == nil {
+			cerr = context.DeadlineExceeded
+		}
+		return n, fmt.Errorf("serial: write: %w (%w)", cerr, err)
+	default:
+		return n, c.writeErr(err)
+	}
+}
+
+// writeErr wraps an error from the input FIFO, reporting [os.ErrClosed] if
+// the console has been closed (file methods other than Write report that
+// differently).
+func (c *Console) writeErr(err error) error {
+	if c.closing.Load() && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("serial: write: %w (%w)", os.ErrClosed, err)
+	}
+	return fmt.Errorf("serial: write: %w", err)
+}
+
+// Finish is called once the writer of the output FIFO (QEMU) is gone: it
+// stops the drain, reads what is still in the pipe into the buffer, and
+// finishes the buffer, which wakes all waiters. If ctx ends first, the
+// buffer is finished anyway and an error is returned. Calling Finish while
+// QEMU still writes would lose whatever it writes afterwards. Finish is
+// idempotent; after Close it only reports [os.ErrClosed].
+func (c *Console) Finish(ctx context.Context) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.finished {
+		return nil
+	}
+	if c.closed {
+		return fmt.Errorf("serial: finish: %w", os.ErrClosed)
+	}
+	c.finished = true
+	defer c.buf.Finish()
+	c.stopDrain()
+	if err := c.drainRest(ctx); err != nil {
+		return fmt.Errorf("serial: finish: %w", err)
+	}
+	return nil
+}
+
+// Close stops the drain, finishes the buffer (waking all waiters), closes
+// both FIFOs and removes them, provided the paths still name the FIFOs
+// Create made. Unlike Finish it does not read what is left in the pipe. A
+// pending Write fails. Close is idempotent; calls after the first return nil.
+func (c *Console) Close() error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.closing.Store(true)
+	c.stopDrain()
+	c.buf.Finish()
+	return errors.Join(c.in.destroy(c.log), c.out.destroy(c.log))
+}
+
+// drain copies the output FIFO into the buffer until stopped.
+func (c *Console) drain() {
+	defer close(c.drainDone)
+	p := make([]byte, c.size)
+	for {
+		n, err := c.out.f.Read(p)
+		if n > 0 {
+			_, _ = c.buf.Write(p[:n])
+		}
+		if err == nil {
+			continue
+		}
+		if !(c.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded)) {
+			// Cannot happen with a FIFO we hold open for writing too; if it
+			// does, the guest will stall once the pipe fills.
+			c.log.Error("serial: drain stopped", "path", c.out.path, "err", err)
+		}
+		return
+	}
+}
+
+// stopDrain stops the drain goroutine and waits for it. Everything it read
+// is in the buffer when stopDrain returns. c.lifeMu must be held.
+func (c *Console) stopDrain() {
+	if c.drainStopped {
+		return
+	}
+	c.drainStopped = true
+	c.stopping.Store(true)
+	// A deadline in the past wakes a pending Read with ErrDeadlineExceeded.
+	// Create checked that the FIFO takes deadlines.
+	if err := c.out.f.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		c.log.Error("serial: stopping drain", "path", c.out.path, "err", err)
+	}
+	<-c.drainDone
+}
+
+// drainRest reads what is left in the output pipe into the buffer, using
+// FIONREAD to know when it is empty. The drain goroutine must be stopped.
+// (golang.org/x/sys/unix names Linux's FIONREAD TIOCINQ on most
+// architectures; they are the same ioctl.)
+func (c *Console) drainRest(ctx context.Context) error {
+	f := c.out.f
+	deadline, _ := ctx.Deadline()
+	if err := f.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	p := make([]byte, c.size)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var avail int
+		var ierr error
+		if err := rc.Control(func(fd uintptr) {
+			avail, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+		}); err != nil {
+			return err
+		}
+		if ierr != nil {
+			return fmt.Errorf("FIONREAD on %s: %w", c.out.path, ierr)
+		}
+		if avail == 0 {
+			return nil
+		}
+		n, err := f.Read(p[:min(avail, len(p))])
+		if n > 0 {
+			_, _ = c.buf.Write(p[:n])
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// fifo is one FIFO made and opened by Create, identified by device and inode
+// so that it is only ever removed while the path still names it.
+type fifo struct {
+	path     string
+	f        *os.File
+	dev, ino uint64
+}
+
+// makeFIFO creates and opens the FIFO at path (read-write, no symlinks)
+// and verifies it is the FIFO just made, owned by this user.
+func makeFIFO(path string) (*fifo, error) {
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("serial: %s already exists; leaving it alone: %w", path, fs.ErrExist)
+		}
+		return nil, fmt.Errorf("serial: mkfifo %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return nil, fmt.Errorf("serial: lstat %s after mkfifo: %w", path, err)
+	}
+	if err := checkFIFO(path, st.Mode, st.Uid); err != nil {
+		// Replaced already: not ours to remove.
+		return nil, err
+	}
+	ff := &fifo{path: path, dev: uint64(st.Dev), ino: uint64(st.Ino)}
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		_ = ff.remove()
+		return nil, fmt.Errorf("serial: open %s: %w", path, err)
+	}
+	ff.f = f
+	fi, err := f.Stat()
+	if err == nil {
+		sys, ok := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case !ok:
+			err = fmt.Errorf("serial: %s: no stat data", path)
+		case uint64(sys.Dev) != ff.dev || uint64(sys.Ino) != ff.ino:
+			err = fmt.Errorf("serial: %s was replaced while being opened", path)
+		default:
+			err = checkFIFO(path, sys.Mode, sys.Uid)
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = ff.remove()
+		return nil, err
+	}
+	return ff, nil
+}
+
+// checkFIFO verifies stat data describes a FIFO owned by this user.
+func checkFIFO(path string, mode, uid uint32) error {
+	if mode&syscall.S_IFMT != syscall.S_IFIFO {
+		return fmt.Errorf("serial: %s is not a FIFO (mode %#o)", path, mode)
+	}
+	if int(uid) != os.Getuid() {
+		return fmt.Errorf("serial: %s is owned by uid %d, not %d", path, uid, os.Getuid())
+	}
+	return nil
+}
+
+// destroy closes the FIFO and removes it if the path still names it.
+func (ff *fifo) destroy(log *slog.Logger) error {
+	var errs []error
+	if ff.f != nil {
+		if err := ff.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			errs = append(errs, fmt.Errorf("serial: close %s: %w", ff.path, err))
+		}
+	}
+	if err := ff.remove(); err != nil {
+		log.Warn("serial: not removing FIFO", "path", ff.path, "err", err)
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// remove removes the path if it still names this FIFO (same device and
+// inode); a missing path is fine.
+func (ff *fifo) remove() error {
+	var st unix.Stat_t
+	if err := unix.Lstat(ff.path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("serial: lstat %s: %w", ff.path, err)
+	}
+	if uint64(st.Dev) != ff.dev || uint64(st.Ino) != ff.ino {
+		return fmt.Errorf("serial: %s is no longer the FIFO we made; leaving it", ff.path)
+	}
+	if err := os.Remove(ff.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("serial: %w", err)
+	}
+	return nil
+}
