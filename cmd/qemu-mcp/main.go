@@ -1,0 +1,173 @@
+// Command qemu-mcp is an MCP server (stdio) that boots and drives a riscv64
+// QEMU guest. It only wires the packages together: flags, logging, the
+// runtime directory, signals, and the order of shutdown.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+
+	qemumcp "github.com/qemu-mcp/qemu-mcp"
+	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
+	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
+	"github.com/qemu-mcp/qemu-mcp/tools"
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3").
+var version = "dev"
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("qemu-mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		selfTest    = fs.Bool("selftest", false, "boot the built-in tiny kernel through the real MCP path, check cleanup, and exit")
+		showVersion = fs.Bool("version", false, "print the version and exit")
+		logLevel    = fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
+		qemuBin     = fs.String("qemu", "", "qemu-system-riscv64 binary to run (default: from PATH)")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n\nServes MCP over stdio. Flags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *showVersion {
+		fmt.Println(versionString())
+		return 0
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "qemu-mcp: -log-level %q: %v\n", *logLevel, err)
+		return 2
+	}
+	// stdout carries the MCP protocol: logs go to stderr only.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	dir := runtimedir.Path()
+	if err := runtimedir.Ensure(dir); err != nil {
+		fmt.Fprintf(stderr, "qemu-mcp: %v\n", err)
+		return 1
+	}
+	cfg := tools.Config{
+		RuntimeDir:    dir,
+		BuiltinKernel: qemumcp.TinyKernel,
+		QEMUBinary:    *qemuBin,
+		Version:       versionString(),
+		Logger:        log,
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+
+	if *selfTest {
+		if err := selftest.Run(ctx, os.Stdout, cfg); err != nil {
+			fmt.Fprintf(stderr, "qemu-mcp: selftest failed: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	return serve(ctx, cfg, log)
+}
+
+func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
+	srv, err := tools.New(cfg)
+	if err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchParent(cancel, log)
+
+	log.Info("serving MCP on stdio", "version", cfg.Version, "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
+	err = srv.NewMCPServer().Run(ctx, &mcp.StdioTransport{})
+	why := "stdin closed"
+	if cause := context.Cause(ctx); cause != nil {
+		why = cause.Error()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
+		log.Warn("mcp session ended", "err", err)
+	}
+	log.Info("shutting down", "why", why)
+	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer ccancel()
+	if err := srv.Close(cctx); err != nil {
+		log.Error("cleanup", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// watchParent ends the server when the client that started it dies while
+// stdin stays open (an inherited pipe can outlive the client). A pidfd on
+// the parent becomes readable when it exits: no polling.
+func watchParent(cancel context.CancelCauseFunc, log *slog.Logger) {
+	ppid := os.Getppid()
+	if ppid <= 1 {
+		return
+	}
+	fd, err := unix.PidfdOpen(ppid, 0)
+	if err != nil {
+		log.Debug("cannot watch parent", "ppid", ppid, "err", err)
+		return
+	}
+	// If the parent died before the pidfd was opened, ppid now names init
+	// or a subreaper, and the pidfd may name an unrelated process.
+	if os.Getppid() != ppid {
+		unix.Close(fd)
+		cancel(fmt.Errorf("parent %d exited", ppid))
+		return
+	}
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			_, err := unix.Poll(fds, -1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			break
+		}
+		cancel(fmt.Errorf("parent %d exited", ppid))
+	}()
+}
+
+func versionString() string {
+	v := version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			v += " (" + rev + dirty + ")"
+		}
+	}
+	return v
+}

@@ -1,0 +1,239 @@
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DefaultBinary is the emulator this project drives.
+const DefaultBinary = "qemu-system-riscv64"
+
+// Drive is a disk image attached as a virtio-mmio block device, which is what
+// bare-metal riscv kernels for the virt board usually probe.
+type Drive struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"readonly,omitempty"`
+	// Format is QEMU's image format; empty means raw.
+	Format string `json:"format,omitempty"`
+}
+
+// Config is everything that goes on a QEMU command line. The server-managed
+// plumbing (serial FIFOs, QMP socket) is added by Start, not set here.
+type Config struct {
+	// Binary is the emulator to run; empty means DefaultBinary from PATH.
+	Binary string
+	// Machine is the -machine value; empty means "virt".
+	Machine string
+	// BIOS is "default" (QEMU's bundled OpenSBI), "none", or a firmware path.
+	BIOS string
+	// Kernel is the -kernel image; may be empty when firmware boots alone.
+	Kernel string
+	// Memory is the -m value, such as "128M".
+	Memory string
+	// SMP is the number of harts.
+	SMP int
+	// Append is the kernel command line.
+	Append string
+	Drives []Drive
+	// ExtraArgs are passed through after validation by CheckExtraArgs.
+	ExtraArgs []string
+}
+
+// Option changes a Config: the functional-options style lets callers name
+// only what differs from the defaults.
+type Option func(*Config)
+
+// WithBinary runs another emulator binary.
+func WithBinary(path string) Option { return func(c *Config) { c.Binary = path } }
+
+// WithBIOS sets the firmware: "default", "none" or a path.
+func WithBIOS(bios string) Option { return func(c *Config) { c.BIOS = bios } }
+
+// WithKernel sets the -kernel image.
+func WithKernel(path string) Option { return func(c *Config) { c.Kernel = path } }
+
+// WithMemory sets the guest RAM size, such as "256M".
+func WithMemory(m string) Option { return func(c *Config) { c.Memory = m } }
+
+// WithSMP sets the number of harts.
+func WithSMP(n int) Option { return func(c *Config) { c.SMP = n } }
+
+// WithAppend sets the kernel command line.
+func WithAppend(s string) Option { return func(c *Config) { c.Append = s } }
+
+// WithDrive attaches a disk image.
+func WithDrive(d Drive) Option { return func(c *Config) { c.Drives = append(c.Drives, d) } }
+
+// WithExtraArgs appends raw QEMU arguments (validated by CheckExtraArgs).
+func WithExtraArgs(args ...string) Option {
+	return func(c *Config) { c.ExtraArgs = append(c.ExtraArgs, args...) }
+}
+
+// NewConfig returns the defaults (virt board, OpenSBI, 128M, one hart) with
+// opts applied.
+func NewConfig(opts ...Option) Config {
+	c := Config{Machine: "virt", BIOS: "default", Memory: "128M", SMP: 1}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// managedOptions are the options through which the server talks to QEMU or
+// keeps track of it; letting a caller set them would break the serial
+// console, the QMP connection or process supervision.
+var managedOptions = map[string]string{
+	"serial":     "the serial console is wired to the server's FIFOs",
+	"chardev":    "character devices are managed by the server",
+	"qmp":        "the QMP socket is managed by the server",
+	"qmp-pretty": "the QMP socket is managed by the server",
+	"monitor":    "the monitor is the server's QMP socket",
+	"mon":        "the monitor is the server's QMP socket",
+	"daemonize":  "QEMU must stay the server's child so it dies with it",
+	"pidfile":    "the server tracks QEMU's PID itself",
+	"readconfig": "a config file could redefine the managed devices",
+}
+
+// CheckExtraArgs refuses arguments that touch what the server manages.
+func CheckExtraArgs(args []string) error {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		if i := strings.IndexByte(name, '='); i >= 0 {
+			name = name[:i]
+		}
+		if why, ok := managedOptions[name]; ok {
+			return fmt.Errorf("extra_args: %s is not allowed: %s", a, why)
+		}
+	}
+	return nil
+}
+
+var memoryRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMGT]?$`)
+
+// Validate checks what can be checked before starting QEMU, so that a typo
+// gives a precise message instead of QEMU's.
+func (c Config) Validate() error {
+	if !memoryRE.MatchString(c.Memory) {
+		return fmt.Errorf("memory %q: want a size such as 128M or 1G", c.Memory)
+	}
+	if c.SMP < 1 || c.SMP > 512 {
+		return fmt.Errorf("smp %d: want 1 to 512", c.SMP)
+	}
+	switch c.BIOS {
+	case "default", "none":
+	case "":
+		return errors.New(`bios: want "default", "none" or a firmware path`)
+	default:
+		if err := checkFile("bios", c.BIOS); err != nil {
+			return err
+		}
+	}
+	if c.Kernel != "" {
+		if err := checkFile("kernel", c.Kernel); err != nil {
+			return err
+		}
+	} else if c.BIOS == "none" {
+		return errors.New(`bios "none" needs a kernel: nothing would run`)
+	}
+	for i, d := range c.Drives {
+		if d.Path == "" {
+			return fmt.Errorf("drives[%d]: path is empty", i)
+		}
+		if err := checkFile(fmt.Sprintf("drives[%d]", i), d.Path); err != nil {
+			return err
+		}
+	}
+	return CheckExtraArgs(c.ExtraArgs)
+}
+
+func checkFile(what, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s %s: no such file", what, path)
+		}
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s %s: not a regular file", what, path)
+	}
+	return nil
+}
+
+// escapeOpt doubles commas, QEMU's escape inside option values, so a path
+// with a comma cannot inject suboptions.
+func escapeOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// Argv returns the full command line, binary first. serialBase and qmpSocket
+// are the server-managed FIFO base path and QMP socket path. The guest starts
+// paused (-S) so the server can attach to everything before it runs.
+func (c Config) Argv(serialBase, qmpSocket string) []string {
+	bin := c.Binary
+	if bin == "" {
+		bin = DefaultBinary
+	}
+	machine := c.Machine
+	if machine == "" {
+		machine = "virt"
+	}
+	argv := []string{
+		bin,
+		"-machine", machine,
+		"-nodefaults",
+		"-display", "none",
+		"-S",
+		"-m", c.Memory,
+		"-smp", strconv.Itoa(c.SMP),
+		"-bios", c.BIOS,
+	}
+	if c.Kernel != "" {
+		argv = append(argv, "-kernel", c.Kernel)
+	}
+	if c.Append != "" {
+		argv = append(argv, "-append", c.Append)
+	}
+	for i, d := range c.Drives {
+		format := d.Format
+		if format == "" {
+			format = "raw"
+		}
+		id := "drive" + strconv.Itoa(i)
+		spec := "file=" + escapeOpt(d.Path) + ",format=" + escapeOpt(format) + ",if=none,id=" + id
+		if d.ReadOnly {
+			spec += ",readonly=on"
+		}
+		argv = append(argv, "-drive", spec, "-device", "virtio-blk-device,drive="+id)
+	}
+	argv = append(argv,
+		"-chardev", "pipe,id=serial0,path="+escapeOpt(serialBase),
+		"-serial", "chardev:serial0",
+		"-qmp", "unix:"+escapeOpt(qmpSocket)+",server=on,wait=off",
+	)
+	return append(argv, c.ExtraArgs...)
+}
+
+// resolveBinary finds the emulator, with a message that says how to get it.
+func resolveBinary(bin string) (string, error) {
+	if bin == "" {
+		bin = DefaultBinary
+	}
+	if strings.ContainsRune(bin, filepath.Separator) {
+		if err := checkFile("qemu binary", bin); err != nil {
+			return "", err
+		}
+		return bin, nil
+	}
+	p, err := lookPath(bin)
+	if err != nil {
+		return "", fmt.Errorf("%s not found in PATH: install it (Debian: apt-get install qemu-system-misc, or run scripts/setup)", bin)
+	}
+	return p, nil
+}

@@ -1,0 +1,423 @@
+// Package qemu builds QEMU command lines and supervises one QEMU process with
+// its serial console and QMP connection: started paused, attached, resumed,
+// tied to the server's life, and torn down completely on every path.
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	goqemu "github.com/digitalocean/go-qemu/qemu"
+	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/qmp"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+)
+
+// Paths are the server-managed files of one machine.
+type Paths struct {
+	SerialIn  string `json:"serial_in"`
+	SerialOut string `json:"serial_out"`
+	QMPSocket string `json:"qmp_socket"`
+}
+
+// Exit describes how QEMU ended.
+type Exit struct {
+	// Code is the exit status; for a signal it is 128+signal, as a shell
+	// reports it.
+	Code int `json:"exit_status"`
+	// Signal names the signal that killed QEMU, if one did.
+	Signal string `json:"signal,omitempty"`
+	// At is when the exit was noticed.
+	At time.Time `json:"at"`
+}
+
+func (e Exit) String() string {
+	if e.Signal != "" {
+		return "killed by " + e.Signal
+	}
+	return "exited with status " + strconv.Itoa(e.Code)
+}
+
+// Machine is one supervised QEMU process.
+type Machine struct {
+	argv    []string
+	paths   Paths
+	ident   proc.Identity
+	started time.Time
+	log     *slog.Logger
+
+	cmd     *exec.Cmd
+	stderr  *tail
+	console *serial.Console
+	mon     *qmp.Monitor
+	domain  *goqemu.Domain
+
+	done chan struct{} // closed once QEMU exited and its output is drained
+	exit Exit
+
+	closeOnce sync.Once
+	cleanups  []func() error
+}
+
+// Runtime says where a machine's FIFOs and socket go and whose they are.
+type Runtime struct {
+	// Dir is the private runtime directory.
+	Dir string
+	// Owner is the server's PID, which names the files.
+	Owner int
+	// Logger receives supervision logs; nil means slog.Default().
+	Logger *slog.Logger
+	// ConnectTimeout bounds the QMP connection at start; zero means 10s.
+	ConnectTimeout time.Duration
+}
+
+// SocketPath is where a server's QMP socket lives.
+func SocketPath(dir string, owner int) string {
+	return filepath.Join(dir, "qmp-"+strconv.Itoa(owner)+".sock")
+}
+
+// Start creates the serial FIFOs, starts QEMU paused, connects QMP and
+// resumes the guest, so not a byte of its output can be missed. On any
+// failure everything already set up is undone before returning.
+func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bin, err := resolveBinary(cfg.Binary)
+	if err != nil {
+		return nil, err
+	}
+	log := rt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m := &Machine{log: log, done: make(chan struct{}), stderr: &tail{max: 64 << 10}}
+	if err := m.start(ctx, rt, cfg, bin); err != nil {
+		// A partial start (QEMU running, QMP not connected) is undone
+		// completely: process, FIFOs and socket.
+		if cerr := m.Close(); cerr != nil {
+			log.Warn("cleanup after failed start", "err", cerr)
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string) (err error) {
+	log := m.log
+	m.console, err = serial.Create(rt.Dir, rt.Owner, serial.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	m.addCleanup(m.console.Close)
+
+	sock := SocketPath(rt.Dir, rt.Owner)
+	if _, err := os.Lstat(sock); err == nil {
+		return fmt.Errorf("qmp socket %s already exists: a previous server left it behind; remove it or let the reaper run", sock)
+	}
+	m.addCleanup(func() error { return removeSocket(sock) })
+	m.paths = Paths{SerialIn: m.console.InPath(), SerialOut: m.console.OutPath(), QMPSocket: sock}
+
+	// Every cleanup is registered before QEMU starts: once it runs, the
+	// supervisor may run them at any moment.
+	m.mon = qmp.New(sock, qmp.WithLogger(log))
+	m.addCleanup(m.mon.Disconnect)
+
+	m.argv = cfg.Argv(m.console.Base(), sock)
+	m.argv[0] = bin
+	cmd := exec.Command(bin, m.argv[1:]...)
+	cmd.Stdout = m.stderr
+	cmd.Stderr = m.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// QEMU must not outlive the server, even after SIGKILL.
+		Pdeathsig: syscall.SIGKILL,
+		// A terminal's Ctrl-C should reach the server, which then stops
+		// QEMU in order, not QEMU directly.
+		Setpgid: true,
+	}
+	if err := startOnLauncher(cmd); err != nil {
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	m.cmd = cmd
+	m.started = time.Now()
+	info, err := proc.Stat(cmd.Process.Pid)
+	if err != nil {
+		// The child cannot have been reaped yet, so this is unexpected;
+		// kill it through the handle we hold rather than by PID.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("read start time of qemu %d: %w", cmd.Process.Pid, err)
+	}
+	m.ident = proc.Identity{PID: info.PID, StartTime: info.StartTime}
+	log.Info("qemu started", "pid", m.ident.PID, "argv", strings.Join(m.argv, " "))
+	go m.supervise()
+
+	connectTimeout := rt.ConnectTimeout
+	if connectTimeout <= 0 {
+		connectTimeout = 10 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	// A QEMU that dies at start (bad option) must fail the connect at
+	// once, not after the timeout.
+	go func() {
+		select {
+		case <-m.done:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	if err := m.mon.ConnectContext(cctx); err != nil {
+		return m.startError("connect to QMP", err)
+	}
+	m.domain, err = goqemu.NewDomain(m.mon, "qemu-"+strconv.Itoa(m.ident.PID))
+	if err != nil {
+		return m.startError("attach QMP", err)
+	}
+	if _, err := m.mon.Execute(cctx, "cont", nil); err != nil {
+		return m.startError("resume guest", err)
+	}
+	return nil
+}
+
+// startError explains a failed start with what QEMU itself said, which is
+// usually the real reason (a bad option, a missing file).
+func (m *Machine) startError(step string, err error) error {
+	// QEMU that rejects its command line may open the QMP socket first and
+	// die an instant later: give it a moment so the error can say why.
+	select {
+	case <-m.done:
+		return fmt.Errorf("qemu %s: %s: %s", m.exit, step, m.qemuSaid())
+	case <-time.After(time.Second):
+	}
+	if said := m.qemuSaid(); said != "(nothing)" {
+		return fmt.Errorf("%s: %w; qemu said: %s", step, err, said)
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}
+
+func (m *Machine) qemuSaid() string {
+	s := strings.TrimSpace(m.stderr.String())
+	if s == "" {
+		return "(nothing)"
+	}
+	return s
+}
+
+// supervise waits for QEMU to exit. The FIFO never reports EOF (the server
+// holds a write end), so the process is the only reliable exit signal.
+func (m *Machine) supervise() {
+	err := m.cmd.Wait()
+	exit := Exit{At: time.Now()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			exit.Code = 128 + int(ws.Signal())
+			exit.Signal = unix.SignalName(ws.Signal())
+		} else {
+			exit.Code = ee.ExitCode()
+		}
+	} else if err != nil {
+		exit.Code = -1
+		m.log.Warn("wait for qemu", "pid", m.ident.PID, "err", err)
+	}
+	m.exit = exit
+	// Whatever the guest printed last is still in the pipe: keep it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	m.console.Finish(ctx)
+	cancel()
+	m.log.Info("qemu exited", "pid", m.ident.PID, "status", exit.String())
+	close(m.done)
+	// A guest that powered itself off leaves nothing to talk to: remove the
+	// FIFOs and the socket now rather than at the next boot. The buffer
+	// stays readable.
+	if err := m.Close(); err != nil {
+		m.log.Warn("cleanup after qemu exit", "err", err)
+	}
+}
+
+func (m *Machine) addCleanup(f func() error) { m.cleanups = append(m.cleanups, f) }
+
+// PID is QEMU's process ID.
+func (m *Machine) PID() int { return m.ident.PID }
+
+// Identity is QEMU's PID and start time, for records that outlive us.
+func (m *Machine) Identity() proc.Identity { return m.ident }
+
+// Argv is the exact command line QEMU was started with.
+func (m *Machine) Argv() []string { return append([]string(nil), m.argv...) }
+
+// Paths are the FIFOs and socket in use.
+func (m *Machine) Paths() Paths { return m.paths }
+
+// Started is when QEMU was started.
+func (m *Machine) Started() time.Time { return m.started }
+
+// Console is the serial console.
+func (m *Machine) Console() *serial.Console { return m.console }
+
+// Monitor is the QMP connection.
+func (m *Machine) Monitor() *qmp.Monitor { return m.mon }
+
+// Domain gives go-qemu's typed helpers over the QMP connection.
+func (m *Machine) Domain() *goqemu.Domain { return m.domain }
+
+// Done is closed when QEMU has exited and its last output is in the buffer.
+func (m *Machine) Done() <-chan struct{} { return m.done }
+
+// Exited reports whether QEMU has exited, and how.
+func (m *Machine) Exited() (Exit, bool) {
+	select {
+	case <-m.done:
+		return m.exit, true
+	default:
+		return Exit{}, false
+	}
+}
+
+// Stderr is the tail of what QEMU printed on its own stdout and stderr.
+func (m *Machine) Stderr() string { return m.stderr.String() }
+
+// Method says how Shutdown asks QEMU to stop before it resorts to signals.
+type Method string
+
+// The ways to ask.
+const (
+	// Quit asks QEMU to exit now (QMP quit); disk images are flushed.
+	Quit Method = "quit"
+	// Powerdown asks the guest to power off (QMP system_powerdown), which
+	// only works for guests that handle the power button.
+	Powerdown Method = "powerdown"
+	// Kill sends SIGKILL at once.
+	Kill Method = "kill"
+)
+
+// Ending says how a shutdown ended.
+type Ending struct {
+	// How is the step that stopped QEMU: "already-exited", "powerdown",
+	// "quit", "sigterm" or "sigkill".
+	How  string `json:"how"`
+	Exit Exit   `json:"exit"`
+}
+
+// Shutdown stops QEMU, politest first: the chosen method, then SIGTERM,
+// then SIGKILL, each to the exact process started, verified by start time.
+// wait bounds the polite step; the signal steps wait up to two seconds each.
+// It does not remove files: Close does.
+func (m *Machine) Shutdown(ctx context.Context, method Method, wait time.Duration) (Ending, error) {
+	if exit, ok := m.Exited(); ok {
+		return Ending{How: "already-exited", Exit: exit}, nil
+	}
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	const signalWait = 2 * time.Second
+	type step struct {
+		how  string
+		do   func() error
+		wait time.Duration
+	}
+	qmpStep := func(name string) func() error {
+		return func() error {
+			qctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			_, err := m.mon.Execute(qctx, name, nil)
+			return err
+		}
+	}
+	var steps []step
+	switch method {
+	case Powerdown:
+		steps = append(steps, step{"powerdown", qmpStep("system_powerdown"), wait}, step{"quit", qmpStep("quit"), signalWait})
+	case Quit, "":
+		steps = append(steps, step{"quit", qmpStep("quit"), wait})
+	case Kill:
+	default:
+		return Ending{}, fmt.Errorf("shutdown method %q: want quit, powerdown or kill", method)
+	}
+	if method != Kill {
+		steps = append(steps, step{"sigterm", func() error { return m.signal(unix.SIGTERM) }, signalWait})
+	}
+	steps = append(steps, step{"sigkill", func() error { return m.signal(unix.SIGKILL) }, signalWait})
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			m.log.Debug("shutdown step failed", "step", s.how, "err", err)
+		}
+		t := time.NewTimer(s.wait)
+		select {
+		case <-m.done:
+			t.Stop()
+			return Ending{How: s.how, Exit: m.exit}, nil
+		case <-ctx.Done():
+			t.Stop()
+			return Ending{}, fmt.Errorf("shutdown of qemu %d: %w", m.ident.PID, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return Ending{}, fmt.Errorf("qemu %d did not exit after SIGKILL", m.ident.PID)
+}
+
+func (m *Machine) signal(sig unix.Signal) error {
+	err := proc.Signal(m.ident, sig)
+	if errors.Is(err, proc.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Close kills QEMU if it still runs, waits for it, and removes the FIFOs and
+// the socket. It runs once; later calls return nil.
+func (m *Machine) Close() error {
+	var errs []error
+	m.closeOnce.Do(func() {
+		if m.cmd != nil {
+			if _, exited := m.Exited(); !exited {
+				if err := m.signal(unix.SIGKILL); err != nil {
+					errs = append(errs, err)
+				}
+				select {
+				case <-m.done:
+				case <-time.After(5 * time.Second):
+					errs = append(errs, fmt.Errorf("qemu %d did not exit after SIGKILL", m.ident.PID))
+				}
+			}
+		}
+		for i := len(m.cleanups) - 1; i >= 0; i-- {
+			if err := m.cleanups[i](); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// removeSocket removes path only if it is a socket: never a file someone
+// put there, never through a symlink.
+func removeSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove qmp socket: %w", err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("remove qmp socket: %s is not a socket (%v): left alone", path, fi.Mode().Type())
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove qmp socket: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,202 @@
+package tools
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+)
+
+// BootInput is qemu_boot's arguments.
+type BootInput struct {
+	Kernel      string       `json:"kernel,omitempty" jsonschema:"kernel image path, relative to project_root; omitted: the built-in tiny kernel (prompt 'tiny> ')"`
+	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (QEMU's OpenSBI), 'none', or a path relative to project_root; default 'default'"`
+	Memory      string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
+	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
+	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
+	Drives      []qemu.Drive `json:"drives,omitempty" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
+	ExtraArgs   []string     `json:"extra_args,omitempty" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
+	WaitFor     string       `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2 syntax) to wait for on the serial console before returning"`
+	Timeout     float64      `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for (fractions allowed); default 60"`
+	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
+	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest first instead of failing"`
+}
+
+// BootOutput is qemu_boot's result.
+type BootOutput struct {
+	PID    int        `json:"pid" jsonschema:"QEMU's process ID"`
+	Argv   []string   `json:"argv" jsonschema:"the exact QEMU command line"`
+	Paths  qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
+	Kernel string     `json:"kernel" jsonschema:"the kernel image booted"`
+	WaitResult
+	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
+}
+
+const defaultBootTimeout = 60 * time.Second
+
+func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput) (*mcp.CallToolResult, BootOutput, error) {
+	start := time.Now()
+	root := in.ProjectRoot
+	if root == "" {
+		root = s.cfg.WorkDir
+	}
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, BootOutput{}, fmt.Errorf("project_root: %w", err)
+	}
+	re, err := compileWait(in.WaitFor)
+	if err != nil {
+		return nil, BootOutput{}, err
+	}
+	timeout, err := seconds("timeout", in.Timeout, defaultBootTimeout)
+	if err != nil {
+		return nil, BootOutput{}, err
+	}
+	cfg, err := s.bootConfig(root, in)
+	if err != nil {
+		return nil, BootOutput{}, err
+	}
+
+	s.life.Lock()
+	defer s.life.Unlock()
+	if prev := s.current(); prev != nil {
+		if _, exited := prev.Exited(); !exited {
+			if !in.Restart {
+				return nil, BootOutput{}, fmt.Errorf("a guest is already running (qemu pid %d, up %s): call qemu_shutdown first, or qemu_boot with restart: true",
+					prev.PID(), time.Since(prev.Started()).Round(time.Second))
+			}
+		}
+		if err := s.stopMachine(ctx, qemu.Quit, 5*time.Second); err != nil {
+			return nil, BootOutput{}, fmt.Errorf("stop the previous guest: %w", err)
+		}
+	}
+	m, err := qemu.Start(ctx, qemu.Runtime{Dir: s.cfg.RuntimeDir, Owner: s.pid, Logger: s.log}, cfg)
+	if err != nil {
+		return nil, BootOutput{}, fmt.Errorf("boot: %w", err)
+	}
+	s.mu.Lock()
+	s.machine = m
+	s.boots++
+	s.readCursor = 0
+	s.mu.Unlock()
+
+	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel}
+	if re != nil {
+		w, err := s.wait(ctx, m, 0, re, timeout, 0)
+		if err != nil {
+			return nil, BootOutput{}, err
+		}
+		out.WaitResult = w
+	} else {
+		out.Running = true
+	}
+	out.ElapsedMS = time.Since(start).Milliseconds()
+	return textResult(bootText(out, in.WaitFor)), out, nil
+}
+
+func bootText(o BootOutput, waitFor string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "booted qemu pid %d in %d ms\n$ %s\n", o.PID, o.ElapsedMS, strings.Join(o.Argv, " "))
+	if waitFor != "" {
+		b.WriteString(o.WaitResult.summary(waitFor))
+	} else {
+		b.WriteString("guest running; read its console with serial_read\n")
+	}
+	return b.String()
+}
+
+// bootConfig turns arguments into a QEMU configuration, resolving paths
+// against the project root.
+func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
+	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
+	if s.cfg.QEMUBinary != "" {
+		opts = append(opts, qemu.WithBinary(s.cfg.QEMUBinary))
+	}
+	rel := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(root, p)
+	}
+	if in.Kernel != "" {
+		opts = append(opts, qemu.WithKernel(rel(in.Kernel)))
+	} else {
+		k, err := s.builtinKernel()
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithKernel(k))
+	}
+	switch in.BIOS {
+	case "", "default":
+	case "none":
+		opts = append(opts, qemu.WithBIOS("none"))
+	default:
+		opts = append(opts, qemu.WithBIOS(rel(in.BIOS)))
+	}
+	if in.Memory != "" {
+		opts = append(opts, qemu.WithMemory(in.Memory))
+	}
+	if in.SMP != 0 {
+		opts = append(opts, qemu.WithSMP(in.SMP))
+	}
+	if in.Append != "" {
+		opts = append(opts, qemu.WithAppend(in.Append))
+	}
+	for _, d := range in.Drives {
+		d.Path = rel(d.Path)
+		opts = append(opts, qemu.WithDrive(d))
+	}
+	cfg := qemu.NewConfig(opts...)
+	if err := cfg.Validate(); err != nil {
+		if in.Kernel != "" && strings.HasPrefix(err.Error(), "kernel ") {
+			return cfg, fmt.Errorf("%w (kernel paths are relative to project_root %s)", err, root)
+		}
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// builtinKernel writes the embedded tiny kernel to the runtime directory,
+// named by its hash so every server shares one copy and no stale copy can
+// be booted by mistake.
+func (s *Server) builtinKernel() (string, error) {
+	if len(s.cfg.BuiltinKernel) == 0 {
+		return "", errors.New("no kernel given and this binary has no built-in kernel: pass kernel")
+	}
+	sum := sha256.Sum256(s.cfg.BuiltinKernel)
+	dir := filepath.Join(s.cfg.RuntimeDir, "images")
+	path := filepath.Join(dir, "tiny-"+hex.EncodeToString(sum[:8])+".bin")
+	if b, err := os.ReadFile(path); err == nil && sha256.Sum256(b) == sum {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("write built-in kernel: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".tiny-*")
+	if err != nil {
+		return "", fmt.Errorf("write built-in kernel: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(s.cfg.BuiltinKernel); err != nil {
+		f.Close()
+		return "", fmt.Errorf("write built-in kernel: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("write built-in kernel: %w", err)
+	}
+	// rename is atomic: a concurrent server sees the old file or the new.
+	if err := os.Rename(f.Name(), path); err != nil {
+		return "", fmt.Errorf("write built-in kernel: %w", err)
+	}
+	return path, nil
+}

@@ -1,0 +1,192 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+)
+
+// QMPInput is qmp_command's arguments.
+type QMPInput struct {
+	Command   string         `json:"command" jsonschema:"QMP command name, such as query-status"`
+	Arguments map[string]any `json:"arguments,omitempty" jsonschema:"the command's arguments object"`
+	Timeout   float64        `json:"timeout,omitempty" jsonschema:"seconds to wait for QEMU's answer; default 30"`
+}
+
+// QMPOutput is qmp_command's result.
+type QMPOutput struct {
+	Return any `json:"return" jsonschema:"QMP's return value"`
+}
+
+func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPInput) (*mcp.CallToolResult, QMPOutput, error) {
+	if strings.TrimSpace(in.Command) == "" {
+		return nil, QMPOutput{}, fmt.Errorf("command is empty: give a QMP command such as query-status")
+	}
+	timeout, err := seconds("timeout", in.Timeout, 30*time.Second)
+	if err != nil {
+		return nil, QMPOutput{}, err
+	}
+	m, err := s.running()
+	if err != nil {
+		return nil, QMPOutput{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var args any
+	if in.Arguments != nil {
+		args = in.Arguments
+	}
+	raw, err := m.Monitor().Execute(ctx, in.Command, args)
+	if err != nil {
+		return nil, QMPOutput{}, err
+	}
+	// UseNumber keeps 64-bit integers (addresses, sizes) exact.
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var ret any
+	if err := dec.Decode(&ret); err != nil {
+		return nil, QMPOutput{}, fmt.Errorf("qmp %s: decode answer: %w", in.Command, err)
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, raw, "", "  ") != nil {
+		pretty.Reset()
+		pretty.Write(raw)
+	}
+	return textResult(pretty.String()), QMPOutput{Return: ret}, nil
+}
+
+// ShutdownInput is qemu_shutdown's arguments.
+type ShutdownInput struct {
+	Method  string  `json:"method,omitempty" jsonschema:"quit (default: QMP quit, disks flushed), powerdown (ask the guest via system_powerdown first) or kill"`
+	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to give the polite step before SIGTERM, then SIGKILL; default 10"`
+	Force   bool    `json:"force,omitempty" jsonschema:"SIGKILL at once"`
+}
+
+// ShutdownOutput is qemu_shutdown's result.
+type ShutdownOutput struct {
+	How        string `json:"how" jsonschema:"what stopped QEMU: already-exited, powerdown, quit, sigterm or sigkill"`
+	PID        int    `json:"pid"`
+	Exited     bool   `json:"exited"`
+	ExitStatus int    `json:"exit_status"`
+	Signal     string `json:"signal,omitempty" jsonschema:"the signal that killed QEMU, if any"`
+	Running    bool   `json:"running"`
+}
+
+func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in ShutdownInput) (*mcp.CallToolResult, ShutdownOutput, error) {
+	method := qemu.Method(in.Method)
+	if in.Force {
+		method = qemu.Kill
+	}
+	switch method {
+	case "", qemu.Quit, qemu.Powerdown, qemu.Kill:
+	default:
+		return nil, ShutdownOutput{}, fmt.Errorf("method %q: want quit, powerdown or kill", in.Method)
+	}
+	wait, err := seconds("timeout", in.Timeout, 10*time.Second)
+	if err != nil {
+		return nil, ShutdownOutput{}, err
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	m := s.current()
+	if m == nil {
+		return nil, ShutdownOutput{}, fmt.Errorf("no guest has been booted: nothing to shut down")
+	}
+	end, err := m.Shutdown(ctx, method, wait)
+	if cerr := m.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, ShutdownOutput{}, fmt.Errorf("shutdown: %w", err)
+	}
+	out := ShutdownOutput{How: end.How, PID: m.PID(), Exited: true, ExitStatus: end.Exit.Code, Signal: end.Exit.Signal}
+	return textResult(fmt.Sprintf("qemu pid %d stopped (%s): %s; FIFOs and QMP socket removed", out.PID, out.How, end.Exit)), out, nil
+}
+
+// StatusOutput is qemu_status's result.
+type StatusOutput struct {
+	Running     bool       `json:"running"`
+	Booted      bool       `json:"booted" jsonschema:"a guest was booted by this server (it may have exited since)"`
+	PID         int        `json:"pid,omitempty"`
+	UptimeMS    int64      `json:"uptime_ms,omitempty" jsonschema:"milliseconds since QEMU started (until it exited)"`
+	Exited      bool       `json:"exited"`
+	ExitStatus  *int       `json:"exit_status,omitempty"`
+	Argv        []string   `json:"argv,omitempty"`
+	Paths       qemu.Paths `json:"paths"`
+	SerialBytes int64      `json:"serial_bytes" jsonschema:"bytes of serial output so far (the cursor of its end)"`
+	ReadCursor  int64      `json:"read_cursor" jsonschema:"where the next serial_read without since starts"`
+	Boots       int        `json:"boots" jsonschema:"guests booted by this server"`
+}
+
+type empty struct{}
+
+func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, StatusOutput, error) {
+	s.mu.Lock()
+	m, boots, cursor := s.machine, s.boots, s.readCursor
+	s.mu.Unlock()
+	out := StatusOutput{Boots: boots, ReadCursor: cursor}
+	if m == nil {
+		return textResult("no guest booted"), out, nil
+	}
+	out.Booted = true
+	out.PID = m.PID()
+	out.Argv = m.Argv()
+	out.Paths = m.Paths()
+	out.SerialBytes = m.Console().Buffer().End()
+	var text string
+	if exit, ok := m.Exited(); ok {
+		out.Exited = true
+		code := exit.Code
+		out.ExitStatus = &code
+		out.UptimeMS = exit.At.Sub(m.Started()).Milliseconds()
+		text = fmt.Sprintf("qemu pid %d %s after %s; %d bytes of serial output", out.PID, exit, time.Duration(out.UptimeMS)*time.Millisecond, out.SerialBytes)
+	} else {
+		out.Running = true
+		out.UptimeMS = time.Since(m.Started()).Milliseconds()
+		text = fmt.Sprintf("qemu pid %d running for %s; %d bytes of serial output, next read from cursor %d",
+			out.PID, time.Duration(out.UptimeMS)*time.Millisecond, out.SerialBytes, cursor)
+	}
+	return textResult(text), out, nil
+}
+
+func (s *Server) register(ms *mcp.Server) {
+	f := false
+	t := true
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_boot",
+		Description: "Boot a riscv64 guest under qemu-system-riscv64 (virt board), optionally waiting for a pattern on its serial console. Without kernel, boots the built-in tiny kernel (prompt 'tiny> '). Fails if a guest is already running unless restart is true.",
+		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
+	}, handle(s, s.boot))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "serial_send",
+		Description: "Type data on the guest's serial console followed by a newline, optionally waiting for a regex in the output that follows.",
+		Annotations: &mcp.ToolAnnotations{Title: "Send to serial console", DestructiveHint: &t, OpenWorldHint: &f},
+	}, handle(s, s.send))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "serial_read",
+		Description: "Read serial console output from a cursor (default: where the last read ended); nothing is consumed or lost. With wait_for, waits for a regex. A timeout is a normal result with timed_out true.",
+		Annotations: &mcp.ToolAnnotations{Title: "Read serial console", ReadOnlyHint: true, OpenWorldHint: &f},
+	}, handle(s, s.read))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qmp_command",
+		Description: "Run a QEMU Machine Protocol command (e.g. query-status, query-cpus-fast, system_reset) and return its 'return' value. QMP errors come back as tool errors with their class.",
+		Annotations: &mcp.ToolAnnotations{Title: "QMP command", DestructiveHint: &t, OpenWorldHint: &f},
+	}, handle(s, s.qmpCommand))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_shutdown",
+		Description: "Stop QEMU (QMP quit, or system_powerdown first; then SIGTERM, then SIGKILL of the exact process) and remove its FIFOs and socket. Reports how it ended and the exit status.",
+		Annotations: &mcp.ToolAnnotations{Title: "Shut down QEMU", DestructiveHint: &t, IdempotentHint: true, OpenWorldHint: &f},
+	}, handle(s, s.shutdown))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_status",
+		Description: "Whether a guest runs, its pid, uptime, exit status if it exited, command line, paths, and bytes of serial output so far.",
+		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
+	}, handle(s, s.status))
+}
