@@ -96,13 +96,9 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	watchParent(cancel, log)
 
 	log.Info("serving MCP on stdio", "version", cfg.Version, "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
-	err = srv.NewMCPServer().Run(ctx, &mcp.StdioTransport{})
-	why := "stdin closed"
+	why := serveStdio(ctx, srv)
 	if cause := context.Cause(ctx); cause != nil {
 		why = cause.Error()
-	}
-	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
-		log.Warn("mcp session ended", "err", err)
 	}
 	log.Info("shutting down", "why", why)
 	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -112,6 +108,29 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 		return 1
 	}
 	return 0
+}
+
+// serveStdio serves one MCP session on stdin/stdout until the client
+// closes stdin or ctx ends, and says which. It does not wait for the stdin
+// reader on ctx: a blocking read of a pipe cannot be interrupted, and the
+// process is about to exit anyway.
+func serveStdio(ctx context.Context, srv *tools.Server) string {
+	ss, err := srv.NewMCPServer().Connect(ctx, &mcp.StdioTransport{}, nil)
+	if err != nil {
+		return "connect: " + err.Error()
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case err := <-ended:
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "session ended: " + err.Error()
+		}
+		return "stdin closed"
+	case <-ctx.Done():
+		go ss.Close()
+		return "cancelled"
+	}
 }
 
 // watchParent ends the server when the client that started it dies while
