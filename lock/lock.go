@@ -1,0 +1,581 @@
+// Package lock is the repository-wide QEMU lock: an exclusive flock on
+// <git common dir>/.qemu.lock, so that only one server (or script) at a time
+// boots QEMU on a repository's writable disk images, with a record of who
+// holds it. Unlike the original server's lock it tells a live holder from a
+// stale one and takes a stale lock over safely, even when many servers race.
+//
+// # Design
+//
+// The flock is what excludes; the record (pid, start time, ...) only says who
+// holds it. A flock belongs to an open file description, so it can outlive
+// the process that took it: a child that inherited the descriptor (the
+// original wrapper's QEMU, say) keeps the file locked after the recorded
+// holder died. Such a lock is stale: the flock is held, but the record names
+// a process that is gone, a zombie, or a different process with the same PID
+// (start times differ). The flock on that inode will not come free, so a
+// stale lock is reclaimed by renaming a new, locked file (a new inode) over
+// the path; the old inode is left to whoever still has it open.
+//
+// # Why exactly one acquirer wins
+//
+// Definitions: a process "holds the lock" when it holds the flock on the inode
+// the path names and Acquire returned success to it.
+//
+// Every Acquire does all its work (open, flock, read and judge the record,
+// write its record, create and rename a new inode) inside one critical
+// section, serialized by a flock on the sibling guard file <path>.guard,
+// which is never removed (removing it would give two guard inodes). Inspect
+// takes the guard shared, so that an acquirer never mistakes its instant
+// probe of the flock for a holder. The path changes in exactly three ways, and every one keeps "at most one
+// holder, and the holder's inode is the one the path names":
+//
+//  1. Creation (O_CREAT on a missing path), inside the guard. Whoever creates
+//     it must still win the flock like anyone else.
+//  2. Rename of a new inode over the path (reclaim), inside the guard, only
+//     after judging the current record stale. The reclaimer locks the new
+//     inode and writes its complete record before the rename, so the inode
+//     appears at the path already locked and already naming its holder.
+//  3. Unlink by Release, only by the holder of the inode the path names, while
+//     it still holds the flock.
+//
+// A holder is never judged stale: its record names itself with its own start
+// time and was written completely inside the guard before the guard was
+// released (or before the rename made it visible), so every later guard
+// holder reads it whole and finds that process alive. Hence a holder's inode
+// is never renamed away (2) or unlinked by another (3), and a second holder
+// of that inode is impossible because the flock is exclusive. An acquirer
+// that wins a flock checks, inside the guard, that the path still names the
+// inode it locked; the only change possible by then is an unlink by the
+// previous holder's Release (3) between our open and our flock, and the check
+// catches it and retries with a fresh open.
+//
+// So when N servers race to reclaim one stale lock, the first through the
+// guard renames its inode in; each later one opens that inode, fails its
+// flock, reads the winner's record, finds it alive and gets a HeldError
+// naming the winner. Renaming and then checking the inode without the guard
+// is not enough: two reclaimers that each judged the old record stale could
+// each rename and each find their own inode at the moment they check.
+//
+// What this cannot protect against is a foreign process that changes the
+// path without the guard (rm of the lock file, or a script that takes the
+// flock and writes its record while we are judging the old one); the window
+// is a few microseconds, and a stale verdict is only acted on after the record
+// read the same twice.
+package lock
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// guardSuffix names the sibling file whose flock serializes acquirers.
+	guardSuffix = ".guard"
+	// newSuffix names the file a reclaimer prepares before renaming it over
+	// the lock path. Only a guard holder creates it, so one found there was
+	// left by a reclaimer that died, and may be removed.
+	newSuffix = ".new"
+	// guardWait bounds the wait for other acquirers: each holds the guard
+	// for a few milliseconds, so waiting this long means one is stuck
+	// (stopped in a debugger, say).
+	guardWait = 5 * time.Second
+	// maxAttempts bounds the retries when the lock file is replaced or
+	// removed between our open and our flock.
+	maxAttempts = 10
+	// unidentifiedWait is how long a holder whose record cannot be read gets
+	// to finish writing it (a script that just took the flock) before we
+	// report it as unidentified.
+	unidentifiedWait = 200 * time.Millisecond
+	// stableReadGap separates the two reads of a record that is about to be
+	// judged stale, so that a record being written by a foreign process
+	// (which does not take our guard) is not judged half-written.
+	stableReadGap = 10 * time.Millisecond
+	// maxUnstableReads bounds how often a record may change under us
+	// before we give up judging it.
+	maxUnstableReads = 10
+	fileMode         = 0o644
+)
+
+// errReplaced means the lock path stopped naming the inode we locked.
+var errReplaced = errors.New("lock file was replaced while being locked")
+
+// Lock is a held QEMU lock. Release it when QEMU is down; if the process dies
+// first, the kernel releases the flock and the record is recognised as stale.
+// The descriptor is a raw one, without a finalizer, so a Lock that is dropped
+// without Release keeps the lock until the process exits instead of losing
+// it at some garbage collection.
+type Lock struct {
+	path      string
+	rec       Record
+	reclaimed *Reclaim
+
+	mu       sync.Mutex
+	fd       int // -1 once released
+	dev, ino uint64
+}
+
+// Reclaim describes the stale lock an Acquire took over.
+type Reclaim struct {
+	// Stale is the record that was replaced.
+	Stale Record
+	// Liveness is why it was stale: proc.Gone, proc.Zombie or proc.Reused.
+	Liveness proc.Liveness
+}
+
+// Path returns the lock file's path.
+func (l *Lock) Path() string { return l.path }
+
+// Record returns the record written in the lock file.
+func (l *Lock) Record() Record { return l.rec }
+
+// Reclaimed returns the stale lock this Lock replaced, or nil if the lock was
+// free.
+func (l *Lock) Reclaimed() *Reclaim {
+	if l.reclaimed == nil {
+		return nil
+	}
+	r := *l.reclaimed
+	return &r
+}
+
+// Release removes the lock file if it is still ours and then drops the flock.
+// Removing it while still holding the flock means no one can lock the inode
+// we unlink and believe it is the lock: an acquirer that opened it just
+// before wins the flock only after we close, then finds the path no longer
+// names it and retries. Release is idempotent.
+func (l *Lock) Release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fd < 0 {
+		return nil
+	}
+	var errs []error
+	var st unix.Stat_t
+	err := unix.Lstat(l.path, &st)
+	switch {
+	case err == nil && uint64(st.Dev) == l.dev && st.Ino == l.ino:
+		if err := unix.Unlink(l.path); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("release QEMU lock: remove %s: %w", l.path, err))
+		}
+	case err != nil && !errors.Is(err, unix.ENOENT):
+		errs = append(errs, fmt.Errorf("release QEMU lock: stat %s: %w", l.path, err))
+	}
+	if err := unix.Close(l.fd); err != nil {
+		errs = append(errs, fmt.Errorf("release QEMU lock %s: close: %w", l.path, err))
+	}
+	l.fd = -1
+	return errors.Join(errs...)
+}
+
+// HeldError means a live process holds the lock, or one that cannot be
+// identified. Its message names the holder and says how to stop it.
+type HeldError struct {
+	// Path is the lock file.
+	Path string
+	// Holder is the holder's record; Holder.PID is 0 when it could not be
+	// read (see Unidentified).
+	Holder Record
+	// Comm is the holder's command name from /proc ("" if unknown).
+	Comm string
+	// Exe is the holder's executable: from the record, else from /proc.
+	Exe string
+	// Since is when the holder took the lock, or else when it started; zero
+	// if unknown.
+	Since time.Time
+	// Unidentified says why the holder could not be identified; empty when
+	// Holder names it.
+	Unidentified string
+}
+
+func (e *HeldError) Error() string {
+	if e.Holder.PID <= 0 {
+		return fmt.Sprintf("QEMU lock %s is held by a process that cannot be identified (%s), so it is not safe to take it over; "+
+			"find the holder with: fuser -v %s (or: lsof %s), stop it or let it finish, then retry",
+			e.Path, e.Unidentified, strconv.Quote(e.Path), strconv.Quote(e.Path))
+	}
+	pid := e.Holder.PID
+	self := pid == os.Getpid()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "QEMU lock %s is held by ", e.Path)
+	if self {
+		b.WriteString("this qemu-mcp server itself, ")
+	}
+	fmt.Fprintf(&b, "process %d", pid)
+	switch {
+	case e.Comm != "" && e.Exe != "":
+		fmt.Fprintf(&b, " (%s, %s)", e.Comm, e.Exe)
+	case e.Comm != "" || e.Exe != "":
+		fmt.Fprintf(&b, " (%s)", e.Comm+e.Exe)
+	default:
+		b.WriteString(" (details unavailable from /proc)")
+	}
+	if e.Holder.Target != "" {
+		fmt.Fprintf(&b, ", which protects %s", e.Holder.Target)
+	}
+	if !e.Since.IsZero() {
+		fmt.Fprintf(&b, " since %s", e.Since.Format(time.RFC3339))
+	}
+	if self {
+		b.WriteString("; shut down the QEMU it runs (qemu_shutdown) before booting again")
+	} else {
+		fmt.Fprintf(&b, "; stop it with qemu_shutdown in the session that owns it, or run: kill -TERM %d", pid)
+	}
+	return b.String()
+}
+
+// Acquire takes the QEMU lock at path and writes rec into it. Acquire fills
+// in rec's PID and StartTime from the calling process (the record must name
+// its holder: stale detection trusts it), and Exe and Started when empty.
+//
+// A lock nobody holds is taken whatever its old record says. A lock held by
+// a live process, or by one that cannot be identified, fails with a
+// *HeldError. A lock whose flock is held but whose record names a dead,
+// zombie or reused PID is reclaimed (see the package comment). Acquire waits
+// only for other acquirers, a few seconds at most, never for the holder.
+func Acquire(path string, rec Record) (*Lock, error) {
+	if path == "" {
+		return nil, errors.New("acquire QEMU lock: empty lock file path")
+	}
+	rec, err := ownRecord(rec)
+	if err != nil {
+		return nil, err
+	}
+	guard, err := lockGuard(path, unix.LOCK_EX, guardWait)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(guard)
+	for range maxAttempts {
+		l, err := tryAcquire(path, rec)
+		if errors.Is(err, errReplaced) {
+			continue
+		}
+		return l, err
+	}
+	return nil, fmt.Errorf("acquire QEMU lock %s: the file kept being removed or replaced while we locked it (%d attempts); is something deleting it? retry", path, maxAttempts)
+}
+
+func ownRecord(rec Record) (Record, error) {
+	self, err := proc.Self()
+	if err != nil {
+		return rec, fmt.Errorf("acquire QEMU lock: identify this process for the lock record: %w", err)
+	}
+	rec.PID, rec.StartTime = self.PID, self.StartTime
+	if rec.Exe == "" {
+		// An unknown executable only makes messages vaguer.
+		rec.Exe, _ = proc.Exe(self.PID)
+	}
+	if rec.Started.IsZero() {
+		rec.Started = time.Now().Truncate(time.Second)
+	}
+	return rec, nil
+}
+
+// tryAcquire makes one attempt, inside the guard. errReplaced asks for another.
+func tryAcquire(path string, rec Record) (*Lock, error) {
+	fd, err := openLockFile(path, unix.O_RDWR|unix.O_CREAT)
+	if err != nil {
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			unix.Close(fd)
+		}
+	}()
+	deadline := time.Now().Add(unidentifiedWait)
+	for unstable := 0; ; {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			if err := sameFile(path, fd); err != nil {
+				return nil, err
+			}
+			if err := writeRecord(fd, rec); err != nil {
+				return nil, fmt.Errorf("acquire QEMU lock %s: %w", path, err)
+			}
+			keep = true
+			return newLock(path, rec, fd, nil)
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("acquire QEMU lock %s: flock: %w", path, err)
+		}
+		content, err := readRecord(fd)
+		if err != nil {
+			return nil, fmt.Errorf("acquire QEMU lock %s: %w", path, err)
+		}
+		v := judge(content)
+		if v.parseErr != nil && time.Now().Before(deadline) {
+			// Perhaps a script just took the flock and is writing its
+			// record: give it a moment, then look again.
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if !v.stale() {
+			return nil, v.heldError(path)
+		}
+		// The flock is held and the record names no live process. Act only
+		// on a record that reads the same twice, and only if the path still
+		// names the inode it came from.
+		time.Sleep(stableReadGap)
+		again, err := readRecord(fd)
+		if err != nil {
+			return nil, fmt.Errorf("acquire QEMU lock %s: %w", path, err)
+		}
+		if !bytes.Equal(content, again) {
+			if unstable++; unstable >= maxUnstableReads {
+				return nil, &HeldError{Path: path, Unidentified: "its record keeps changing, so something outside qemu-mcp is writing it"}
+			}
+			continue
+		}
+		if err := sameFile(path, fd); err != nil {
+			return nil, err
+		}
+		return reclaim(path, rec, v)
+	}
+}
+
+// reclaim replaces a stale lock file, inside the guard, by a new inode that
+// is locked and carries our record before it appears at the path.
+func reclaim(path string, rec Record, stale verdict) (*Lock, error) {
+	tmp := path + newSuffix
+	if err := unix.Unlink(tmp); err != nil && !errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("reclaim stale QEMU lock %s: remove leftover %s: %w", path, tmp, err)
+	}
+	fd, err := openLockFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL)
+	if err != nil {
+		return nil, fmt.Errorf("reclaim stale QEMU lock %s: %w", path, err)
+	}
+	fail := func(err error) (*Lock, error) {
+		unix.Unlink(tmp)
+		unix.Close(fd)
+		return nil, fmt.Errorf("reclaim stale QEMU lock %s: %w", path, err)
+	}
+	// Nobody else can have this inode open yet, so this cannot fail with
+	// EWOULDBLOCK unless something outside our protocol is at work.
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fail(fmt.Errorf("flock %s: %w", tmp, err))
+	}
+	if err := writeRecord(fd, rec); err != nil {
+		return fail(err)
+	}
+	if err := unix.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("rename %s over it: %w", tmp, err))
+	}
+	if err := sameFile(path, fd); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return newLock(path, rec, fd, &Reclaim{Stale: stale.rec, Liveness: stale.live})
+}
+
+func newLock(path string, rec Record, fd int, r *Reclaim) (*Lock, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("acquire QEMU lock %s: fstat: %w", path, err)
+	}
+	return &Lock{path: path, rec: rec, reclaimed: r, fd: fd, dev: uint64(st.Dev), ino: st.Ino}, nil
+}
+
+// openLockFile opens a lock or guard file close-on-exec, so that QEMU and
+// other children never inherit the flock (an inherited flock outlives us and
+// makes the lock stale), and without following a symlink, so that nobody can
+// point our lock, or the record we write, at another file.
+func openLockFile(path string, flags int) (int, error) {
+	var fd int
+	var err error
+	for {
+		// O_NONBLOCK: a FIFO or device planted at the path must not hang
+		// the open; the type check below refuses it.
+		fd, err = unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, fileMode)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("lock file %s is a symbolic link; refusing to follow it (a lock file must be a plain file); remove the link if you did not mean it: rm %s", path, strconv.Quote(path))
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open lock file %s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("stat lock file %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, fmt.Errorf("lock file %s is not a regular file (mode %#o); move it away and retry", path, st.Mode&unix.S_IFMT)
+	}
+	return fd, nil
+}
+
+// sameFile reports errReplaced unless path names the inode open as fd.
+func sameFile(path string, fd int) error {
+	var fst, pst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		return fmt.Errorf("fstat lock file %s: %w", path, err)
+	}
+	err := unix.Lstat(path, &pst)
+	if errors.Is(err, unix.ENOENT) {
+		return errReplaced
+	}
+	if err != nil {
+		return fmt.Errorf("stat lock file %s: %w", path, err)
+	}
+	if fst.Dev != pst.Dev || fst.Ino != pst.Ino {
+		return errReplaced
+	}
+	return nil
+}
+
+// lockGuard takes the guard flock next to lockPath, waiting at most wait. A
+// shared guard (Inspect) does not create the file: without it there is no
+// acquirer to wait for.
+func lockGuard(lockPath string, how int, wait time.Duration) (int, error) {
+	gp := lockPath + guardSuffix
+	flags := unix.O_RDONLY
+	if how == unix.LOCK_EX {
+		flags |= unix.O_CREAT
+	}
+	deadline := time.Now().Add(wait)
+	backoff := time.Millisecond
+	for {
+		fd, err := openLockFile(gp, flags)
+		if err != nil {
+			return -1, fmt.Errorf("QEMU lock guard: %w", err)
+		}
+		for {
+			err = unix.Flock(fd, how|unix.LOCK_NB)
+			if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(backoff)
+			backoff = min(2*backoff, 16*time.Millisecond)
+		}
+		if err == nil {
+			// The guard file is never removed by us; if something removed
+			// it anyway, a flock on the old inode guards nothing.
+			err = sameFile(gp, fd)
+			if err == nil {
+				return fd, nil
+			}
+		}
+		unix.Close(fd)
+		switch {
+		case errors.Is(err, errReplaced) && time.Now().Before(deadline):
+			continue
+		case errors.Is(err, unix.EWOULDBLOCK), errors.Is(err, errReplaced):
+			return -1, fmt.Errorf("another process has been acquiring the QEMU lock %s for over %v and still holds %s; is it stopped? find it with: fuser -v %s", lockPath, wait, gp, strconv.Quote(gp))
+		default:
+			return -1, fmt.Errorf("QEMU lock guard %s: flock: %w", gp, err)
+		}
+	}
+}
+
+// writeRecord replaces the file's content with rec. There is no fsync: the
+// record is read only by processes running alongside the holder, through the
+// page cache, and after a crash the flock is free, so a record lost in a
+// crash is taken over like any other free lock.
+func writeRecord(fd int, rec Record) error {
+	b := rec.Format()
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		return fmt.Errorf("truncate lock file: %w", err)
+	}
+	for off := 0; off < len(b); {
+		n, err := unix.Pwrite(fd, b[off:], int64(off))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write lock record: %w", err)
+		}
+		off += n
+	}
+	return nil
+}
+
+// readRecord reads at most maxRecordSize bytes of the record.
+func readRecord(fd int) ([]byte, error) {
+	buf := make([]byte, maxRecordSize)
+	off := 0
+	for off < len(buf) {
+		n, err := unix.Pread(fd, buf[off:], int64(off))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read lock record: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		off += n
+	}
+	return buf[:off], nil
+}
+
+// verdict is what a record says about the process holding the flock.
+type verdict struct {
+	rec      Record
+	parseErr error // the record names no process
+	live     proc.Liveness
+	info     proc.Info
+	checkErr error // the process could not be checked
+}
+
+// stale reports whether the record names a process that cannot hold the
+// lock. Anything uncertain counts as held: reclaiming a live lock would put
+// two QEMUs on one disk image, refusing a stale one only costs a retry.
+func (v verdict) stale() bool {
+	if v.parseErr != nil || v.checkErr != nil {
+		return false
+	}
+	return v.live == proc.Gone || v.live == proc.Zombie || v.live == proc.Reused
+}
+
+func judge(content []byte) verdict {
+	rec, err := ParseRecord(content)
+	if err != nil {
+		return verdict{rec: rec, parseErr: err}
+	}
+	live, info, err := proc.Check(proc.Identity{PID: rec.PID, StartTime: rec.StartTime})
+	v := verdict{rec: rec, live: live, info: info, checkErr: err}
+	if err == nil && live == proc.Gone {
+		// /proc mounted with hidepid hides other users' processes; the
+		// kernel still answers kill(pid, 0) with EPERM for them.
+		if kerr := unix.Kill(rec.PID, 0); kerr == nil || errors.Is(kerr, unix.EPERM) {
+			v.checkErr = fmt.Errorf("process %d exists but /proc does not show it", rec.PID)
+		}
+	}
+	return v
+}
+
+func (v verdict) heldError(path string) *HeldError {
+	e := &HeldError{Path: path}
+	if v.parseErr != nil {
+		e.Unidentified = v.parseErr.Error()
+		return e
+	}
+	e.Holder = v.rec
+	e.Comm = v.info.Comm
+	e.Exe = v.rec.Exe
+	if e.Exe == "" {
+		e.Exe, _ = proc.Exe(v.rec.PID)
+	}
+	switch {
+	case !v.rec.Started.IsZero():
+		e.Since = v.rec.Started
+	case v.info.StartTime != 0:
+		e.Since = proc.StartedAt(v.info.StartTime)
+	}
+	return e
+}
