@@ -13,6 +13,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -37,6 +39,9 @@ type BootOutput struct {
 	Argv   []string   `json:"argv" jsonschema:"the exact QEMU command line"`
 	Paths  qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
 	Kernel string     `json:"kernel" jsonschema:"the kernel image booted"`
+	Lock   string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
+	// Reaped reports what dead servers had left and this boot removed.
+	Reaped *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -79,17 +84,38 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 			return nil, BootOutput{}, fmt.Errorf("stop the previous guest: %w", err)
 		}
 	}
+	reaped := s.reap()
+	l, err := s.acquireLock(root)
+	if err != nil {
+		return nil, BootOutput{}, err
+	}
 	m, err := qemu.Start(ctx, qemu.Runtime{Dir: s.cfg.RuntimeDir, Owner: s.pid, Logger: s.log}, cfg)
 	if err != nil {
+		if rerr := l.Release(); rerr != nil {
+			s.log.Warn("release repository lock", "err", rerr)
+		}
 		return nil, BootOutput{}, fmt.Errorf("boot: %w", err)
 	}
 	s.mu.Lock()
 	s.machine = m
+	s.lk = l
 	s.boots++
 	s.readCursor = 0
 	s.mu.Unlock()
+	id := m.Identity()
+	child, err := registry.NewChild(id.PID)
+	if err != nil || child.StartTime != id.StartTime {
+		// QEMU already exited; the record must still not name a stranger.
+		child = registry.Child{PID: id.PID, StartTime: id.StartTime, Executable: m.Argv()[0]}
+	}
+	s.writeRecord(func(r *registry.Record) bool {
+		r.QEMU = &child
+		r.Lock = l.Path()
+		return true
+	})
+	go s.watch(m, l)
 
-	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel}
+	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel, Lock: l.Path(), Reaped: reaped}
 	if re != nil {
 		w, err := s.wait(ctx, m, 0, re, timeout, 0)
 		if err != nil {
@@ -105,7 +131,10 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 
 func bootText(o BootOutput, waitFor string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "booted qemu pid %d in %d ms\n$ %s\n", o.PID, o.ElapsedMS, strings.Join(o.Argv, " "))
+	if o.Reaped != nil {
+		b.WriteString(o.Reaped.String() + "\n")
+	}
+	fmt.Fprintf(&b, "booted qemu pid %d in %d ms (lock %s)\n$ %s\n", o.PID, o.ElapsedMS, o.Lock, strings.Join(o.Argv, " "))
 	if waitFor != "" {
 		b.WriteString(o.WaitResult.summary(waitFor))
 	} else {

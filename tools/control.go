@@ -99,10 +99,14 @@ func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in Shutdo
 	if m == nil {
 		return nil, ShutdownOutput{}, fmt.Errorf("no guest has been booted: nothing to shut down")
 	}
+	s.mu.Lock()
+	l := s.lk
+	s.mu.Unlock()
 	end, err := m.Shutdown(ctx, method, wait)
 	if cerr := m.Close(); err == nil {
 		err = cerr
 	}
+	s.released(m, l)
 	if err != nil {
 		return nil, ShutdownOutput{}, fmt.Errorf("shutdown: %w", err)
 	}
@@ -189,4 +193,9 @@ func (s *Server) register(ms *mcp.Server) {
 		Description: "Whether a guest runs, its pid, uptime, exit status if it exited, command line, paths, and bytes of serial output so far.",
 		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, handle(s, s.status))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "server_info",
+		Description: "This server's version and VCS revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and its holder, and health: degraded when the binary changed on disk since start or dead servers left files behind.",
+		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
+	}, handle(s, s.serverInfo))
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -28,9 +30,16 @@ type Config struct {
 	BuiltinKernel []byte
 	// QEMUBinary overrides qemu-system-riscv64.
 	QEMUBinary string
-	// Version is reported by server_info and the MCP handshake.
-	Version string
-	Logger  *slog.Logger
+	// Version is reported by server_info and the MCP handshake; Revision
+	// is the VCS revision of the build.
+	Version  string
+	Revision string
+	// Transport ("stdio" or "http") and Address go into the registry record.
+	Transport string
+	Address   string
+	// LockFile overrides the repository lock path (see lock.Path).
+	LockFile string
+	Logger   *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
@@ -54,8 +63,13 @@ type Server struct {
 	// life serialises boot and shutdown so two boots cannot race.
 	life sync.Mutex
 
+	started time.Time
+
 	mu         sync.Mutex // guards the fields below
 	machine    *qemu.Machine
+	lk         *lock.Lock // the repository lock held for machine
+	rec        registry.Record
+	recRemoved bool
 	boots      int
 	readCursor int64
 }
@@ -75,8 +89,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Transport == "" {
+		cfg.Transport = registry.TransportStdio
+	}
+	// The record is what lets the next server reap after us if we are
+	// killed, so a server that cannot write it does not start.
+	rec, err := registry.Self(cfg.Transport, cfg.Address, cfg.Version)
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
+	if err := registry.Write(cfg.RuntimeDir, rec); err != nil {
+		return nil, fmt.Errorf("tools: write registry record: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, log: cfg.Logger, pid: os.Getpid(), base: ctx, cancel: cancel}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, pid: os.Getpid(), base: ctx, cancel: cancel, rec: rec, started: time.Now()}, nil
 }
 
 // enter admits one call, or refuses once shutdown has begun, so Close never
@@ -115,20 +141,26 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.life.Lock()
 	defer s.life.Unlock()
-	return s.stopMachine(ctx, qemu.Quit, 5*time.Second)
+	err := s.stopMachine(ctx, qemu.Quit, 5*time.Second)
+	if rerr := s.removeRecord(); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("remove registry record: %w", rerr))
+	}
+	return err
 }
 
 // stopMachine shuts the current machine down and removes its files.
 // s.life must be held.
 func (s *Server) stopMachine(ctx context.Context, how qemu.Method, wait time.Duration) error {
 	s.mu.Lock()
-	m := s.machine
+	m, l := s.machine, s.lk
 	s.mu.Unlock()
 	if m == nil {
 		return nil
 	}
 	_, err := m.Shutdown(ctx, how, wait)
-	return errors.Join(err, m.Close())
+	err = errors.Join(err, m.Close())
+	s.released(m, l)
+	return err
 }
 
 // current returns the machine of the last boot, running or not.

@@ -3,9 +3,11 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -50,7 +52,10 @@ func newSession(t testing.TB) *session {
 	os.Chmod(dir, 0o700)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, Version: "test", Logger: log})
+	// Each session has its own lock: tests of other packages boot guests
+	// from this repository at the same time.
+	srv, err := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, Version: "test", Logger: log,
+		LockFile: filepath.Join(t.TempDir(), "qemu.lock")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,8 +238,8 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	}
 }
 
-// assertEmptyRuntimeDir fails if any FIFO, socket or record is left; the
-// shared images directory is expected.
+// assertEmptyRuntimeDir fails if any FIFO or socket is left; the shared
+// images directory and the live server's own record are expected.
 func assertEmptyRuntimeDir(t *testing.T, dir string) {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
@@ -242,7 +247,7 @@ func assertEmptyRuntimeDir(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		if e.Name() == "images" || e.Name() == "captures" {
+		if e.Name() == "images" || e.Name() == "captures" || e.Name() == fmt.Sprintf("server-%d.json", os.Getpid()) {
 			continue
 		}
 		t.Errorf("left behind in runtime dir: %s (%v)", e.Name(), e.Type())

@@ -31,6 +31,9 @@ var version = "dev"
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "doctor" {
+		return doctorCmd(args[1:], os.Stdout, stderr)
+	}
 	fs := flag.NewFlagSet("qemu-mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -40,7 +43,7 @@ func run(args []string, stderr io.Writer) int {
 		qemuBin     = fs.String("qemu", "", "qemu-system-riscv64 binary to run (default: from PATH)")
 	)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n\nServes MCP over stdio. Flags:\n")
+		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n\nServes MCP over stdio. Flags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +71,9 @@ func run(args []string, stderr io.Writer) int {
 		RuntimeDir:    dir,
 		BuiltinKernel: qemumcp.TinyKernel,
 		QEMUBinary:    *qemuBin,
-		Version:       versionString(),
+		Version:       version,
+		Revision:      revision(),
+		Transport:     "stdio",
 		Logger:        log,
 	}
 
@@ -95,7 +100,7 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	defer cancel(nil)
 	watchParent(cancel, log)
 
-	log.Info("serving MCP on stdio", "version", cfg.Version, "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
+	log.Info("serving MCP on stdio", "version", versionString(), "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
 	why := serveStdio(ctx, srv)
 	if cause := context.Cause(ctx); cause != nil {
 		why = cause.Error()
@@ -168,25 +173,35 @@ func watchParent(cancel context.CancelCauseFunc, log *slog.Logger) {
 }
 
 func versionString() string {
-	v := version
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		var rev, dirty string
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				if s.Value == "true" {
-					dirty = "-dirty"
-				}
+	if rev := revision(); rev != "" {
+		return version + " (" + rev + ")"
+	}
+	return version
+}
+
+// revision is the VCS revision the binary was built from, "-dirty" when
+// the tree had changes.
+func revision() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "-dirty"
 			}
 		}
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		if rev != "" {
-			v += " (" + rev + dirty + ")"
-		}
 	}
-	return v
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev == "" {
+		return ""
+	}
+	return rev + dirty
 }

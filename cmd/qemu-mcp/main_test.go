@@ -42,9 +42,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// serverCmd runs the server with its own runtime dir. Unless the caller
+// sets QEMU_MCP_LOCK_FILE itself (to "" for the repository's lock), the
+// lock is private to the runtime dir's test, so tests never contend for
+// the lock of the repository they run in.
 func serverCmd(dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append([]string{"-log-level", "debug"}, args...)...)
-	cmd.Env = append(os.Environ(), "QEMU_MCP_TEST_MAIN=server", "QEMU_MCP_RUNTIME_DIR="+dir)
+	cmd.Env = append(os.Environ(), "QEMU_MCP_TEST_MAIN=server", "QEMU_MCP_RUNTIME_DIR="+dir,
+		"QEMU_MCP_LOCK_FILE="+dir+".lock")
 	return cmd
 }
 
@@ -61,7 +66,11 @@ func runtimeDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(d) })
+	t.Cleanup(func() {
+		os.RemoveAll(d)
+		os.Remove(d + ".lock")
+		os.Remove(d + ".lock.guard")
+	})
 	return d
 }
 
@@ -221,6 +230,7 @@ func TestParentDeath(t *testing.T) {
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	spawner := exec.Command(os.Args[0])
 	spawner.Env = append(os.Environ(), "QEMU_MCP_TEST_MAIN=spawner", "QEMU_MCP_RUNTIME_DIR="+dir)
+	// The spawner's serverCmd adds the private lock file.
 	inR, inW, _ := os.Pipe()
 	outR, outW, _ := os.Pipe()
 	errR, errW, _ := os.Pipe()

@@ -27,14 +27,30 @@ import (
 // the first failure, with its reason.
 func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 	start := time.Now()
+	// A private lock: the selftest must not depend on, or disturb, a
+	// server holding the lock of the repository it happens to run in.
+	lockDir, err := os.MkdirTemp("", "qemu-mcp-selftest-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(lockDir)
+	cfg.LockFile = filepath.Join(lockDir, "qemu.lock")
 	srv, err := tools.New(cfg)
 	if err != nil {
 		return err
 	}
-	defer func() {
+	closed := false
+	closeServer := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if cerr := srv.Close(cctx); cerr != nil && err == nil {
+		return srv.Close(cctx)
+	}
+	defer func() {
+		if cerr := closeServer(); cerr != nil && err == nil {
 			err = fmt.Errorf("close: %w", cerr)
 		}
 	}()
@@ -158,6 +174,9 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 				return "", err
 			}
 			return fmt.Sprintf("%s, exit status %d", out.How, out.ExitStatus), nil
+		}},
+		{"close server", func() (string, error) {
+			return "registry record removed", closeServer()
 		}},
 		{"nothing left behind", func() (string, error) {
 			if live, _, _ := proc.Check(qemuID); live == proc.Alive {
