@@ -41,6 +41,8 @@ func run(args []string, stderr io.Writer) int {
 		showVersion = fs.Bool("version", false, "print the version and exit")
 		logLevel    = fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
 		qemuBin     = fs.String("qemu", "", "qemu-system-riscv64 binary to run (default: from PATH)")
+		httpAddr    = fs.String("http", "", "serve MCP streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
+		tokenFile   = fs.String("token-file", "", "file holding the bearer token HTTP clients must send; required for a non-loopback -http address")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n\nServes MCP over stdio. Flags:\n")
@@ -86,6 +88,9 @@ func run(args []string, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	}
+	if *httpAddr != "" {
+		return serveHTTP(ctx, cfg, *httpAddr, *tokenFile, log)
 	}
 	return serve(ctx, cfg, log)
 }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/tools"
+)
+
+// isLoopback reports whether a listen address only accepts local clients.
+// An empty host or an unspecified address listens on every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// readToken reads a bearer token from a file that only its owner can read:
+// a token others can read protects nothing.
+func readToken(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("token file %s is readable by others (mode %v): chmod 600 it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 {
+		return "", fmt.Errorf("token file %s: the token must be at least 16 characters (e.g. openssl rand -hex 32)", path)
+	}
+	return tok, nil
+}
+
+// requireToken rejects requests without the bearer token, comparing in
+// constant time so the token cannot be guessed byte by byte from timings.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="qemu-mcp"`)
+			http.Error(w, "unauthorized: send Authorization: Bearer <token from --token-file>", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// serveHTTP serves MCP streamable HTTP on addr until ctx ends. Every
+// session shares the one tool server, so they drive the same QEMU.
+func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, log *slog.Logger) int {
+	var token string
+	if tokenFile != "" {
+		t, err := readToken(tokenFile)
+		if err != nil {
+			log.Error("http", "err", err)
+			return 2
+		}
+		token = t
+	} else if !isLoopback(addr) {
+		log.Error("http: a non-loopback address needs --token-file: anyone who can reach it could drive QEMU", "addr", addr)
+		return 2
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("http: listen", "addr", addr, "err", err)
+		return 1
+	}
+	cfg.Transport = "http"
+	cfg.Address = ln.Addr().String()
+	srv, err := tools.New(cfg)
+	if err != nil {
+		ln.Close()
+		log.Error("start", "err", err)
+		return 1
+	}
+	ms := srv.NewMCPServer()
+	// DNS-rebinding protection stays on (the SDK refuses a non-local Host
+	// header on a local connection).
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms }, &mcp.StreamableHTTPOptions{Logger: log})
+	if token != "" {
+		h = requireToken(token, h)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("serving MCP over HTTP", "version", versionString(), "pid", os.Getpid(), "addr", "http://"+cfg.Address, "token", token != "", "runtime_dir", cfg.RuntimeDir)
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "why", context.Cause(ctx))
+	case err := <-served:
+		log.Error("http server stopped", "err", err)
+		code = 1
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Open event streams would hold Shutdown for its whole timeout: the
+	// tool server is closed first, then connections.
+	cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer ccancel()
+	if err := srv.Close(cctx); err != nil {
+		log.Error("cleanup", "err", err)
+		code = 1
+	}
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("http shutdown", "err", err)
+	}
+	hs.Close()
+	return code
+}

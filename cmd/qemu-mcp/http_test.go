@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// httpServer starts qemu-mcp -http and returns its base URL, read from the
+// log line that names the address it listens on.
+func httpServer(t *testing.T, dir string, args ...string) (*server, string) {
+	t.Helper()
+	cmd := serverCmd(dir, args...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd, done: make(chan struct{})}
+	urlc := make(chan string, 1)
+	re := regexp.MustCompile(`addr=(http://\S+)`)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-s.done
+	})
+	select {
+	case u := <-urlc:
+		return s, u
+	case <-s.done:
+		t.Fatalf("server exited: %v", s.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("server never said where it listens")
+	}
+	return nil, ""
+}
+
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func connectHTTP(t *testing.T, url, token string) *mcp.ClientSession {
+	t.Helper()
+	tr := &mcp.StreamableClientTransport{Endpoint: url}
+	if token != "" {
+		tr.HTTPClient = &http.Client{Transport: bearer{token}}
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), tr, nil)
+	if err != nil {
+		t.Fatalf("connect %s: %v", url, err)
+	}
+	return cs
+}
+
+// Boot, echo and shutdown over streamable HTTP; SIGTERM then cleans up.
+func TestHTTPSession(t *testing.T) {
+	needQEMU(t)
+	dir := runtimeDir(t)
+	s, url := httpServer(t, dir, "-http", "127.0.0.1:0")
+	if !strings.HasPrefix(url, "http://127.0.0.1:") {
+		t.Fatalf("url %s", url)
+	}
+	cs := connectHTTP(t, url, "")
+	s.cs = cs
+	q := bootAndEcho(t, cs)
+	// A second client shares the same QEMU.
+	other := connectHTTP(t, url, "")
+	var st struct {
+		Running bool `json:"running"`
+		PID     int  `json:"pid"`
+	}
+	(&server{cs: other}).call(t, "qemu_status", nil, &st)
+	if !st.Running || st.PID != q.PID {
+		t.Errorf("second session sees %+v, want qemu %d running", st, q.PID)
+	}
+	var info struct {
+		Transport string `json:"transport"`
+	}
+	s.call(t, "server_info", nil, &info)
+	if info.Transport != "http" {
+		t.Errorf("transport %q", info.Transport)
+	}
+	s.call(t, "qemu_shutdown", nil, nil)
+	cs.Close()
+	other.Close()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		if s.err != nil {
+			t.Errorf("exit: %v", s.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("http server did not exit on SIGTERM")
+	}
+	assertClean(t, dir, q)
+}
+
+func TestHTTPTokenAndHost(t *testing.T) {
+	dir := runtimeDir(t)
+	// A non-loopback bind without a token is refused outright.
+	cmd := serverCmd(dir, "-http", "0.0.0.0:0")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "token-file") {
+		t.Fatalf("non-loopback without token: %v\n%s", err, out)
+	}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	token := "0123456789abcdef0123456789abcdef"
+	os.WriteFile(tokenFile, []byte(token+"\n"), 0o600)
+	_, url := httpServer(t, dir, "-http", "0.0.0.0:0", "-token-file", tokenFile)
+	url = strings.Replace(url, "0.0.0.0", "127.0.0.1", 1)
+	url = strings.Replace(url, "[::]", "127.0.0.1", 1)
+
+	post := func(host, auth string) int {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if host != "" {
+			req.Host = host
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if code := post("", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	if code := post("", "Bearer wrong-token-wrong-token-xx"); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d, want 401", code)
+	}
+	if code := post("", "Bearer "+token); code != http.StatusOK {
+		t.Errorf("right token: %d, want 200", code)
+	}
+	// DNS rebinding: a foreign Host header on a local connection.
+	if code := post("evil.example:80", "Bearer "+token); code != http.StatusForbidden {
+		t.Errorf("foreign Host: %d, want 403", code)
+	}
+	cs := connectHTTP(t, url, token)
+	var info struct {
+		PID int `json:"pid"`
+	}
+	(&server{cs: cs}).call(t, "server_info", nil, &info)
+	if info.PID == 0 {
+		t.Error("server_info over HTTP with token failed")
+	}
+	cs.Close()
+
+	// A token file others can read is refused.
+	os.Chmod(tokenFile, 0o644)
+	out, err = serverCmd(dir, "-http", "0.0.0.0:0", "-token-file", tokenFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "chmod 600") {
+		t.Errorf("world-readable token file: %v\n%s", err, out)
+	}
+}
