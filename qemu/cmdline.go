@@ -42,6 +42,11 @@ type Config struct {
 	Drives []Drive
 	// ExtraArgs are passed through after validation by CheckExtraArgs.
 	ExtraArgs []string
+	// GPU adds a virtio-gpu display with a virtio keyboard and tablet. The
+	// display stays headless; screenshots go through QMP.
+	GPU bool
+	// VNC adds a VNC server on 127.0.0.1 at the first free display.
+	VNC bool
 }
 
 // Option changes a Config: the functional-options style lets callers name
@@ -73,6 +78,12 @@ func WithDrive(d Drive) Option { return func(c *Config) { c.Drives = append(c.Dr
 func WithExtraArgs(args ...string) Option {
 	return func(c *Config) { c.ExtraArgs = append(c.ExtraArgs, args...) }
 }
+
+// WithGPU adds a display, keyboard and tablet.
+func WithGPU(on bool) Option { return func(c *Config) { c.GPU = on } }
+
+// WithVNC serves the display over VNC on loopback.
+func WithVNC(on bool) Option { return func(c *Config) { c.VNC = on } }
 
 // NewConfig returns the defaults (virt board, OpenSBI, 128M, one hart) with
 // opts applied.
@@ -211,6 +222,14 @@ func (c Config) Argv(serialBase, qmpSocket string) []string {
 			spec += ",readonly=on"
 		}
 		argv = append(argv, "-drive", spec, "-device", "virtio-blk-device,drive="+id)
+	}
+	if c.GPU {
+		argv = append(argv, "-device", "virtio-gpu-device", "-device", "virtio-keyboard-device", "-device", "virtio-tablet-device")
+	}
+	if c.VNC {
+		// QEMU picks the first free display from 0 to 99 itself, with no
+		// race between probing a port and binding it.
+		argv = append(argv, "-vnc", "127.0.0.1:0,to=99")
 	}
 	argv = append(argv,
 		"-chardev", "pipe,id=serial0,path="+escapeOpt(serialBase),

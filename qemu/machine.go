@@ -52,6 +52,7 @@ func (e Exit) String() string {
 
 // Machine is one supervised QEMU process.
 type Machine struct {
+	cfg     Config
 	argv    []string
 	paths   Paths
 	ident   proc.Identity
@@ -103,7 +104,7 @@ func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Machine{log: log, done: make(chan struct{}), stderr: &tail{max: 64 << 10}}
+	m := &Machine{cfg: cfg, log: log, done: make(chan struct{}), stderr: &tail{max: 64 << 10}}
 	if err := m.start(ctx, rt, cfg, bin); err != nil {
 		// A partial start (QEMU running, QMP not connected) is undone
 		// completely: process, FIFOs and socket.
@@ -249,6 +250,9 @@ func (m *Machine) supervise() {
 }
 
 func (m *Machine) addCleanup(f func() error) { m.cleanups = append(m.cleanups, f) }
+
+// Config is the configuration the machine was started with.
+func (m *Machine) Config() Config { return m.cfg }
 
 // PID is QEMU's process ID.
 func (m *Machine) PID() int { return m.ident.PID }

@@ -31,6 +31,8 @@ type BootInput struct {
 	Timeout     float64      `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for (fractions allowed); default 60"`
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest first instead of failing"`
+	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
+	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on 127.0.0.1 at a free display number (reported as vnc)"`
 }
 
 // BootOutput is qemu_boot's result.
@@ -42,6 +44,7 @@ type BootOutput struct {
 	Lock   string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
 	Reaped *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
+	VNC    string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -116,6 +119,11 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	go s.watch(m, l)
 
 	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel, Lock: l.Path(), Reaped: reaped}
+	if in.VNC {
+		if out.VNC, err = vncDisplay(ctx, m); err != nil {
+			s.log.Warn("query vnc", "err", err)
+		}
+	}
 	if re != nil {
 		w, err := s.wait(ctx, m, 0, re, timeout, 0)
 		if err != nil {
@@ -181,6 +189,10 @@ func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
 	if in.Append != "" {
 		opts = append(opts, qemu.WithAppend(in.Append))
 	}
+	if in.VNC && !in.GPU {
+		return qemu.Config{}, errors.New("vnc: true needs gpu: true (there is no display to serve)")
+	}
+	opts = append(opts, qemu.WithGPU(in.GPU), qemu.WithVNC(in.VNC))
 	for _, d := range in.Drives {
 		d.Path = rel(d.Path)
 		opts = append(opts, qemu.WithDrive(d))

@@ -194,6 +194,26 @@ func (s *Server) register(ms *mcp.Server) {
 		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, handle(s, s.status))
 	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_screenshot",
+		Description: "Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true.",
+		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true, OpenWorldHint: &f},
+	}, handle(s, s.screenshot))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_send_key",
+		Description: "Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another.",
+		Annotations: &mcp.ToolAnnotations{Title: "Send key", DestructiveHint: &t, OpenWorldHint: &f},
+	}, handle(s, s.sendKey))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_type_text",
+		Description: "Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed.",
+		Annotations: &mcp.ToolAnnotations{Title: "Type text", DestructiveHint: &t, OpenWorldHint: &f},
+	}, handle(s, s.typeText))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_mouse",
+		Description: "Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there.",
+		Annotations: &mcp.ToolAnnotations{Title: "Mouse", DestructiveHint: &t, OpenWorldHint: &f},
+	}, handle(s, s.mouse))
+	mcp.AddTool(ms, &mcp.Tool{
 		Name:        "server_info",
 		Description: "This server's version and VCS revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and its holder, and health: degraded when the binary changed on disk since start or dead servers left files behind.",
 		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},

@@ -71,6 +71,7 @@ type Server struct {
 	rec        registry.Record
 	recRemoved bool
 	boots      int
+	shots      int
 	readCursor int64
 }
 
