@@ -47,6 +47,13 @@ type Config struct {
 	GPU bool
 	// VNC adds a VNC server on 127.0.0.1 at the first free display.
 	VNC bool
+	// Network is "" or "none" (no NIC), "user" (QEMU's slirp: no
+	// privileges) or "tap" (TAPName, created by the caller).
+	Network string
+	// TAPName is the host TAP device for Network "tap".
+	TAPName string
+	// MAC is the guest NIC's address; empty lets QEMU choose.
+	MAC string
 }
 
 // Option changes a Config: the functional-options style lets callers name
@@ -84,6 +91,11 @@ func WithGPU(on bool) Option { return func(c *Config) { c.GPU = on } }
 
 // WithVNC serves the display over VNC on loopback.
 func WithVNC(on bool) Option { return func(c *Config) { c.VNC = on } }
+
+// WithNetwork selects the guest network: "none", "user" or "tap".
+func WithNetwork(kind, tap, mac string) Option {
+	return func(c *Config) { c.Network, c.TAPName, c.MAC = kind, tap, mac }
+}
 
 // NewConfig returns the defaults (virt board, OpenSBI, 128M, one hart) with
 // opts applied.
@@ -162,6 +174,15 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	switch c.Network {
+	case "", "none", "user":
+	case "tap":
+		if c.TAPName == "" {
+			return errors.New(`network "tap" needs a TAP device name`)
+		}
+	default:
+		return fmt.Errorf("network %q: want none, user or tap", c.Network)
+	}
 	return CheckExtraArgs(c.ExtraArgs)
 }
 
@@ -222,6 +243,17 @@ func (c Config) Argv(serialBase, qmpSocket string) []string {
 			spec += ",readonly=on"
 		}
 		argv = append(argv, "-drive", spec, "-device", "virtio-blk-device,drive="+id)
+	}
+	if c.Network == "user" || c.Network == "tap" {
+		netdev := "user,id=net0"
+		if c.Network == "tap" {
+			netdev = "tap,id=net0,ifname=" + escapeOpt(c.TAPName) + ",script=no,downscript=no"
+		}
+		dev := "virtio-net-device,netdev=net0"
+		if c.MAC != "" {
+			dev += ",mac=" + escapeOpt(c.MAC)
+		}
+		argv = append(argv, "-netdev", netdev, "-device", dev)
 	}
 	if c.GPU {
 		argv = append(argv, "-device", "virtio-gpu-device", "-device", "virtio-keyboard-device", "-device", "virtio-tablet-device")

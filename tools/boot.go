@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/profile"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -33,6 +34,8 @@ type BootInput struct {
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest first instead of failing"`
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
 	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on 127.0.0.1 at a free display number (reported as vnc)"`
+	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap"`
+	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
 }
 
 // BootOutput is qemu_boot's result.
@@ -45,6 +48,8 @@ type BootOutput struct {
 	// Reaped reports what dead servers had left and this boot removed.
 	Reaped *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
 	VNC    string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
+	// Profile is the profile applied, if any.
+	Profile string `json:"profile,omitempty" jsonschema:"the .qemu-mcp.json profile applied"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -60,6 +65,10 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, BootOutput{}, fmt.Errorf("project_root: %w", err)
+	}
+	prof, err := applyProfile(root, &in)
+	if err != nil {
+		return nil, BootOutput{}, err
 	}
 	re, err := compileWait(in.WaitFor)
 	if err != nil {
@@ -101,6 +110,7 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	}
 	s.mu.Lock()
 	s.machine = m
+	s.prompt = prof.Prompt
 	s.lk = l
 	s.boots++
 	s.readCursor = 0
@@ -118,7 +128,7 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	})
 	go s.watch(m, l)
 
-	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel, Lock: l.Path(), Reaped: reaped}
+	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel, Lock: l.Path(), Reaped: reaped, Profile: prof.name}
 	if in.VNC {
 		if out.VNC, err = vncDisplay(ctx, m); err != nil {
 			s.log.Warn("query vnc", "err", err)
@@ -149,6 +159,51 @@ func bootText(o BootOutput, waitFor string) string {
 		b.WriteString("guest running; read its console with serial_read\n")
 	}
 	return b.String()
+}
+
+// activeProfile is the profile a boot used, kept for its prompt.
+type activeProfile struct {
+	name   string
+	Prompt string
+}
+
+// applyProfile fills the arguments the caller left empty from the
+// project's profile; explicit arguments win.
+func applyProfile(root string, in *BootInput) (activeProfile, error) {
+	f, err := profile.Load(root)
+	if err != nil {
+		return activeProfile{}, err
+	}
+	p, ok, err := f.Pick(in.Profile)
+	if err != nil || !ok {
+		return activeProfile{}, err
+	}
+	name := in.Profile
+	if name == "" {
+		name = f.Default
+	}
+	set := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	set(&in.Kernel, p.Kernel)
+	set(&in.BIOS, p.BIOS)
+	set(&in.Memory, p.Memory)
+	set(&in.Append, p.Append)
+	set(&in.WaitFor, p.Prompt)
+	set(&in.Network, p.Network)
+	if in.SMP == 0 {
+		in.SMP = p.SMP
+	}
+	if in.Drives == nil {
+		in.Drives = p.Drives
+	}
+	if in.ExtraArgs == nil {
+		in.ExtraArgs = p.ExtraArgs
+	}
+	in.GPU = in.GPU || p.GPU
+	return activeProfile{name: name, Prompt: p.Prompt}, nil
 }
 
 // bootConfig turns arguments into a QEMU configuration, resolving paths
@@ -193,6 +248,14 @@ func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
 		return qemu.Config{}, errors.New("vnc: true needs gpu: true (there is no display to serve)")
 	}
 	opts = append(opts, qemu.WithGPU(in.GPU), qemu.WithVNC(in.VNC))
+	switch in.Network {
+	case "", "none", "user":
+		opts = append(opts, qemu.WithNetwork(in.Network, "", ""))
+	case "tap":
+		return qemu.Config{}, errors.New(`network "tap" is not available in this build yet: use "user"`)
+	default:
+		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
+	}
 	for _, d := range in.Drives {
 		d.Path = rel(d.Path)
 		opts = append(opts, qemu.WithDrive(d))

@@ -137,7 +137,7 @@ func (s *Server) setExit(w *WaitResult, m *qemu.Machine) {
 type SendInput struct {
 	Data    string  `json:"data" jsonschema:"text to type on the serial console; control characters pass through (\u0003 is Ctrl-C)"`
 	Newline string  `json:"newline,omitempty" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
-	WaitFor string  `json:"wait_for,omitempty" jsonschema:"regular expression to wait for in the output that follows the send"`
+	WaitFor string  `json:"wait_for,omitempty" jsonschema:"regular expression to wait for in the output that follows the send; default: the boot profile's prompt, if any"`
 	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for; default 30"`
 }
 
@@ -150,6 +150,11 @@ type SendOutput struct {
 var newlines = map[string]string{"": "\r", "cr": "\r", "lf": "\n", "crlf": "\r\n", "none": ""}
 
 func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, SendOutput, error) {
+	if in.WaitFor == "" {
+		s.mu.Lock()
+		in.WaitFor = s.prompt
+		s.mu.Unlock()
+	}
 	nl, ok := newlines[in.Newline]
 	if !ok {
 		return nil, SendOutput{}, fmt.Errorf("newline %q: want cr, lf, crlf or none", in.Newline)

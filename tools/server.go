@@ -73,6 +73,7 @@ type Server struct {
 	boots      int
 	shots      int
 	readCursor int64
+	prompt     string // the boot profile's prompt: serial_send's default wait_for
 }
 
 // New returns the tool state. Call Close when done.

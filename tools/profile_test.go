@@ -1,0 +1,67 @@
+package tools_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestProfiles(t *testing.T) {
+	s := newSession(t)
+	root := t.TempDir()
+	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
+	os.MkdirAll(filepath.Join(root, "out"), 0o755)
+	os.WriteFile(filepath.Join(root, "out", "k.bin"), kernel, 0o644)
+	os.WriteFile(filepath.Join(root, "disk.img"), make([]byte, 1<<20), 0o644)
+	os.WriteFile(filepath.Join(root, ".qemu-mcp.json"), []byte(`{
+  "default": "dev",
+  "profiles": {
+    "dev": {"kernel": "out/k.bin", "memory": "64M", "prompt": "tiny> $", "drives": [{"path": "disk.img", "readonly": true}]},
+    "big": {"kernel": "out/k.bin", "memory": "256M", "smp": 2}
+  }
+}`), 0o644)
+
+	var b struct {
+		Profile string   `json:"profile"`
+		Matched bool     `json:"matched"`
+		Argv    []string `json:"argv"`
+	}
+	// The default profile: its prompt is the wait_for.
+	s.mustCall("qemu_boot", map[string]any{"project_root": root}, &b)
+	argv := strings.Join(b.Argv, " ")
+	if b.Profile != "dev" || !b.Matched || !strings.Contains(argv, "-m 64M") || !strings.Contains(argv, "disk.img,format=raw,if=none,id=drive0,readonly=on") {
+		t.Fatalf("default profile boot: %+v", b)
+	}
+	// serial_send waits for the profile's prompt by default.
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo via-profile"}, &w)
+	if !w.Matched || !strings.HasSuffix(w.Output, "via-profile\r\ntiny> ") {
+		t.Errorf("send with the profile prompt: %+v", w)
+	}
+	// A named profile, with an explicit argument overriding it.
+	s.mustCall("qemu_boot", map[string]any{"project_root": root, "profile": "big", "memory": "96M", "restart": true, "wait_for": prompt}, &b)
+	argv = strings.Join(b.Argv, " ")
+	if b.Profile != "big" || !strings.Contains(argv, "-m 96M") || !strings.Contains(argv, "-smp 2") {
+		t.Errorf("big profile with override: %s", argv)
+	}
+	s.wantError("qemu_boot", map[string]any{"project_root": root, "profile": "nope", "restart": true}, ".qemu-mcp.json", `no profile "nope"`, "big, dev")
+	s.wantError("qemu_boot", map[string]any{"project_root": t.TempDir(), "profile": "dev", "restart": true}, "has no .qemu-mcp.json")
+	os.WriteFile(filepath.Join(root, ".qemu-mcp.json"), []byte(`{"profiles": {"dev": {"kernal": "x"}}}`), 0o644)
+	s.wantError("qemu_boot", map[string]any{"project_root": root, "restart": true}, ".qemu-mcp.json", `profile "dev"`, `unknown field "kernal"`)
+}
+
+// network: "user" gives the guest a NIC on QEMU's slirp without any
+// privilege. Only the NIC's presence is checked: no traffic is sent.
+func TestNetworkUser(t *testing.T) {
+	if _, err := os.Stat(uboot); err != nil {
+		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", uboot)
+	}
+	s := newSession(t)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"kernel": uboot, "memory": "256M", "network": "user", "wait_for": `Net:\s+eth0: virtio-net`, "timeout": 60}, &b)
+	if !b.Matched || !contains(b.Argv, "user,id=net0") {
+		t.Fatalf("U-Boot did not find the user-mode NIC: %+v", b)
+	}
+	s.wantError("qemu_boot", map[string]any{"restart": true, "network": "bridge"}, `network "bridge"`)
+}
