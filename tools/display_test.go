@@ -3,6 +3,7 @@ package tools_test
 import (
 	"bytes"
 	"image/png"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -69,4 +70,108 @@ func TestScreenshotAndVNC(t *testing.T) {
 	}
 	s.mustCall("qemu_mouse", map[string]any{"x": 100, "y": 200, "buttons": []string{"left"}}, nil)
 	s.mustCall("qemu_type_text", map[string]any{"text": "Hi!", "delay_ms": 5}, nil)
+}
+
+var eventRE = regexp.MustCompile(`input: (EV_KEY|EV_ABS) code=(\d+) value=(-?\d+)`)
+
+// events waits until the guest has printed at least n key/abs events since
+// cursor and returns them as "TYPE code value" strings.
+func events(t *testing.T, s *session, since int64, until string) []string {
+	t.Helper()
+	var r waitOut
+	s.mustCall("serial_read", map[string]any{"since": since, "wait_for": until, "timeout": 15}, &r)
+	if !r.Matched {
+		t.Fatalf("guest never printed %q; output: %q", until, r.Output)
+	}
+	var out []string
+	for _, m := range eventRE.FindAllStringSubmatch(r.Output, -1) {
+		out = append(out, m[1]+" "+m[2]+" "+m[3])
+	}
+	return out
+}
+
+func cursorNow(s *session) int64 {
+	var st struct {
+		SerialBytes int64 `json:"serial_bytes"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	return st.SerialBytes
+}
+
+// Verified inside the guest: the tiny kernel's virtio-input driver prints
+// every event it receives, and its virtio-gpu driver draws four quadrants.
+func TestInputAndScreenInsideGuest(t *testing.T) {
+	s := newSession(t)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"gpu": true, "wait_for": prompt}, &b)
+	for _, want := range []string{"virtio-gpu: at 0x", "virtio-input: keyboard at 0x", "virtio-input: tablet at 0x"} {
+		if !strings.Contains(b.Output, want) {
+			t.Fatalf("guest did not find its devices (%q missing): %q", want, b.Output)
+		}
+	}
+
+	// Typed text: "Hi!" is shift+h, i, shift+1 on a US layout.
+	from := cursorNow(s)
+	s.mustCall("qemu_type_text", map[string]any{"text": "Hi!", "delay_ms": 30}, nil)
+	// QEMU releases a combination's keys in reverse order: the last event
+	// is shift's release after "1".
+	evs := events(t, s, from, `(?s)code=2 value=0.*code=42 value=0\r\n.*tiny> $`)
+	var presses []string
+	for _, e := range evs {
+		if strings.HasSuffix(e, " 1") {
+			presses = append(presses, strings.TrimSuffix(strings.TrimPrefix(e, "EV_KEY "), " 1"))
+		}
+	}
+	const (
+		shift = "42"
+		keyH  = "35"
+		keyI  = "23"
+		key1  = "2"
+	)
+	if got, want := strings.Join(presses, ","), strings.Join([]string{shift, keyH, keyI, shift, key1}, ","); got != want {
+		t.Errorf("key presses %s, want %s (events %v)", got, want, evs)
+	}
+	if n := strings.Count(strings.Join(evs, "\n"), " 0"); n != 5 {
+		t.Errorf("%d key releases, want 5: %v", n, evs)
+	}
+
+	// A combination: ctrl, alt and delete held together.
+	from = cursorNow(s)
+	s.mustCall("qemu_send_key", map[string]any{"keys": "ctrl-alt-delete", "hold_time": 50}, nil)
+	evs = events(t, s, from, `(?s)code=111 value=0.*code=56 value=0.*code=29 value=0\r\n.*tiny> $`)
+	if got := strings.Join(evs[:3], ","); got != "EV_KEY 29 1,EV_KEY 56 1,EV_KEY 111 1" {
+		t.Errorf("ctrl-alt-delete events %v", evs)
+	}
+
+	// The pointer: absolute position, then a left click (BTN_LEFT 272).
+	from = cursorNow(s)
+	s.mustCall("qemu_mouse", map[string]any{"x": 1000, "y": 32767, "buttons": []string{"left"}}, nil)
+	evs = events(t, s, from, `code=272 value=0(?s:.*)tiny> $`)
+	if got := strings.Join(evs, ","); got != "EV_ABS 0 1000,EV_ABS 1 32767,EV_KEY 272 1,EV_KEY 272 0" {
+		t.Errorf("mouse events %v", evs)
+	}
+
+	// The screen: the guest draws red, green, blue and white quadrants.
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "gfx", "wait_for": `gfx: 640x480 quadrants red green blue white`}, &w)
+	if !w.Matched {
+		t.Fatalf("gfx: %q", w.Output)
+	}
+	img, err := png.Decode(bytes.NewReader(screenshot(t, s).Data))
+	if err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	if bnd := img.Bounds(); bnd.Dx() != 640 || bnd.Dy() != 480 {
+		t.Fatalf("screenshot is %v, want 640x480", bnd)
+	}
+	for _, p := range []struct {
+		x, y    int
+		r, g, b uint32
+		name    string
+	}{{160, 120, 255, 0, 0, "red"}, {480, 120, 0, 255, 0, "green"}, {160, 360, 0, 0, 255, "blue"}, {480, 360, 255, 255, 255, "white"}} {
+		r, g, bl, _ := img.At(p.x, p.y).RGBA()
+		if r>>8 != p.r || g>>8 != p.g || bl>>8 != p.b {
+			t.Errorf("pixel (%d,%d) is %d,%d,%d, want %s", p.x, p.y, r>>8, g>>8, bl>>8, p.name)
+		}
+	}
 }

@@ -15,6 +15,11 @@
  * The behaviour (strings, line editing, flood pattern) is a contract that
  * tests match on; see README.md next to this file.
  *
+ * The virtio drivers (virtio-input events, virtio-gpu framebuffer) are in
+ * virtio.c, freestanding C compiled -mcmodel=medany (PC-relative too); this
+ * file calls tk_probe, tk_input_idle, tk_cmd_input and tk_cmd_gfx. The C
+ * code follows the standard calling convention, so s0..s11 survive it.
+ *
  * Assembled with plain riscv64-unknown-elf-as (no C preprocessor needed,
  * but the file is also cpp-safe). Rebuild with scripts/build-tiny-kernel.
  */
@@ -37,7 +42,7 @@
 
 	.equ	LINE_MAX,	255		/* max chars in an input line */
 	.equ	TA_MAX,		256		/* typeahead buffer size */
-	.equ	STACK_SIZE,	4096
+	.equ	STACK_SIZE,	8192
 
 	.equ	CH_CTRLC,	0x03
 	.equ	CH_BS,		0x08
@@ -55,10 +60,18 @@ _start:
 	amoswap.w.aqrl t1, t1, (t0)
 	bnez	t1, park
 
+	/* .bss is not part of the image (and survives a system_reset):
+	 * clear it, the C code expects zeroed statics. Bounds are 8-aligned. */
+	lla	t0, __bss_start
+	lla	t1, __bss_end
+1:	bgeu	t0, t1, 2f
+	sd	zero, 0(t0)
+	addi	t0, t0, 8
+	j	1b
+2:
 	lla	sp, stack_top
 	mv	s0, a0				/* hart id */
 
-	/* .bss is not part of the image: initialise what needs it. */
 	lla	t0, ta_len
 	sw	zero, 0(t0)
 	lla	t0, ta_pos
@@ -73,13 +86,16 @@ _start:
 	jal	put_dec
 	lla	a0, str_banner2
 	jal	puts
+	/* virtio probe: one line per virtio-input / virtio-gpu device found */
+	call	tk_probe
 	/* fall through into the shell */
 
 /*
  * Shell main loop.
  * Global registers: s1 = line length, s2 = previous char was CR,
  * s3 = line buffer. s4..s9 are scratch for the command handlers.
- * The helper routines are leaves that only use a*, t* and the stack.
+ * The helper routines are leaves that only use a*, t* and the stack (getc
+ * also calls tk_input_idle in virtio.c, which preserves s*).
  */
 prompt:
 	lla	a0, str_prompt
@@ -199,6 +215,18 @@ on_eol:
 	jal	word_eq
 	bnez	a0, cmd_exit
 
+	mv	a0, s5
+	mv	a1, s6
+	lla	a2, name_input
+	jal	word_eq
+	bnez	a0, cmd_input
+
+	mv	a0, s5
+	mv	a1, s6
+	lla	a2, name_gfx
+	jal	word_eq
+	bnez	a0, cmd_gfx
+
 	/* unknown command: WORD */
 	lla	a0, str_unknown
 	jal	puts
@@ -224,6 +252,16 @@ cmd_echo:
 	jal	putn
 	lla	a0, str_crlf
 	jal	puts
+	j	prompt
+
+/* input: which virtio-input devices are present (virtio.c) */
+cmd_input:
+	call	tk_cmd_input
+	j	prompt
+
+/* gfx: draw the test pattern on the virtio-gpu scanout (virtio.c) */
+cmd_gfx:
+	call	tk_cmd_gfx
 	j	prompt
 
 /* panic: print the panic line and stop forever */
@@ -450,7 +488,9 @@ put_dec:
 	ret
 
 /* getc() -> a0: next char, from the typeahead buffer first, else the UART
- * (blocking, polled) */
+ * (blocking, polled). Only the shell's read loop calls it: while the UART
+ * is idle it lets tk_input_idle(s3 = line, s1 = length) print pending
+ * virtio-input events (and reprint the prompt and the partial line). */
 getc:
 	lla	t0, ta_pos
 	lw	t1, 0(t0)
@@ -468,10 +508,18 @@ getc:
 1:	sw	t1, 0(t0)
 	ret
 2:	li	t0, UART_BASE
-3:	lbu	t1, UART_LSR(t0)
+	lbu	t1, UART_LSR(t0)
 	andi	t1, t1, LSR_DR
-	beqz	t1, 3b
-	lbu	a0, UART_RBR(t0)
+	bnez	t1, 3f
+	addi	sp, sp, -16
+	sd	ra, 0(sp)
+	mv	a0, s3
+	mv	a1, s1
+	call	tk_input_idle
+	ld	ra, 0(sp)
+	addi	sp, sp, 16
+	j	2b
+3:	lbu	a0, UART_RBR(t0)
 	ret
 
 /* typeahead_push(a0 = char): append, dropped when full */
@@ -561,6 +609,8 @@ name_panic:	.asciz	"panic"
 name_flood:	.asciz	"flood"
 name_poweroff:	.asciz	"poweroff"
 name_exit:	.asciz	"exit"
+name_input:	.asciz	"input"
+name_gfx:	.asciz	"gfx"
 
 /* In .data (part of the image), so it starts at 0 without clearing .bss. */
 	.section .data, "aw", @progbits
