@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -140,13 +141,18 @@ type Device struct {
 	CIDR     string           // host address, e.g. "10.0.2.2/24"; empty with Bridge
 	Bridge   string           // bridge it joined; empty with CIDR
 	UID, GID int              // owner and group (-1: none)
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// Close removes the device (see DeleteIfTAP). It is safe to call more than
-// once, and leaves alone a link of the same name that is no longer a TAP.
+// Close removes the device (see DeleteIfTAP), once: the name is reused by
+// the next boot of the same server, and a late second Close must not delete
+// that newer device. It leaves alone a link of the same name that is no
+// longer a TAP.
 func (d *Device) Close() error {
-	_, err := DeleteIfTAP(d.Name)
-	return err
+	d.closeOnce.Do(func() { _, d.closeErr = DeleteIfTAP(d.Name) })
+	return d.closeErr
 }
 
 // Create makes, configures and brings up a TAP device as the options say,

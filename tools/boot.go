@@ -17,6 +17,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -34,7 +35,11 @@ type BootInput struct {
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest first instead of failing"`
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
 	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on 127.0.0.1 at a free display number (reported as vnc)"`
-	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap"`
+	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP device qmcp<pid> on the host; needs CAP_NET_ADMIN)"`
+	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
+	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
+	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
+	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
 }
 
@@ -46,8 +51,10 @@ type BootOutput struct {
 	Kernel string     `json:"kernel" jsonschema:"the kernel image booted"`
 	Lock   string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
-	Reaped *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
-	VNC    string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
+	Reaped   *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
+	VNC      string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
+	TAP      string         `json:"tap,omitempty" jsonschema:"the TAP device, with network tap"`
+	PCAPPath string         `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
 	// Profile is the profile applied, if any.
 	Profile string `json:"profile,omitempty" jsonschema:"the .qemu-mcp.json profile applied"`
 	WaitResult
@@ -82,6 +89,12 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
+	if in.PCAP && in.Network != "tap" {
+		return nil, BootOutput{}, errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
+	}
+	if (in.TapCIDR != "" || in.Bridge != "") && in.Network != "tap" {
+		return nil, BootOutput{}, errors.New(`tap_cidr and bridge need network: "tap"`)
+	}
 
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -101,14 +114,21 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
+	var dev *tap.Device
+	if in.Network == "tap" {
+		if dev, err = s.createTAP(in); err != nil {
+			s.releaseLock(l)
+			return nil, BootOutput{}, err
+		}
+	}
 	m, err := qemu.Start(ctx, qemu.Runtime{Dir: s.cfg.RuntimeDir, Owner: s.pid, Logger: s.log}, cfg)
 	if err != nil {
-		if rerr := l.Release(); rerr != nil {
-			s.log.Warn("release repository lock", "err", rerr)
-		}
+		s.deleteTAP(dev)
+		s.releaseLock(l)
 		return nil, BootOutput{}, fmt.Errorf("boot: %w", err)
 	}
 	s.mu.Lock()
+	s.net.dev = dev
 	s.machine = m
 	s.prompt = prof.Prompt
 	s.lk = l
@@ -126,9 +146,19 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 		r.Lock = l.Path()
 		return true
 	})
-	go s.watch(m, l)
+	go s.watch(m, l, dev)
 
 	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel, Lock: l.Path(), Reaped: reaped, Profile: prof.name}
+	if dev != nil {
+		out.TAP = dev.Name
+	}
+	if in.PCAP {
+		c, err := s.startCapture("", in.PCAPFilter, 0)
+		if err != nil {
+			return nil, BootOutput{}, fmt.Errorf("the guest runs (qemu pid %d) but the capture failed: %w", m.PID(), err)
+		}
+		out.PCAPPath = c.Path()
+	}
 	if in.VNC {
 		if out.VNC, err = vncDisplay(ctx, m); err != nil {
 			s.log.Warn("query vnc", "err", err)
@@ -252,7 +282,7 @@ func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
 	case "", "none", "user":
 		opts = append(opts, qemu.WithNetwork(in.Network, "", ""))
 	case "tap":
-		return qemu.Config{}, errors.New(`network "tap" is not available in this build yet: use "user"`)
+		opts = append(opts, qemu.WithNetwork("tap", tap.Name(s.pid), tap.GuestMAC(s.pid).String()))
 	default:
 		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
 	}

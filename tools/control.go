@@ -100,13 +100,13 @@ func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in Shutdo
 		return nil, ShutdownOutput{}, fmt.Errorf("no guest has been booted: nothing to shut down")
 	}
 	s.mu.Lock()
-	l := s.lk
+	l, dev := s.lk, s.net.dev
 	s.mu.Unlock()
 	end, err := m.Shutdown(ctx, method, wait)
 	if cerr := m.Close(); err == nil {
 		err = cerr
 	}
-	s.released(m, l)
+	s.released(m, l, dev)
 	if err != nil {
 		return nil, ShutdownOutput{}, fmt.Errorf("shutdown: %w", err)
 	}
@@ -116,17 +116,46 @@ func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in Shutdo
 
 // StatusOutput is qemu_status's result.
 type StatusOutput struct {
-	Running     bool       `json:"running"`
-	Booted      bool       `json:"booted" jsonschema:"a guest was booted by this server (it may have exited since)"`
-	PID         int        `json:"pid,omitempty"`
-	UptimeMS    int64      `json:"uptime_ms,omitempty" jsonschema:"milliseconds since QEMU started (until it exited)"`
-	Exited      bool       `json:"exited"`
-	ExitStatus  *int       `json:"exit_status,omitempty"`
-	Argv        []string   `json:"argv,omitempty"`
-	Paths       qemu.Paths `json:"paths"`
-	SerialBytes int64      `json:"serial_bytes" jsonschema:"bytes of serial output so far (the cursor of its end)"`
-	ReadCursor  int64      `json:"read_cursor" jsonschema:"where the next serial_read without since starts"`
-	Boots       int        `json:"boots" jsonschema:"guests booted by this server"`
+	Running     bool          `json:"running"`
+	Booted      bool          `json:"booted" jsonschema:"a guest was booted by this server (it may have exited since)"`
+	PID         int           `json:"pid,omitempty"`
+	UptimeMS    int64         `json:"uptime_ms,omitempty" jsonschema:"milliseconds since QEMU started (until it exited)"`
+	Exited      bool          `json:"exited"`
+	ExitStatus  *int          `json:"exit_status,omitempty"`
+	Argv        []string      `json:"argv,omitempty"`
+	Paths       qemu.Paths    `json:"paths"`
+	SerialBytes int64         `json:"serial_bytes" jsonschema:"bytes of serial output so far (the cursor of its end)"`
+	ReadCursor  int64         `json:"read_cursor" jsonschema:"where the next serial_read without since starts"`
+	Boots       int           `json:"boots" jsonschema:"guests booted by this server"`
+	TAP         string        `json:"tap,omitempty" jsonschema:"the guest's TAP device, with network tap"`
+	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the running or last capture"`
+}
+
+// CaptureState describes a capture for status results.
+type CaptureState struct {
+	Path    string `json:"path"`
+	Active  bool   `json:"active"`
+	Packets int64  `json:"packets"`
+	Bytes   int64  `json:"bytes"`
+	Drops   int64  `json:"drops"`
+}
+
+// captureState reports the running capture, or else the last one.
+func (s *Server) captureState() (string, *CaptureState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var name string
+	if s.net.dev != nil {
+		name = s.net.dev.Name
+	}
+	if c := s.net.capture; c != nil {
+		st := c.Stats()
+		return name, &CaptureState{Path: st.Path, Active: true, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops}
+	}
+	if st := s.net.last; st != nil {
+		return name, &CaptureState{Path: st.Path, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops}
+	}
+	return name, nil
 }
 
 type empty struct{}
@@ -136,6 +165,7 @@ func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mc
 	m, boots, cursor := s.machine, s.boots, s.readCursor
 	s.mu.Unlock()
 	out := StatusOutput{Boots: boots, ReadCursor: cursor}
+	out.TAP, out.PCAP = s.captureState()
 	if m == nil {
 		return textResult("no guest booted"), out, nil
 	}

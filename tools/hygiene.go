@@ -16,6 +16,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 // writeRecord rewrites this server's registry record when f changes it, so
@@ -43,7 +44,7 @@ func (s *Server) removeRecord() error {
 // reap removes what dead servers left before a boot. Failing to reap is not
 // a reason to refuse the boot: it is reported instead.
 func (s *Server) reap() *reaper.Report {
-	rep, err := reaper.Reap(s.cfg.RuntimeDir, reaper.Options{Self: s.pid, Logger: s.log})
+	rep, err := reaper.Reap(s.cfg.RuntimeDir, reaper.Options{Self: s.pid, Logger: s.log, DeleteTAP: DeleteTAP})
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
@@ -52,6 +53,13 @@ func (s *Server) reap() *reaper.Report {
 	}
 	s.log.Info("reaped leftovers of dead servers", "report", rep.String())
 	return &rep
+}
+
+// DeleteTAP is the reaper's hook for a dead server's TAP: only a tun/tap
+// link of that name is deleted, and a missing one is fine.
+func DeleteTAP(name string) error {
+	_, err := tap.DeleteIfTAP(name)
+	return err
 }
 
 // lockPath is the repository lock for a project root.
@@ -82,20 +90,19 @@ func (s *Server) acquireLock(root string) (*lock.Lock, error) {
 	return l, nil
 }
 
-// watch releases the lock and clears the record when QEMU stops by itself
-// (guest poweroff), not only when we stop it.
-func (s *Server) watch(m *qemu.Machine, l *lock.Lock) {
+// watch releases the lock, the TAP and the record when QEMU stops by
+// itself (guest poweroff), not only when we stop it.
+func (s *Server) watch(m *qemu.Machine, l *lock.Lock, dev *tap.Device) {
 	<-m.Done()
 	// The supervisor removes the files; Close waits until it has.
 	_ = m.Close()
-	s.released(m, l)
+	s.released(m, l, dev)
 }
 
 // released is called once a machine is gone; it is idempotent.
-func (s *Server) released(m *qemu.Machine, l *lock.Lock) {
-	if err := l.Release(); err != nil {
-		s.log.Warn("release repository lock", "path", l.Path(), "err", err)
-	}
+func (s *Server) released(m *qemu.Machine, l *lock.Lock, dev *tap.Device) {
+	s.deleteTAP(dev)
+	s.releaseLock(l)
 	s.writeRecord(func(r *registry.Record) bool {
 		if r.QEMU == nil || r.QEMU.PID != m.PID() {
 			return false
@@ -106,23 +113,31 @@ func (s *Server) released(m *qemu.Machine, l *lock.Lock) {
 	})
 }
 
+func (s *Server) releaseLock(l *lock.Lock) {
+	if err := l.Release(); err != nil {
+		s.log.Warn("release repository lock", "path", l.Path(), "err", err)
+	}
+}
+
 // InfoOutput is server_info's result.
 type InfoOutput struct {
-	Version     string   `json:"version"`
-	Revision    string   `json:"revision,omitempty" jsonschema:"VCS revision the binary was built from"`
-	PID         int      `json:"pid"`
-	UptimeMS    int64    `json:"uptime_ms"`
-	GoVersion   string   `json:"go_version"`
-	QEMUVersion string   `json:"qemu_version"`
-	Transport   string   `json:"transport"`
-	RuntimeDir  string   `json:"runtime_dir"`
-	LockFile    string   `json:"lock_file"`
-	LockState   string   `json:"lock_state" jsonschema:"absent, free, held, unidentified or stale"`
-	LockHolder  int      `json:"lock_holder,omitempty" jsonschema:"PID named by the lock record"`
-	LockIsOurs  bool     `json:"lock_is_ours"`
-	GuestPID    int      `json:"guest_pid,omitempty" jsonschema:"QEMU's PID while a guest runs"`
-	Health      string   `json:"health" jsonschema:"ok, or degraded (see problems)"`
-	Problems    []string `json:"problems,omitempty"`
+	Version     string        `json:"version"`
+	Revision    string        `json:"revision,omitempty" jsonschema:"VCS revision the binary was built from"`
+	PID         int           `json:"pid"`
+	UptimeMS    int64         `json:"uptime_ms"`
+	GoVersion   string        `json:"go_version"`
+	QEMUVersion string        `json:"qemu_version"`
+	Transport   string        `json:"transport"`
+	RuntimeDir  string        `json:"runtime_dir"`
+	LockFile    string        `json:"lock_file"`
+	LockState   string        `json:"lock_state" jsonschema:"absent, free, held, unidentified or stale"`
+	LockHolder  int           `json:"lock_holder,omitempty" jsonschema:"PID named by the lock record"`
+	LockIsOurs  bool          `json:"lock_is_ours"`
+	GuestPID    int           `json:"guest_pid,omitempty" jsonschema:"QEMU's PID while a guest runs"`
+	TAP         string        `json:"tap,omitempty" jsonschema:"the guest's TAP device"`
+	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the running or last capture"`
+	Health      string        `json:"health" jsonschema:"ok, or degraded (see problems)"`
+	Problems    []string      `json:"problems,omitempty"`
 }
 
 func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, InfoOutput, error) {
@@ -145,6 +160,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 			out.GuestPID = m.PID()
 		}
 	}
+	out.TAP, out.PCAP = s.captureState()
 	if path, err := s.lockPath(s.cfg.WorkDir); err != nil {
 		out.Problems = append(out.Problems, "lock: "+err.Error())
 	} else {

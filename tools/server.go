@@ -74,6 +74,7 @@ type Server struct {
 	shots      int
 	readCursor int64
 	prompt     string // the boot profile's prompt: serial_send's default wait_for
+	net        netState
 }
 
 // New returns the tool state. Call Close when done.
@@ -154,14 +155,14 @@ func (s *Server) Close(ctx context.Context) error {
 // s.life must be held.
 func (s *Server) stopMachine(ctx context.Context, how qemu.Method, wait time.Duration) error {
 	s.mu.Lock()
-	m, l := s.machine, s.lk
+	m, l, dev := s.machine, s.lk, s.net.dev
 	s.mu.Unlock()
 	if m == nil {
 		return nil
 	}
 	_, err := m.Shutdown(ctx, how, wait)
 	err = errors.Join(err, m.Close())
-	s.released(m, l)
+	s.released(m, l, dev)
 	return err
 }
 
@@ -192,6 +193,7 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		Logger:       s.log,
 	})
 	s.register(ms)
+	s.registerNetwork(ms)
 	return ms
 }
 

@@ -33,7 +33,14 @@ func startServer(t *testing.T, dir, cwd string, env ...string) *server {
 	t.Helper()
 	cmd := serverCmd(dir)
 	cmd.Dir = cwd
-	cmd.Env = append(cmd.Env, env...)
+	return startServerCmd(t, cmd, append(cmd.Env, env...))
+}
+
+// startServerCmd starts cmd (a server, possibly wrapped) with env and
+// connects a client to its pipes.
+func startServerCmd(t *testing.T, cmd *exec.Cmd, env []string) *server {
+	t.Helper()
+	cmd.Env = env
 	cmd.Stderr = &logWriter{t: t}
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// netns makes a network namespace for one test and deletes it afterwards.
+// TAP tests run only in such namespaces, on documentation addresses.
+func netns(t *testing.T) string {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("TAP tests need root (CAP_NET_ADMIN): run them as root, as CI does")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skip("/dev/net/tun missing: the kernel has no TUN/TAP support")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("ip not found: run scripts/deps (installs iproute2)")
+	}
+	name := "qmcpcmd" + strconv.Itoa(os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return name
+}
+
+// startServerIn runs the server inside namespace ns.
+func startServerIn(t *testing.T, ns, dir string) *server {
+	t.Helper()
+	wrapped := serverCmd(dir)
+	s := startServerCmd(t, exec.Command("ip", append([]string{"netns", "exec", ns}, wrapped.Args...)...), wrapped.Env)
+	return s
+}
+
+func linkExists(ns, name string) bool {
+	return exec.Command("ip", "-n", ns, "link", "show", name).Run() == nil
+}
+
+func TestTAPAndCapture(t *testing.T) {
+	needQEMU(t)
+	if _, err := os.Stat("/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"); err != nil {
+		t.Skip("U-Boot missing: run scripts/deps (installs u-boot-qemu)")
+	}
+	if _, err := exec.LookPath("tcpdump"); err != nil {
+		t.Skip("tcpdump missing: run scripts/deps")
+	}
+	ns := netns(t)
+	dir := runtimeDir(t)
+	a := startServerIn(t, ns, dir)
+	var b struct {
+		TAP     string `json:"tap"`
+		PCAP    string `json:"pcap"`
+		Matched bool   `json:"matched"`
+	}
+	res := a.call(t, "qemu_boot", map[string]any{
+		"kernel": "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin", "memory": "256M",
+		"network": "tap", "tap_cidr": "192.0.2.1/24", "pcap": true,
+		"wait_for": "Hit any key to stop autoboot", "timeout": 60,
+	}, &b)
+	if res.IsError || !b.Matched {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	if b.TAP != "qmcp"+strconv.Itoa(a.cmd.Process.Pid) || !linkExists(ns, b.TAP) || !strings.Contains(b.PCAP, "/captures/") {
+		t.Fatalf("boot result tap %q pcap %q", b.TAP, b.PCAP)
+	}
+	var w struct {
+		Matched bool   `json:"matched"`
+		Output  string `json:"output"`
+	}
+	a.call(t, "serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
+	if !w.Matched {
+		t.Fatalf("no U-Boot prompt: %q", w.Output)
+	}
+	a.call(t, "serial_send", map[string]any{"data": "setenv ipaddr 192.0.2.15; ping 192.0.2.1", "wait_for": `host 192\.0\.2\.1 is alive`, "timeout": 20}, &w)
+	if !w.Matched {
+		t.Fatalf("ping: %q", w.Output)
+	}
+	// The agent's view of the traffic, while the capture still runs.
+	var r struct {
+		Packets []struct {
+			Index int    `json:"index"`
+			Text  string `json:"text"`
+		} `json:"packets"`
+		Next int `json:"next"`
+	}
+	want := []string{
+		"ARP, Request who-has 192.0.2.1 tell 192.0.2.15",
+		"ARP, Reply 192.0.2.1 is-at",
+		"IP 192.0.2.15 > 192.0.2.1: ICMP echo request",
+		"IP 192.0.2.1 > 192.0.2.15: ICMP echo reply",
+	}
+	var lines []string
+	deadline := time.Now().Add(5 * time.Second)
+	for !containsAll(lines, want) && time.Now().Before(deadline) {
+		a.call(t, "qemu_pcap_read", map[string]any{"from": 1}, &r)
+		lines = lines[:0]
+		for _, p := range r.Packets {
+			lines = append(lines, p.Text)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !containsAll(lines, want) {
+		t.Fatalf("qemu_pcap_read shows %q, want lines containing %q", lines, want)
+	}
+	var stop struct {
+		Path    string `json:"path"`
+		Packets int64  `json:"packets"`
+	}
+	a.call(t, "qemu_pcap_stop", nil, &stop)
+	if stop.Path != b.PCAP || stop.Packets < 4 {
+		t.Errorf("pcap stop %+v", stop)
+	}
+	// An outside reader agrees.
+	out, err := exec.Command("tcpdump", "-nn", "-r", stop.Path).Output()
+	if err != nil {
+		t.Fatalf("tcpdump -r: %v", err)
+	}
+	tdLines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if int64(len(tdLines)) != stop.Packets {
+		t.Errorf("tcpdump reads %d packets, the capture says %d:\n%s", len(tdLines), stop.Packets, out)
+	}
+	for _, w := range []string{"Request who-has 192.0.2.1 tell 192.0.2.15", "Reply 192.0.2.1 is-at", "192.0.2.15 > 192.0.2.1: ICMP echo request", "192.0.2.1 > 192.0.2.15: ICMP echo reply"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("tcpdump output lacks %q", w)
+		}
+	}
+	// After shutdown the TAP is gone; the capture file is kept.
+	a.call(t, "qemu_shutdown", nil, nil)
+	if linkExists(ns, b.TAP) {
+		t.Errorf("TAP %s still exists after shutdown", b.TAP)
+	}
+	if _, err := os.Stat(stop.Path); err != nil {
+		t.Errorf("capture file gone: %v", err)
+	}
+
+	// After SIGKILL of the server, the next server's reaper deletes its TAP.
+	res = a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap_cidr": "198.51.100.1/24", "wait_for": `tiny> $`}, &b)
+	if res.IsError || !linkExists(ns, b.TAP) {
+		t.Fatalf("second boot: %s", resultText(res))
+	}
+	a.cmd.Process.Kill()
+	<-a.done
+	if !linkExists(ns, b.TAP) {
+		t.Fatalf("TAP %s vanished with the server: the reaper test would prove nothing", b.TAP)
+	}
+	next := startServerIn(t, ns, dir)
+	var nb struct {
+		Reaped struct {
+			DeletedTAPs []string `json:"deleted_taps"`
+		} `json:"reaped"`
+	}
+	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &nb); res.IsError {
+		t.Fatalf("boot after kill: %s", resultText(res))
+	}
+	if len(nb.Reaped.DeletedTAPs) != 1 || nb.Reaped.DeletedTAPs[0] != b.TAP || linkExists(ns, b.TAP) {
+		t.Errorf("reaper: deleted %v, link exists %v; want %s deleted", nb.Reaped.DeletedTAPs, linkExists(ns, b.TAP), b.TAP)
+	}
+}
+
+func containsAll(lines, want []string) bool {
+	for _, w := range want {
+		found := false
+		for _, l := range lines {
+			if strings.Contains(l, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// Without privileges network tap fails with a clear message that suggests
+// network user, and the server keeps serving.
+func TestTAPWithoutPrivilege(t *testing.T) {
+	needQEMU(t)
+	if os.Getuid() != 0 {
+		t.Skip("needs root to drop to an unprivileged user")
+	}
+	dir := runtimeDir(t)
+	os.Chown(dir, 65534, 65534)
+	// The test binary's own directory is private to root: run a copy.
+	binDir, err := os.MkdirTemp("", "qmcpbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(binDir) })
+	os.Chmod(binDir, 0o755)
+	copyFile(t, os.Args[0], binDir+"/qemu-mcp.test")
+	cmd := serverCmd(dir)
+	cmd.Path = binDir + "/qemu-mcp.test"
+	cmd.Args[0] = cmd.Path
+	cmd.Dir = binDir
+	cmd.Env = append(cmd.Env, "QEMU_MCP_LOCK_FILE="+dir+"/lock")
+	cmd.SysProcAttr = unprivileged()
+	s := startServerCmd(t, cmd, cmd.Env)
+	res := s.call(t, "qemu_boot", map[string]any{"network": "tap"}, nil)
+	msg := resultText(res)
+	if !res.IsError || !strings.Contains(msg, "CAP_NET_ADMIN") || !strings.Contains(msg, `network: "user"`) {
+		t.Fatalf("boot with tap as nobody: %s", msg)
+	}
+	var st struct {
+		Booted bool `json:"booted"`
+	}
+	s.call(t, "qemu_status", nil, &st)
+	if st.Booted {
+		t.Error("a failed tap boot left a guest")
+	}
+}
