@@ -240,13 +240,13 @@ func (m *Machine) supervise() {
 	m.console.Finish(ctx)
 	cancel()
 	m.log.Info("qemu exited", "pid", m.ident.PID, "status", exit.String())
-	close(m.done)
 	// A guest that powered itself off leaves nothing to talk to: remove the
-	// FIFOs and the socket now rather than at the next boot. The buffer
-	// stays readable.
-	if err := m.Close(); err != nil {
+	// FIFOs and the socket before anyone can observe the exit, so "exited"
+	// always means "and cleaned up". The buffer stays readable.
+	if err := m.removeFiles(); err != nil {
 		m.log.Warn("cleanup after qemu exit", "err", err)
 	}
+	close(m.done)
 }
 
 func (m *Machine) addCleanup(f func() error) { m.cleanups = append(m.cleanups, f) }
@@ -382,22 +382,29 @@ func (m *Machine) signal(sig unix.Signal) error {
 }
 
 // Close kills QEMU if it still runs, waits for it, and removes the FIFOs and
-// the socket. It runs once; later calls return nil.
+// the socket. Files are removed once; later calls return nil.
 func (m *Machine) Close() error {
 	var errs []error
-	m.closeOnce.Do(func() {
-		if m.cmd != nil {
-			if _, exited := m.Exited(); !exited {
-				if err := m.signal(unix.SIGKILL); err != nil {
-					errs = append(errs, err)
-				}
-				select {
-				case <-m.done:
-				case <-time.After(5 * time.Second):
-					errs = append(errs, fmt.Errorf("qemu %d did not exit after SIGKILL", m.ident.PID))
-				}
+	if m.cmd != nil {
+		if _, exited := m.Exited(); !exited {
+			if err := m.signal(unix.SIGKILL); err != nil {
+				errs = append(errs, err)
+			}
+			select {
+			case <-m.done:
+			case <-time.After(5 * time.Second):
+				errs = append(errs, fmt.Errorf("qemu %d did not exit after SIGKILL", m.ident.PID))
 			}
 		}
+	}
+	return errors.Join(append(errs, m.removeFiles())...)
+}
+
+// removeFiles runs the cleanups once, newest first (firecracker's model:
+// each step undoes one step of start).
+func (m *Machine) removeFiles() error {
+	var errs []error
+	m.closeOnce.Do(func() {
 		for i := len(m.cleanups) - 1; i >= 0; i-- {
 			if err := m.cleanups[i](); err != nil {
 				errs = append(errs, err)

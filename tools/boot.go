@@ -239,6 +239,9 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 // bootConfig turns arguments into a QEMU configuration, resolving paths
 // against the project root.
 func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
+	if err := s.policy().ExtraArgs(in.ExtraArgs); err != nil {
+		return qemu.Config{}, err
+	}
 	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
 	if s.cfg.QEMUBinary != "" {
 		opts = append(opts, qemu.WithBinary(s.cfg.QEMUBinary))

@@ -33,6 +33,10 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
+	// The boundary sees exactly the map that is sent.
+	if err := s.policy().QMP(in.Command, in.Arguments); err != nil {
+		return nil, QMPOutput{}, err
+	}
 	m, err := s.running()
 	if err != nil {
 		return nil, QMPOutput{}, err

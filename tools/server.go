@@ -14,7 +14,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/boundary"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
@@ -39,7 +41,10 @@ type Config struct {
 	Address   string
 	// LockFile overrides the repository lock path (see lock.Path).
 	LockFile string
-	Logger   *slog.Logger
+	// AllowHostAccess lifts the boundary that keeps qmp_command and
+	// extra_args inside the guest (see internal/boundary).
+	AllowHostAccess bool
+	Logger          *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
@@ -92,6 +97,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// The captures directory exists from the start: QMP commands may only
+	// write there, and the boundary resolves its real path.
+	if err := os.MkdirAll(runtimedir.CapturesDir(cfg.RuntimeDir), 0o700); err != nil {
+		return nil, fmt.Errorf("tools: captures directory: %w", err)
+	}
 	if cfg.Transport == "" {
 		cfg.Transport = registry.TransportStdio
 	}
@@ -106,6 +116,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, log: cfg.Logger, pid: os.Getpid(), base: ctx, cancel: cancel, rec: rec, started: time.Now()}, nil
+}
+
+// policy is the host-access boundary for QMP and extra_args.
+func (s *Server) policy() boundary.Policy {
+	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: runtimedir.CapturesDir(s.cfg.RuntimeDir)}
 }
 
 // enter admits one call, or refuses once shutdown has begun, so Close never

@@ -367,7 +367,10 @@ func TestQMP(t *testing.T) {
 	if !st.Return.Running || st.Return.Status != "running" {
 		t.Errorf("query-status %+v", st)
 	}
-	s.wantError("qmp_command", map[string]any{"command": "no-such-command"}, "CommandNotFound", "no-such-command")
+	// QMP's own errors keep their class.
+	s.wantError("qmp_command", map[string]any{"command": "device_del", "arguments": map[string]any{"id": "no-such-device"}}, "DeviceNotFound", "no-such-device")
+	// Unknown commands never reach QEMU: the boundary refuses them.
+	s.wantError("qmp_command", map[string]any{"command": "no-such-command"}, `refused by rule "unlisted"`, "--allow-host-access")
 	s.wantError("qmp_command", map[string]any{"command": "query-cpus-fast", "arguments": map[string]any{"bogus": 1}}, "GenericError")
 
 	res := s.call("qmp_command", map[string]any{"command": "query-qmp-schema"}, nil)
@@ -430,11 +433,13 @@ func TestBadInputKeepsServing(t *testing.T) {
 	s.wantError("qemu_boot", map[string]any{"kernel": "does/not/exist.bin"}, "no such file", "project_root")
 	s.wantError("qemu_boot", map[string]any{"wait_for": "(unclosed"}, "not a valid regular expression")
 	for _, a := range []string{"-serial", "-chardev", "-qmp", "-monitor", "--daemonize", "-pidfile"} {
-		s.wantError("qemu_boot", map[string]any{"extra_args": []string{a, "x"}}, "extra_args", a, "not allowed")
+		s.wantError("qemu_boot", map[string]any{"extra_args": []string{a, "x"}}, "extra_args", strings.TrimLeft(a, "-"), "refused by rule")
 	}
 	s.wantError("qemu_boot", map[string]any{"memory": "lots"}, "memory")
-	s.wantError("qemu_boot", map[string]any{"extra_args": []string{"-no-such-option"}}, "no-such-option")
-	s.wantError("qemu_boot", map[string]any{"smp": 2, "extra_args": []string{"-machine", "no-such-board"}}, "unsupported machine type")
+	s.wantError("qemu_boot", map[string]any{"extra_args": []string{"-no-such-option"}}, "no-such-option", "refused")
+	s.wantError("qemu_boot", map[string]any{"smp": 2, "extra_args": []string{"-machine", "no-such-board"}}, "no-such-board", "refused")
+	// What passes the checks but QEMU rejects comes back in QEMU's words.
+	s.wantError("qemu_boot", map[string]any{"extra_args": []string{"-cpu", "no-such-cpu"}}, "qemu exited with status 1", "no-such-cpu")
 	assertEmptyRuntimeDir(t, s.dir)
 	// Still serving: a good boot works, and a second boot is refused clearly.
 	b := s.bootTiny()

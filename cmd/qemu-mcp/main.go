@@ -43,6 +43,7 @@ func run(args []string, stderr io.Writer) int {
 		qemuBin     = fs.String("qemu", "", "qemu-system-riscv64 binary to run (default: from PATH)")
 		httpAddr    = fs.String("http", "", "serve MCP streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
 		tokenFile   = fs.String("token-file", "", "file holding the bearer token HTTP clients must send; required for a non-loopback -http address")
+		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n\nServes MCP over stdio. Flags:\n")
@@ -77,6 +78,8 @@ func run(args []string, stderr io.Writer) int {
 		Revision:      revision(),
 		Transport:     "stdio",
 		Logger:        log,
+
+		AllowHostAccess: *allowHost,
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -1,0 +1,107 @@
+package tools_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/tools"
+)
+
+// Through the real tools: each class of host access is refused with the
+// rule that refused it; guest-only commands pass.
+func TestBoundary(t *testing.T) {
+	s := newSession(t)
+	s.bootTiny()
+	captures := filepath.Join(s.dir, "captures")
+	for _, tc := range []struct {
+		cmd  string
+		args map[string]any
+		rule string
+	}{
+		{"migrate", map[string]any{"uri": "exec:touch /tmp/pwned"}, "host-uri"},
+		{"human-monitor-command", map[string]any{"command-line": `migrate "exec:touch /tmp/pwned"`}, "host-uri"},
+		{"getfd", map[string]any{"fdname": "x"}, "fd-passing"},
+		{"add-fd", map[string]any{}, "fd-passing"},
+		{"chardev-add", map[string]any{"id": "c", "backend": map[string]any{"type": "file", "data": map[string]any{"out": "/tmp/x"}}}, ""},
+		{"netdev_add", map[string]any{"type": "user", "id": "n"}, ""},
+		{"blockdev-add", map[string]any{"driver": "file", "node-name": "f", "filename": "/etc/shadow"}, ""},
+		{"dump-guest-memory", map[string]any{"paging": false, "protocol": "file:/tmp/mem"}, "captures-only"},
+		{"pmemsave", map[string]any{"val": 0, "size": 16, "filename": "/tmp/mem"}, "captures-only"},
+		{"object-add", map[string]any{"qom-type": "memory-backend-file", "id": "m", "mem-path": "/tmp", "size": 4096}, ""},
+		{"screendump", map[string]any{"filename": captures + "/../../escape.ppm"}, "captures-only"},
+	} {
+		res := s.call("qmp_command", map[string]any{"command": tc.cmd, "arguments": tc.args}, nil)
+		msg := text(res)
+		if !res.IsError || !strings.Contains(msg, "refused by rule") || !strings.Contains(msg, tc.rule) || !strings.Contains(msg, "--allow-host-access") {
+			t.Errorf("qmp %s: %s", tc.cmd, msg)
+		}
+	}
+	for _, args := range [][]string{
+		{"/etc/shadow", "-device", "virtio-blk-device,drive=none0"},
+		{"-drive", "file=/etc/shadow,if=none,id=d"},
+		{"-netdev", "user,id=n,hostfwd=tcp::2222-:22"},
+		{"-object", "memory-backend-file,id=m,mem-path=/tmp,size=4096"},
+		{"-gdb", "tcp::1234"},
+		{"-device", "loader,file=/etc/shadow,addr=0x80000000"},
+		{"-machine", "dumpdtb=/tmp/x.dtb"},
+	} {
+		res := s.call("qemu_boot", map[string]any{"restart": true, "extra_args": args}, nil)
+		if msg := text(res); !res.IsError || !strings.Contains(msg, "refused by rule") {
+			t.Errorf("extra_args %q: %s", args, msg)
+		}
+	}
+	// Guest-only commands and arguments pass.
+	s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "info registers"}}, nil)
+	var pm struct{}
+	s.mustCall("qmp_command", map[string]any{"command": "pmemsave", "arguments": map[string]any{"val": 0x80200000, "size": 64, "filename": filepath.Join(captures, "mem.bin")}}, &pm)
+	if fi, err := os.Stat(filepath.Join(captures, "mem.bin")); err != nil || fi.Size() != 64 {
+		t.Errorf("pmemsave into captures: %v", err)
+	}
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"restart": true, "extra_args": []string{"-device", "virtio-rng-device", "-smp", "2", "-no-reboot"}, "wait_for": prompt}, &b)
+	if !b.Matched {
+		t.Errorf("boot with harmless extra args: %+v", b)
+	}
+}
+
+// --allow-host-access lifts the boundary: the same command reaches QEMU,
+// which answers for itself.
+func TestAllowHostAccess(t *testing.T) {
+	needQEMU(t)
+	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
+	dir, _ := os.MkdirTemp("", "qmcp")
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv, err := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, AllowHostAccess: true,
+		LockFile: filepath.Join(t.TempDir(), "l"), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ct := mcp.NewInMemoryTransports()
+	ss, _ := srv.NewMCPServer().Connect(context.Background(), st, nil)
+	cs, _ := mcp.NewClient(&mcp.Implementation{Name: "t"}, nil).Connect(context.Background(), ct, nil)
+	s := &session{t: t, cs: cs, srv: srv, dir: dir}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		srv.Close(ctx)
+	})
+	s.bootTiny()
+	s.wantError("qmp_command", map[string]any{"command": "no-such-command"}, "CommandNotFound")
+	s.wantError("qmp_command", map[string]any{"command": "getfd", "arguments": map[string]any{"fdname": "x"}}, "GenericError")
+	img := filepath.Join(t.TempDir(), "d.img")
+	os.WriteFile(img, make([]byte, 1<<20), 0o644)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"restart": true, "extra_args": []string{"-drive", "file=" + img + ",format=raw,if=none,id=x", "-device", "virtio-blk-device,drive=x"}, "wait_for": prompt}, &b)
+	if !b.Matched {
+		t.Errorf("boot with a host drive allowed: %+v", b)
+	}
+}
