@@ -82,6 +82,11 @@ type Runtime struct {
 	Logger *slog.Logger
 	// ConnectTimeout bounds the QMP connection at start; zero means 10s.
 	ConnectTimeout time.Duration
+	// Transcript, if set, is the file the complete serial output is
+	// appended to (see serial.WithTranscript).
+	Transcript string
+	// RingSize is the in-memory serial buffer; zero means serial's default.
+	RingSize int
 }
 
 // SocketPath is where a server's QMP socket lives.
@@ -118,7 +123,11 @@ func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
 
 func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string) (err error) {
 	log := m.log
-	m.console, err = serial.Create(rt.Dir, rt.Owner, serial.WithLogger(log))
+	opts := []serial.Option{serial.WithLogger(log), serial.WithTranscript(rt.Transcript)}
+	if rt.RingSize > 0 {
+		opts = append(opts, serial.WithRingSize(rt.RingSize))
+	}
+	m.console, err = serial.Create(rt.Dir, rt.Owner, opts...)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package serial
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -184,4 +185,116 @@ func BenchmarkBufferWriteFlood(b *testing.B) {
 			buf.Write(floodData[off:min(off+floodChunk, len(floodData))])
 		}
 	}
+}
+
+// BenchmarkFloodThroughput: a writer goroutine writes 4 MiB in 4 KiB
+// chunks into the output FIFO of a Console (1 MiB ring plus transcript),
+// while a reader pages through it with ReadPage (blocking in WaitFor when
+// it has caught up), until it has read all 4 MiB. The same run measures
+// the raw ceiling: the same writes into a bare FIFO, copied to io.Discard
+// with io.CopyBuffer and the drain's read size. Reported: both rates and
+// their ratio (console/raw).
+func BenchmarkFloodThroughput(b *testing.B) {
+	var raw, console time.Duration
+	n := 0
+	got := make([]byte, 0, floodSize)
+	for b.Loop() {
+		raw += rawFlood(b)
+		d, data := consoleFlood(b, got[:0])
+		console += d
+		if !bytes.Equal(data, floodData) {
+			b.Fatalf("console read %d bytes, not equal to the %d written", len(data), len(floodData))
+		}
+		n++
+	}
+	mb := float64(n) * floodSize / 1e6
+	rawRate, consoleRate := mb/raw.Seconds(), mb/console.Seconds()
+	b.ReportMetric(consoleRate, "console-MB/s")
+	b.ReportMetric(rawRate, "raw-MB/s")
+	b.ReportMetric(consoleRate/rawRate, "ratio")
+}
+
+// floodWriter writes floodData to w in floodChunk pieces.
+func floodWriter(w io.Writer) error {
+	for off := 0; off < len(floodData); off += floodChunk {
+		if _, err := w.Write(floodData[off:min(off+floodChunk, len(floodData))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rawFlood times floodData through a bare FIFO into io.Discard.
+func rawFlood(b *testing.B) time.Duration {
+	path := filepath.Join(b.TempDir(), "raw")
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	// Non-blocking open of the reader first, so the writer's open does not
+	// block; the runtime poller then reads it like the console's drain.
+	r, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		err := floodWriter(w)
+		w.Close()
+		errc <- err
+	}()
+	// Wrapped so that io.Discard's ReadFrom (8 KiB reads) is not used.
+	n, err := io.CopyBuffer(struct{ io.Writer }{io.Discard}, struct{ io.Reader }{r}, make([]byte, defaultReadSize))
+	d := time.Since(start)
+	if werr := <-errc; err != nil || werr != nil || n != floodSize {
+		b.Fatalf("raw copy: %d bytes, %v, %v", n, err, werr)
+	}
+	return d
+}
+
+// consoleFlood times floodData through a Console with a 1 MiB ring and a
+// transcript to a reader paging through it, and returns what it read
+// (appended to got).
+func consoleFlood(b *testing.B, got []byte) (time.Duration, []byte) {
+	dir := b.TempDir()
+	c, err := Create(dir, 1, WithRingSize(1<<20), WithTranscript(filepath.Join(dir, "captures", "serial-1-1.log")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	out, err := os.OpenFile(c.OutPath(), os.O_RDWR, 0) // as QEMU opens it
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	ctx := context.Background()
+	any := Spec{Patterns: []*regexp.Regexp{regexp.MustCompile(`(?s).`)}, Panic: []*regexp.Regexp{}, Timeout: 10 * time.Second}
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() { errc <- floodWriter(out) }()
+	buf := c.Buffer()
+	for cur := int64(0); cur < floodSize; {
+		p, err := buf.ReadPage(cur, defaultReadSize)
+		if err != nil || p.Lost != 0 {
+			b.Fatalf("ReadPage(%d): lost %d, %v", cur, p.Lost, err)
+		}
+		if len(p.Data) == 0 {
+			if r, err := buf.WaitFor(ctx, cur, any); err != nil || !r.Matched {
+				b.Fatalf("WaitFor(%d): %v", cur, err)
+			}
+			continue
+		}
+		got = append(got, p.Data...)
+		cur = p.Next
+	}
+	d := time.Since(start)
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	return d, got
 }

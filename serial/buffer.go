@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"regexp"
 	"sync"
 	"time"
@@ -18,41 +20,194 @@ var errNilRegexp = errors.New("serial: wait: nil regexp")
 
 // Buffer is an append-only log of console output addressed by absolute byte
 // offsets ("cursors") counted from 0. Reading never consumes anything: any
-// number of readers can look at any range, and [Buffer.Wait] blocks until a
-// regular expression matches in the data from a given offset on, woken by
-// new data rather than by polling.
+// number of readers can look at any range, and waits ([Buffer.WaitFor],
+// [Buffer.Wait]) block until a regular expression matches in the data from
+// a given offset on, woken by new data rather than by polling.
 //
-// The zero value is an empty, usable buffer. All methods are safe for
-// concurrent use.
+// Memory is bounded: the buffer keeps the most recent bytes (the ring,
+// [DefaultRingSize] unless [WithRingSize] says otherwise) in memory. With a
+// transcript ([WithTranscript]) every byte is also appended to a file whose
+// byte offsets are the cursors, and reads of bytes that have left the ring
+// are served from it, so nothing is lost. Without one (or once writing it
+// failed), bytes older than the ring are gone; [Buffer.ReadPage] reports
+// that. Waits only ever look at the ring.
+//
+// The zero value is an empty, usable buffer with the default ring and no
+// transcript. All methods are safe for concurrent use.
 type Buffer struct {
-	mu       sync.Mutex
-	st       memStore
-	finished bool
+	// wmu serialises the writer side (Write, Flush, Finish, Close), and is
+	// held across transcript writes so that mu is not.
+	wmu sync.Mutex
+
+	mu        sync.Mutex
+	st        ringStore
+	finished  bool
+	lastWrite time.Time // when data last arrived (zero: never)
 	// changed is closed (and set to nil) by every Write and by Finish, which
 	// broadcasts to all waiters. It is created lazily by the first waiter
 	// that needs it, so writes nobody waits for allocate nothing.
 	changed chan struct{}
+
+	tr     *transcript // nil without a transcript; set before first use
+	closed bool        // Close has run (guarded by wmu)
+	log    *slog.Logger
 }
 
-// NewBuffer returns an empty buffer.
+// NewBuffer returns an empty buffer with the default ring size and no
+// transcript.
 func NewBuffer() *Buffer { return &Buffer{} }
+
+// OpenBuffer returns an empty buffer configured by opts: [WithRingSize],
+// [WithTranscript] and [WithLogger] apply, other options are ignored. With
+// a transcript it creates the file (see [WithTranscript]); call
+// [Buffer.Close] when done with the buffer to release it.
+func OpenBuffer(opts ...Option) (*Buffer, error) {
+	cfg := newConfig(opts)
+	return openBuffer(&cfg)
+}
+
+func openBuffer(cfg *config) (*Buffer, error) {
+	b := &Buffer{st: ringStore{size: cfg.ringSize}, log: cfg.logger}
+	if cfg.transcript != "" {
+		tr, err := createTranscript(cfg.transcript)
+		if err != nil {
+			return nil, err
+		}
+		b.tr = tr
+	}
+	return b, nil
+}
+
+func (b *Buffer) logger() *slog.Logger {
+	if b.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return b.log
+}
 
 // Write appends p (copied) to the buffer and wakes every waiter. It always
 // writes all of p and returns len(p), nil, unless the buffer is finished, in
 // which case it writes nothing and returns [ErrFinished]. Write makes Buffer
 // an [io.Writer].
+//
+// With a transcript, Write appends to the file whatever has piled up once
+// that reaches 64 KiB (or the ring size, if smaller), and always before the
+// ring would evict a byte that is not in the file yet; [Buffer.Flush]
+// writes the rest. A failing transcript write is logged and breaks the
+// transcript (see [Buffer.TranscriptErr]); Write itself still succeeds.
 func (b *Buffer) Write(p []byte) (int, error) {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.finished {
+		b.mu.Unlock()
 		return 0, ErrFinished
 	}
 	if len(p) == 0 {
+		b.mu.Unlock()
 		return 0, nil
 	}
+	var pending []byte
+	flush := false
+	if tr := b.tr; tr != nil && tr.err == nil {
+		end := b.st.end()
+		threshold := min(transcriptChunk, b.st.capacity())
+		if flush = end-tr.written+int64(len(p)) >= int64(threshold); flush {
+			// [written, end) is still in the ring: everything older left
+			// it only after being written (below).
+			pending = b.st.view(tr.written, end)
+		}
+	}
+	b.mu.Unlock()
+
+	var n int
+	var err error
+	if flush {
+		// Without b.mu: readers and waiters go on meanwhile. pending stays
+		// valid (see ringStore); only this writer could change the ring.
+		n, err = b.tr.write(pending, p)
+	}
+
+	b.mu.Lock()
+	if flush {
+		b.tr.written += int64(n)
+		if err != nil {
+			b.breakTranscriptLocked(err)
+		}
+	}
 	b.st.append(p)
+	b.lastWrite = time.Now()
 	b.broadcastLocked()
+	b.mu.Unlock()
 	return len(p), nil
+}
+
+// Flush appends to the transcript what has been written to the buffer but
+// not to the file yet, so a reader of the file sees everything. The console
+// calls it shortly after its drain finds the pipe empty, and Finish and
+// Close call it. Without a transcript it does nothing; once the transcript is
+// broken it returns the error that broke it.
+func (b *Buffer) Flush() error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	return b.flushLocked()
+}
+
+// flushLocked is Flush with b.wmu held.
+func (b *Buffer) flushLocked() error {
+	tr := b.tr
+	if tr == nil || b.closed {
+		return nil
+	}
+	b.mu.Lock()
+	if tr.err != nil {
+		err := tr.err
+		b.mu.Unlock()
+		return err
+	}
+	pending := b.st.view(tr.written, b.st.end())
+	b.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	n, err := tr.write(pending, nil)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr.written += int64(n)
+	if err != nil {
+		b.breakTranscriptLocked(err)
+		return tr.err
+	}
+	return nil
+}
+
+// breakTranscriptLocked records a transcript write error: the file keeps
+// the bytes [0, written) and gets nothing more. b.mu must be held.
+func (b *Buffer) breakTranscriptLocked(err error) {
+	b.tr.err = fmt.Errorf("serial: transcript %s: write failed after %d bytes; keeping only the ring from now on: %w", b.tr.path, b.tr.written, err)
+	b.logger().Error("serial: transcript write failed; later output is kept only in memory",
+		"path", b.tr.path, "bytes_written", b.tr.written, "err", err)
+}
+
+// TranscriptPath returns the transcript file's path, or "" without one.
+func (b *Buffer) TranscriptPath() string {
+	if b.tr == nil {
+		return ""
+	}
+	return b.tr.path
+}
+
+// TranscriptErr returns the error that broke the transcript, if writing it
+// failed: from then on the file holds only the bytes before the failure,
+// and output is kept in the ring only. It returns nil if all is well or
+// there is no transcript.
+func (b *Buffer) TranscriptErr() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tr == nil {
+		return nil
+	}
+	return b.tr.err
 }
 
 // End returns the total number of bytes written so far, which is the
@@ -63,31 +218,169 @@ func (b *Buffer) End() int64 {
 	return b.st.end()
 }
 
-// Read returns a copy of the bytes [since, min(End, since+max)) and the
-// offset just past them, to be passed as since to the next Read. A since
-// beyond End is clamped to End (giving no data), a negative since to 0;
-// max <= 0 means no limit. Read never consumes data.
-func (b *Buffer) Read(since int64, max int) (data []byte, next int64) {
+// Oldest returns the offset of the oldest byte still in memory (the ring).
+// Waits only see bytes from there on; older ones can only be read, and only
+// from the transcript.
+func (b *Buffer) Oldest() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.st.oldest()
+}
+
+// Page is the result of [Buffer.ReadPage]: the bytes [Start, Next), exactly
+// as the guest printed them.
+type Page struct {
+	// Data is a copy of the bytes [Start, Next).
+	Data []byte
+	// Start is the cursor of Data[0]. It is the requested since (clamped
+	// to [0, End]) unless bytes were lost, and then the first byte after
+	// the loss.
+	Start int64
+	// Next is the cursor just past Data: pass it as since to the next
+	// read.
+	Next int64
+	// Lost is how many bytes from since on are gone (evicted from the ring
+	// with no transcript holding them) and skipped: Start - since.
+	Lost int64
+}
+
+// ReadPage returns up to max bytes (max <= 0: no limit) from since on: the
+// bytes [Start, Next), with Next <= End. Bytes still in the ring come from
+// memory, older ones from the transcript (a pread at the same offset), so
+// a page is byte-exact whichever served it. A since beyond End is clamped
+// to End (giving no data), a negative since to 0. ReadPage never consumes
+// data.
+//
+// If bytes from since on are lost (no transcript, or it broke before
+// they were written), the page starts at the first byte still held, and
+// Lost says how many were skipped; a page never spans a gap, so it can end
+// early, just before one (the next read then reports it). An error reading
+// the transcript is returned with the part of the page read before it.
+func (b *Buffer) ReadPage(since int64, max int) (Page, error) {
+	return b.readPage(since, max, math.MaxInt64, false)
+}
+
+// Read returns a copy of the bytes [next-len(data), next), starting at since
+// and ending at min(End, since+max); max <= 0 means no limit. A since beyond
+// End is clamped to End (giving no data), a negative since to 0. Read never
+// consumes data. Bytes that left the ring come from the transcript, so the
+// result is exact. Should bytes from since on be lost (see
+// [Buffer.ReadPage], which reports it), data starts at the first byte
+// still held, and data can end early before a later gap; a failing
+// transcript read is logged and treated as such a loss. So data always
+// holds the bytes [next-len(data), next) as the guest printed them.
+func (b *Buffer) Read(since int64, max int) (data []byte, next int64) {
+	p, _ := b.readPage(since, max, math.MaxInt64, true)
+	return p.Data, p.Next
+}
+
+// readPage implements ReadPage. The page ends at or before hardEnd. With
+// skipErrors, a transcript read error counts as a loss of those bytes.
+func (b *Buffer) readPage(since int64, max int, hardEnd int64, skipErrors bool) (Page, error) {
+	since = min(since, hardEnd)
+	b.mu.Lock()
 	since = b.clampLocked(since)
-	end := b.st.end()
-	if max > 0 && end-since > int64(max) {
-		end = since + int64(max)
+	b.mu.Unlock()
+	limitFrom := func(start, end int64) int64 {
+		l := min(end, hardEnd)
+		if max > 0 && l-start > int64(max) {
+			l = start + int64(max)
+		}
+		return l
 	}
-	return append([]byte(nil), b.st.view(since, end)...), end
+	page := Page{Start: since, Next: since}
+	cur := since
+	limit := int64(-1) // set once the start is known
+	for {
+		b.mu.Lock()
+		end, oldest := b.st.end(), b.st.oldest()
+		if limit < 0 {
+			limit = limitFrom(cur, end)
+		}
+		if cur >= limit {
+			b.mu.Unlock()
+			page.Next = cur
+			return page, nil
+		}
+		if cur >= oldest {
+			page.Data = append(page.Data, b.st.view(cur, limit)...)
+			b.mu.Unlock()
+			page.Next = limit
+			return page, nil
+		}
+		var inFile int64 // bytes [0, inFile) are in the transcript
+		if b.tr != nil {
+			inFile = b.tr.written
+		}
+		b.mu.Unlock()
+
+		if cur < inFile {
+			to := min(limit, inFile)
+			n := len(page.Data)
+			page.Data = append(page.Data, make([]byte, to-cur)...)
+			err := b.tr.readAt(page.Data[n:], cur)
+			if err == nil {
+				cur = to
+				continue
+			}
+			page.Data = page.Data[:n]
+			if !skipErrors {
+				page.Next = cur
+				return page, err
+			}
+			b.logger().Warn("serial: reading the transcript failed; treating those bytes as lost", "err", err)
+			inFile = cur // and fall through to the loss below
+		}
+		// Bytes [cur, oldest) are lost; so, if the transcript read failed,
+		// are the readable ones before them.
+		if len(page.Data) > 0 {
+			page.Next = cur
+			return page, nil
+		}
+		page.Lost += oldest - cur
+		cur = oldest
+		page.Start = cur
+		limit = limitFrom(cur, end)
+	}
 }
 
 // Finish records that no more data will come: later Writes fail with
-// [ErrFinished], and pending and future Waits that find no match return with
-// Match.Finished set instead of waiting. Finish is idempotent.
+// [ErrFinished], and pending and future waits that find no match return
+// with Finished set instead of waiting. It flushes the transcript first.
+// Finish is idempotent.
 func (b *Buffer) Finish() {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	b.finishLocked()
+}
+
+func (b *Buffer) finishLocked() {
+	_ = b.flushLocked() // a failure was logged and breaks the transcript
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.finished {
 		b.finished = true
 		b.broadcastLocked()
 	}
+}
+
+// Close finishes the buffer (see [Buffer.Finish]) and closes the
+// transcript file. The buffer stays readable, transcript included: reads
+// of bytes that left the ring open the file again for the read (and fail
+// if the path no longer names the same file). Close never removes the
+// transcript. It is idempotent.
+func (b *Buffer) Close() error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	b.finishLocked()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	if b.tr == nil {
+		return nil
+	}
+	return b.tr.release()
 }
 
 // Finished reports whether [Buffer.Finish] has been called.
@@ -103,8 +396,9 @@ func (b *Buffer) Finished() bool {
 // false, Output holds everything from Since to the end of the data at the
 // time Wait gave up and Cursor is that end.
 type Match struct {
-	// Since is the offset the search started at (the requested since,
-	// clamped to [0, End]). Output starts there.
+	// Since is the offset Output starts at: the requested since, clamped to
+	// [0, End], unless output from there on was lost (see
+	// [Buffer.ReadPage]), and then the first byte still held.
 	Since int64
 	// Output is a copy of the bytes from Since up to and including the end
 	// of the match (or up to the end of the data, without a match).
@@ -129,110 +423,63 @@ type Match struct {
 }
 
 // Wait waits until re matches in the data starting at offset since and
-// returns the match; see [Match] for the fields. The search is leftmost-first
-// (or leftmost-longest if re.Longest was called) over the bytes received so
-// far, re-run when new data arrives, so the first match found is returned
-// even if later data would have matched differently (for example `ab*`
-// returns as soon as the "a" is there, and `$` or `\z` match at the current
-// end of the data).
+// returns the match; see [Match] for the fields. It is [Buffer.WaitFor]
+// with the one pattern, no panic detection, and the whole output from
+// since (read back from the transcript for bytes that left the ring).
+//
+// The search is leftmost-first (or leftmost-longest if re.Longest was
+// called) over the bytes received so far, re-run when new data arrives, so
+// the first match found is returned even if later data would have matched
+// differently (for example `ab*` returns as soon as the "a" is there, and
+// `$` or `\z` match at the current end of the data). Only bytes in the ring
+// are searched (see [Buffer.WaitFor]).
 //
 // Wait gives up after timeout, which is a normal result (Match.TimedOut),
 // as is the buffer being finished without a match (Match.Finished). A
 // timeout <= 0 checks once, without waiting. Cancellation of ctx is an
 // error: Wait then returns an error wrapping ctx.Err(). A nil re is an
 // error.
-//
-// Waiting costs nothing while no data arrives: a Write wakes all waiters,
-// which each rescan once for however much data arrived since their last
-// scan. Where the pattern allows it (no ^, \A or \b, and a bounded match
-// length, no way to match a newline, or a literal prefix), the rescan starts
-// from a safe point near the new data instead of at since, so a long flood
-// costs time linear in its size; otherwise (or while a literal prefix seen
-// early has not yet led to a match) the rescan starts at since, and only
-// the coalescing of wake-ups bounds the work.
 func (b *Buffer) Wait(ctx context.Context, since int64, re *regexp.Regexp, timeout time.Duration) (Match, error) {
 	if re == nil {
 		return Match{}, errNilRegexp
 	}
-	if err := ctx.Err(); err != nil {
-		return Match{}, fmt.Errorf("serial: wait: %w", err)
+	if timeout <= 0 {
+		timeout = -1 // WaitFor's "look once"
 	}
-	final := timeout <= 0
-	var expired <-chan time.Time
-	if !final {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
+	r, err := b.WaitFor(ctx, since, Spec{
+		Patterns: []*regexp.Regexp{re},
+		Panic:    []*regexp.Regexp{},
+		Timeout:  timeout,
+	})
+	if err != nil {
+		return Match{}, err
 	}
-
-	m := newMatcher(re)
-	b.mu.Lock()
-	since = b.clampLocked(since)
-	b.mu.Unlock()
-	for {
-		b.mu.Lock()
-		end := b.st.end()
-		// The view is stable after unlocking: stored bytes are never
-		// modified in place (see memStore.view), so the scan runs without
-		// holding up writers.
-		window := b.st.view(since, end)
-		finished := b.finished
-		var changed chan struct{}
-		if !finished && !final {
-			if b.changed == nil {
-				b.changed = make(chan struct{})
-			}
-			changed = b.changed
-		}
-		b.mu.Unlock()
-
-		if loc := m.find(window); loc != nil {
-			return matched(since, window, loc), nil
-		}
-		if finished || final {
-			return Match{
-				Since:    since,
-				Output:   append([]byte(nil), window...),
-				Cursor:   end,
-				TimedOut: !finished,
-				Finished: finished,
-			}, nil
-		}
-		select {
-		case <-changed:
-		case <-expired:
-			// One last look at whatever arrived meanwhile.
-			final = true
-		case <-ctx.Done():
-			return Match{}, fmt.Errorf("serial: wait: %w", ctx.Err())
-		}
+	m := Match{
+		Since:    r.OutputStart,
+		Output:   r.Output,
+		Cursor:   r.Cursor,
+		Matched:  r.Matched,
+		TimedOut: r.TimedOut,
+		Finished: r.Finished,
 	}
-}
-
-// matched builds the Match for a submatch index slice loc relative to
-// window, which starts at absolute offset since.
-func matched(since int64, window []byte, loc []int) Match {
-	res := Match{
-		Since:   since,
-		Output:  append([]byte(nil), window[:loc[1]]...),
-		Cursor:  since + int64(loc[1]),
-		Matched: true,
-		Start:   since + int64(loc[0]),
-		End:     since + int64(loc[1]),
-		Groups:  make([]string, len(loc)/2-1),
+	if r.Matched {
+		m.Start, m.End, m.Groups = r.Start, r.End, r.Groups
 	}
-	for i := range res.Groups {
-		if s, e := loc[2*i+2], loc[2*i+3]; s >= 0 {
-			res.Groups[i] = string(window[s:e])
-		}
-	}
-	return res
+	return m, nil
 }
 
 // clampLocked clamps an offset to [0, End]. b.mu must be held.
 func (b *Buffer) clampLocked(off int64) int64 {
-	// With a bounded store this would clamp to the oldest retained offset.
 	return min(max(off, 0), b.st.end())
+}
+
+// changedLocked returns the channel the next Write or Finish closes.
+// b.mu must be held.
+func (b *Buffer) changedLocked() chan struct{} {
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	return b.changed
 }
 
 // broadcastLocked wakes all current waiters. b.mu must be held.
@@ -241,38 +488,4 @@ func (b *Buffer) broadcastLocked() {
 		close(b.changed)
 		b.changed = nil
 	}
-}
-
-// memStore is the storage behind a Buffer: every byte ever written, in
-// memory. It is the seam where a bounded store (a ring of recent output plus
-// an on-disk transcript) will go; Buffer uses only these methods, always with
-// Buffer.mu held.
-type memStore struct {
-	data []byte
-}
-
-// append adds p at the end. It grows the array by doubling rather than by
-// append's gentler factor for large slices, which halves the copying for a
-// long flood.
-func (s *memStore) append(p []byte) {
-	if need := len(s.data) + len(p); need > cap(s.data) {
-		grown := make([]byte, len(s.data), max(need, 2*cap(s.data), 4096))
-		copy(grown, s.data)
-		s.data = grown
-	}
-	s.data = append(s.data, p...)
-}
-
-// end returns the offset just past the last byte stored.
-func (s *memStore) end() int64 { return int64(len(s.data)) }
-
-// view returns the bytes [from, to), which must lie within the stored
-// range, without copying. The result must not be modified. Because memStore
-// never changes a stored byte (append may move data to a new array but
-// leaves the old one intact), the view stays valid and unchanged after
-// Buffer.mu is released; Wait relies on that to scan without the lock. A
-// store that overwrites old data must keep that promise differently (for
-// example by returning a copy).
-func (s *memStore) view(from, to int64) []byte {
-	return s.data[from:to:to]
 }

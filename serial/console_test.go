@@ -431,3 +431,56 @@ func TestConsoleWriteQueuedHonoursCtx(t *testing.T) {
 	cancelStuck()
 	<-done
 }
+
+// TestConsoleWriteSlow: one byte at a time with the delay in between, all
+// of them arriving in order.
+func TestConsoleWriteSlow(t *testing.T) {
+	ctx := testCtx(t)
+	c := newConsole(t)
+	p := openPeer(t, c.Base())
+	p.echo()
+	msg := []byte("slow\x03\r")
+	start := time.Now()
+	n, err := c.WriteSlow(ctx, msg, 40*time.Millisecond)
+	d := time.Since(start)
+	if n != len(msg) || err != nil {
+		t.Fatalf("WriteSlow: %d, %v", n, err)
+	}
+	if min := time.Duration(len(msg)-1) * 40 * time.Millisecond; d < min || d > min+5*time.Second {
+		t.Fatalf("WriteSlow of %d bytes took %v, want about %v", len(msg), d, min)
+	}
+	m, err := c.Buffer().Wait(ctx, 0, regexp.MustCompile(`slow\x03\r`), 5*time.Second)
+	if err != nil || !m.Matched || m.Cursor != int64(len(msg)) {
+		t.Fatalf("echo: %q, %v", m.Output, err)
+	}
+	// No delay: a plain Write.
+	if n, err := c.WriteSlow(ctx, []byte("fast"), 0); n != 4 || err != nil {
+		t.Fatalf("WriteSlow without delay: %d, %v", n, err)
+	}
+}
+
+// TestConsoleWriteSlowCancel: cancelling stops WriteSlow between bytes.
+func TestConsoleWriteSlowCancel(t *testing.T) {
+	c := newConsole(t)
+	p := openPeer(t, c.Base())
+	p.echo()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	time.AfterFunc(150*time.Millisecond, cancel)
+	start := time.Now()
+	n, err := c.WriteSlow(ctx, bytes.Repeat([]byte("x"), 100), 20*time.Millisecond)
+	if !errors.Is(err, context.Canceled) || n < 1 || n >= 100 {
+		t.Fatalf("cancelled WriteSlow: %d, %v", n, err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	// What went out went out whole: n bytes are echoed, no more.
+	m, err := c.Buffer().WaitFor(testCtx(t), 0, Spec{Idle: 200 * time.Millisecond, Timeout: 5 * time.Second})
+	if err != nil || !m.Idle || m.Cursor != int64(n) {
+		t.Fatalf("echoed %d bytes (%s), wrote %d: %v", m.Cursor, flags(m), n, err)
+	}
+	// An already cancelled context writes nothing.
+	if n, err := c.WriteSlow(ctx, []byte("y"), time.Millisecond); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("WriteSlow with a cancelled context: %d, %v", n, err)
+	}
+}

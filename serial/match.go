@@ -102,6 +102,31 @@ func (m *matcher) find(window []byte) []int {
 	return loc
 }
 
+// reset forgets all earlier scans: the next find scans its whole window.
+func (m *matcher) reset() {
+	m.scanned, m.lo = -1, 0
+}
+
+// shift tells the matcher that the window now starts delta bytes later
+// (bytes were evicted from the front), at a point where Go's regexp starts
+// a rune whether it decodes from the old start or the new one (see
+// ringStore.runeAligned). For an incremental matcher what it learnt still
+// holds: a match in the shorter window [delta, scanned) would, without
+// look-behind assertions, be a match at the same place in [0, scanned),
+// which had none. A pattern with look-behind assertions (^ and \b depend
+// on where the window starts) scans again from the new start.
+func (m *matcher) shift(delta int) {
+	if delta <= 0 {
+		return
+	}
+	if !m.incremental || m.scanned < 0 || delta >= m.scanned {
+		m.reset()
+		return
+	}
+	m.scanned -= delta
+	m.lo = max(m.lo-delta, 0)
+}
+
 // safePoint returns the offset in window from which a rescan finds the same
 // leftmost match as a scan from 0, given that window[:m.scanned] had none.
 func (m *matcher) safePoint(window []byte) int {

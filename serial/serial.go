@@ -1,7 +1,11 @@
 // Package serial connects to a QEMU guest's serial console through a pair of
 // named pipes (QEMU's "-chardev pipe"), draining the guest's output
-// continuously into a [Buffer] that is addressed by absolute byte offsets, so
-// reads never consume or lose output and regexp waits are woken by new data.
+// continuously into a [Buffer] that is addressed by absolute byte offsets
+// (cursors). Reads never consume output; memory is bounded by a ring of the
+// most recent output, and a transcript file ([WithTranscript]) keeps all of
+// it, so nothing is lost. Waits ([Buffer.WaitFor]) watch for patterns,
+// kernel panics, a quiet console or the guest's exit, woken by new data.
+// [Clean] and [Raw] turn output into text for an agent.
 package serial
 
 import (
@@ -27,8 +31,18 @@ const defaultReadSize = 64 << 10
 type Option func(*config)
 
 type config struct {
-	logger   *slog.Logger
-	readSize int
+	logger     *slog.Logger
+	readSize   int
+	ringSize   int
+	transcript string
+}
+
+func newConfig(opts []Option) config {
+	cfg := config{logger: slog.New(slog.DiscardHandler), readSize: defaultReadSize, ringSize: DefaultRingSize}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return cfg
 }
 
 // WithLogger sets the logger for events nobody can otherwise see, such as
@@ -49,6 +63,34 @@ func WithReadSize(n int) Option {
 			c.readSize = n
 		}
 	}
+}
+
+// WithRingSize sets how many of the most recent bytes of output the buffer
+// keeps in memory (default [DefaultRingSize], 4 MiB). Memory use is up to
+// about twice that. Waits see only these bytes; reads of older ones need a
+// transcript. Values < 1 are ignored.
+func WithRingSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.ringSize = n
+		}
+	}
+}
+
+// WithTranscript makes the buffer append every byte of output to the file
+// at path, so that byte offset == cursor, and serve reads of bytes that
+// have left the ring from it. The file must not exist: it is created with
+// mode 0600 (O_CREATE|O_EXCL|O_APPEND, not following a symlink), its
+// missing parent directories with mode 0700. This package never removes
+// it, not even on Close. Writes to it are buffered in the ring and flushed
+// at least every 64 KiB, within about 10 ms after the console's drain finds
+// the pipe empty (the guest went quiet), and before Finish and Close
+// return. If writing fails, the
+// error is logged, the transcript keeps what it has and gets nothing more,
+// and the ring goes on (see [Buffer.TranscriptErr]). An empty path means
+// no transcript.
+func WithTranscript(path string) Option {
+	return func(c *config) { c.transcript = path }
 }
 
 // Console is one guest's serial console: the FIFO <base>.in carries bytes to
@@ -88,15 +130,13 @@ type Console struct {
 // [Console.Base] to QEMU as "-chardev pipe,path=...". Create fails if either
 // path exists already, whatever it is (leftovers are for the caller to
 // reap); it never follows a symlink and checks that what it opened is the
-// FIFO it made, owned by this user. On failure it removes what it created,
-// and nothing else. Removal compares device and inode with an lstat just
+// FIFO it made, owned by this user. With [WithTranscript] it then creates
+// the transcript file; that failing fails Create. On failure it removes the
+// FIFOs it created, and nothing else. Removal compares device and inode with an lstat just
 // before unlinking, which cannot be atomic, so dir should be writable only
 // by this user.
 func Create(dir string, pid int, opts ...Option) (*Console, error) {
-	cfg := config{logger: slog.New(slog.DiscardHandler), readSize: defaultReadSize}
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg := newConfig(opts)
 	base := filepath.Join(dir, fmt.Sprintf("serial-%d", pid))
 	in, err := makeFIFO(base + ".in")
 	if err != nil {
@@ -117,11 +157,18 @@ func Create(dir string, pid int, opts ...Option) (*Console, error) {
 		out.destroy(cfg.logger)
 		return nil, fmt.Errorf("serial: FIFO not pollable: %w", err)
 	}
+	// The transcript comes last, so that it exists only if Create succeeds.
+	buf, err := openBuffer(&cfg)
+	if err != nil {
+		in.destroy(cfg.logger)
+		out.destroy(cfg.logger)
+		return nil, err
+	}
 	c := &Console{
 		base:      base,
 		in:        in,
 		out:       out,
-		buf:       NewBuffer(),
+		buf:       buf,
 		log:       cfg.logger,
 		size:      cfg.readSize,
 		writeSem:  make(chan struct{}, 1),
@@ -141,7 +188,9 @@ func (c *Console) InPath() string { return c.in.path }
 // OutPath returns the path of the FIFO carrying bytes from the guest.
 func (c *Console) OutPath() string { return c.out.path }
 
-// Buffer returns the buffer holding everything the guest has written.
+// Buffer returns the buffer holding the guest's output (the most recent
+// part in memory, all of it in the transcript if there is one). It stays
+// readable after Close.
 func (c *Console) Buffer() *Buffer { return c.buf }
 
 // Write sends p to the guest and returns how many bytes went into the pipe.
@@ -152,16 +201,70 @@ func (c *Console) Buffer() *Buffer { return c.buf }
 // not read. Concurrent Writes are serialised, so their bytes do not
 // interleave; one waiting for another gives up when its ctx is done. After
 // Close, Write fails with an error wrapping [os.ErrClosed].
+//
+// Control characters pass through untouched ("\x03" is Ctrl-C).
 func (c *Console) Write(ctx context.Context, p []byte) (int, error) {
+	if err := c.acquireWrite(ctx); err != nil {
+		return 0, err
+	}
+	defer c.releaseWrite()
+	return c.writeLocked(ctx, p)
+}
+
+// WriteSlow is Write one byte at a time, waiting charDelay between bytes,
+// for guests that read their UART without a FIFO (or poll it slowly) and
+// would drop bytes that arrive back to back. It holds the console for its
+// whole duration, so other Writes do not interleave. It returns how many
+// bytes went out; when ctx is done, between bytes or while one blocks, it
+// stops with an error wrapping ctx.Err(). A charDelay <= 0 makes it Write.
+func (c *Console) WriteSlow(ctx context.Context, p []byte, charDelay time.Duration) (int, error) {
+	if charDelay <= 0 {
+		return c.Write(ctx, p)
+	}
+	if err := c.acquireWrite(ctx); err != nil {
+		return 0, err
+	}
+	defer c.releaseWrite()
+	var t *time.Timer
+	for i := range p {
+		if i > 0 {
+			if t == nil {
+				t = time.NewTimer(charDelay)
+				defer t.Stop()
+			} else {
+				t.Reset(charDelay)
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return i, fmt.Errorf("serial: write: %w", ctx.Err())
+			}
+		}
+		if _, err := c.writeLocked(ctx, p[i:i+1]); err != nil {
+			return i, err
+		}
+	}
+	return len(p), nil
+}
+
+// acquireWrite takes the write semaphore, giving up when ctx is done.
+func (c *Console) acquireWrite(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("serial: write: %w", err)
+		return fmt.Errorf("serial: write: %w", err)
 	}
 	select {
 	case c.writeSem <- struct{}{}:
-		defer func() { <-c.writeSem }()
+		return nil
 	case <-ctx.Done():
-		return 0, fmt.Errorf("serial: write: %w", ctx.Err())
+		return fmt.Errorf("serial: write: %w", ctx.Err())
 	}
+}
+
+func (c *Console) releaseWrite() { <-c.writeSem }
+
+// writeLocked writes p to the input FIFO; the caller holds the write
+// semaphore.
+func (c *Console) writeLocked(ctx context.Context, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -224,7 +327,7 @@ func (c *Console) Finish(ctx context.Context) error {
 		return fmt.Errorf("serial: finish: %w", os.ErrClosed)
 	}
 	c.finished = true
-	defer c.buf.Finish()
+	defer c.buf.Finish() // also flushes the transcript
 	c.stopDrain()
 	if err := c.drainRest(ctx); err != nil {
 		return fmt.Errorf("serial: finish: %w", err)
@@ -232,10 +335,12 @@ func (c *Console) Finish(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the drain, finishes the buffer (waking all waiters), closes
-// both FIFOs and removes them, provided the paths still name the FIFOs
-// Create made. Unlike Finish it does not read what is left in the pipe. A
-// pending Write fails. Close is idempotent; calls after the first return nil.
+// Close stops the drain, finishes the buffer (waking all waiters), flushes
+// and closes the transcript (which stays; see [Buffer.Close]), closes both
+// FIFOs and removes them, provided the paths still name the FIFOs Create
+// made. Unlike Finish it does not read what is left in the pipe. A pending
+// Write fails. The buffer stays readable. Close is idempotent; calls after
+// the first return nil.
 func (c *Console) Close() error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -245,20 +350,47 @@ func (c *Console) Close() error {
 	c.closed = true
 	c.closing.Store(true)
 	c.stopDrain()
-	c.buf.Finish()
-	return errors.Join(c.in.destroy(c.log), c.out.destroy(c.log))
+	berr := c.buf.Close()
+	return errors.Join(berr, c.in.destroy(c.log), c.out.destroy(c.log))
 }
 
+// idleFlushDelay is how soon after a read that emptied the pipe the drain
+// flushes the transcript, unless a flush happened meanwhile.
+const idleFlushDelay = 10 * time.Millisecond
+
 // drain copies the output FIFO into the buffer until stopped.
+//
+// With a transcript, a read shorter than asked for emptied the pipe: the
+// guest may have paused. The drain then arms a read deadline idleFlushDelay
+// ahead and, when it passes, flushes the transcript, which is thus current
+// within about that long after the guest goes quiet. It does not flush at
+// once: QEMU's UART writes a byte at a time, so nearly every read is short,
+// and a file write per read would double the drain's system calls. During a
+// flood the buffer writes the transcript in 64 KiB pieces anyway.
 func (c *Console) drain() {
 	defer close(c.drainDone)
 	p := make([]byte, c.size)
+	armed := false // a read deadline for the idle flush is set
 	for {
 		n, err := c.out.f.Read(p)
 		if n > 0 {
 			_, _ = c.buf.Write(p[:n])
+			if n < len(p) && !armed && c.buf.tr != nil {
+				armed = true
+				if c.setDrainDeadline(time.Now().Add(idleFlushDelay)) {
+					return
+				}
+			}
 		}
 		if err == nil {
+			continue
+		}
+		if armed && errors.Is(err, os.ErrDeadlineExceeded) && !c.stopping.Load() {
+			_ = c.buf.Flush() // a failure was logged
+			armed = false
+			if c.setDrainDeadline(time.Time{}) {
+				return
+			}
 			continue
 		}
 		if !(c.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded)) {
@@ -268,6 +400,17 @@ func (c *Console) drain() {
 		}
 		return
 	}
+}
+
+// setDrainDeadline sets the output FIFO's read deadline for the drain and
+// reports whether the drain is being stopped, in which case the drain must
+// return: stopDrain sets stopping before its own deadline, so either that
+// deadline comes last or the drain sees stopping here.
+func (c *Console) setDrainDeadline(t time.Time) (stop bool) {
+	if err := c.out.f.SetReadDeadline(t); err != nil {
+		c.log.Error("serial: setting the drain's read deadline", "path", c.out.path, "err", err)
+	}
+	return c.stopping.Load()
 }
 
 // stopDrain stops the drain goroutine and waits for it. Everything it read

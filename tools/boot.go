@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/profile"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
@@ -29,7 +31,6 @@ type BootInput struct {
 	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
 	Drives      []qemu.Drive `json:"drives,omitempty" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
 	ExtraArgs   []string     `json:"extra_args,omitempty" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
-	WaitFor     string       `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2 syntax) to wait for on the serial console before returning"`
 	Timeout     float64      `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for (fractions allowed); default 60"`
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest first instead of failing"`
@@ -41,6 +42,7 @@ type BootInput struct {
 	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
 	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
+	WaitOptions
 }
 
 // BootOutput is qemu_boot's result.
@@ -57,13 +59,15 @@ type BootOutput struct {
 	PCAPPath string         `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
 	// Profile is the profile applied, if any.
 	Profile string `json:"profile,omitempty" jsonschema:"the .qemu-mcp.json profile applied"`
+	// Transcript is the complete console log of this boot.
+	Transcript string `json:"transcript" jsonschema:"file holding the complete serial output of this boot (kept after the server exits)"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
 
 const defaultBootTimeout = 60 * time.Second
 
-func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput) (*mcp.CallToolResult, BootOutput, error) {
+func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInput) (*mcp.CallToolResult, BootOutput, error) {
 	start := time.Now()
 	root := in.ProjectRoot
 	if root == "" {
@@ -77,11 +81,14 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	re, err := compileWait(in.WaitFor)
+	panics, err := compileAll("panic_patterns of the profile", prof.Panics)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	timeout, err := seconds("timeout", in.Timeout, defaultBootTimeout)
+	s.mu.Lock()
+	s.panics = panics
+	s.mu.Unlock()
+	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout, 0)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
@@ -121,7 +128,17 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 			return nil, BootOutput{}, err
 		}
 	}
-	m, err := qemu.Start(ctx, qemu.Runtime{Dir: s.cfg.RuntimeDir, Owner: s.pid, Logger: s.log}, cfg)
+	// Every attempt gets its own transcript: a failed start keeps what
+	// QEMU printed, and the next attempt must not collide with it.
+	s.mu.Lock()
+	s.attempts++
+	boot := s.attempts
+	s.mu.Unlock()
+	// The transcript outlives the server: it is the complete console log
+	// of this boot, kept with the captures.
+	transcript := filepath.Join(runtimedir.CapturesDir(s.cfg.RuntimeDir), fmt.Sprintf("serial-%d-%d.log", s.pid, boot))
+	m, err := qemu.Start(ctx, qemu.Runtime{Dir: s.cfg.RuntimeDir, Owner: s.pid, Logger: s.log,
+		Transcript: transcript, RingSize: s.cfg.RingSize}, cfg)
 	if err != nil {
 		s.deleteTAP(dev)
 		s.releaseLock(l)
@@ -164,17 +181,19 @@ func (s *Server) boot(ctx context.Context, _ *mcp.CallToolRequest, in BootInput)
 			s.log.Warn("query vnc", "err", err)
 		}
 	}
-	if re != nil {
-		w, err := s.wait(ctx, m, 0, re, timeout, 0)
+	out.Transcript = transcript
+	if p.active() {
+		w, err := s.wait(ctx, req, m, 0, p)
 		if err != nil {
 			return nil, BootOutput{}, err
 		}
 		out.WaitResult = w
 	} else {
 		out.Running = true
+		out.MatchIndex = -1
 	}
 	out.ElapsedMS = time.Since(start).Milliseconds()
-	return textResult(bootText(out, in.WaitFor)), out, nil
+	return textResult(bootText(out, p.desc)), out, nil
 }
 
 func bootText(o BootOutput, waitFor string) string {
@@ -195,6 +214,19 @@ func bootText(o BootOutput, waitFor string) string {
 type activeProfile struct {
 	name   string
 	Prompt string
+	Panics []string
+}
+
+func compileAll(what string, srcs []string) ([]*regexp.Regexp, error) {
+	res := make([]*regexp.Regexp, 0, len(srcs))
+	for i, src := range srcs {
+		re, err := regexp.Compile(src)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d] %q: %w", what, i, src, err)
+		}
+		res = append(res, re)
+	}
+	return res, nil
 }
 
 // applyProfile fills the arguments the caller left empty from the
@@ -221,7 +253,9 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 	set(&in.BIOS, p.BIOS)
 	set(&in.Memory, p.Memory)
 	set(&in.Append, p.Append)
-	set(&in.WaitFor, p.Prompt)
+	if in.WaitFor == nil && p.Prompt != "" {
+		in.WaitFor = p.Prompt
+	}
 	set(&in.Network, p.Network)
 	if in.SMP == 0 {
 		in.SMP = p.SMP
@@ -233,7 +267,7 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 		in.ExtraArgs = p.ExtraArgs
 	}
 	in.GPU = in.GPU || p.GPU
-	return activeProfile{name: name, Prompt: p.Prompt}, nil
+	return activeProfile{name: name, Prompt: p.Prompt, Panics: p.PanicPatterns}, nil
 }
 
 // bootConfig turns arguments into a QEMU configuration, resolving paths

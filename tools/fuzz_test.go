@@ -38,6 +38,9 @@ func FuzzBootArguments(f *testing.F) {
 		`{"kernel":"k.bin","timeout":-1}`,
 		`{"kernel":"k.bin","timeout":1e308}`,
 		`{"kernel":"k.bin","wait_for":"(unclosed"}`,
+		`{"kernel":"k.bin","wait_for":["a","(b"],"idle_ms":-1}`,
+		`{"kernel":"k.bin","wait_for":[1,2],"panic_patterns":["("]}`,
+		`{"kernel":"k.bin","wait_for":{"x":1}}`,
 		`{"kernel":"k.bin","memory":"1,share=on"}`,
 		`{"bios":"none"}`,
 	} {
@@ -48,8 +51,9 @@ func FuzzBootArguments(f *testing.F) {
 		if json.Unmarshal(data, &in) != nil {
 			return
 		}
-		if _, err := compileWait(in.WaitFor); err != nil && !strings.Contains(err.Error(), "not a valid regular expression") {
-			t.Fatalf("compileWait error %q lacks guidance", err)
+		if _, err := s.plan(in.WaitOptions, in.Timeout, time.Minute, 0); err != nil && !strings.Contains(err.Error(), "wait_for") &&
+			!strings.Contains(err.Error(), "timeout") && !strings.Contains(err.Error(), "idle_ms") && !strings.Contains(err.Error(), "panic_patterns") {
+			t.Fatalf("plan error %q does not name the argument", err)
 		}
 		if d, err := seconds("timeout", in.Timeout, time.Minute); err == nil && (d <= 0 || d > 24*time.Hour) {
 			t.Fatalf("seconds(%v) = %v without error", in.Timeout, d)

@@ -36,7 +36,7 @@ func TestProfiles(t *testing.T) {
 	// serial_send waits for the profile's prompt by default.
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo via-profile"}, &w)
-	if !w.Matched || !strings.HasSuffix(w.Output, "via-profile\r\ntiny> ") {
+	if !w.Matched || !strings.HasSuffix(w.Output, "via-profile\ntiny> ") {
 		t.Errorf("send with the profile prompt: %+v", w)
 	}
 	// A named profile, with an explicit argument overriding it.

@@ -2,47 +2,72 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
 )
+
+// WaitOptions are the wait and text arguments that qemu_boot, serial_send
+// and serial_read share.
+type WaitOptions struct {
+	WaitFor       any      `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \r\n, so write \r?\n (or $ for the end of the output so far)"`
+	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console has been quiet this many milliseconds (idle: true)"`
+	PanicPatterns []string `json:"panic_patterns,omitempty" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
+	Raw           bool     `json:"raw,omitempty" jsonschema:"return the bytes as they came (base64 with encoding: base64 when not valid UTF-8) instead of text with terminal escapes stripped and \\r\\n made \\n"`
+}
 
 // WaitResult is the part of a result that reports serial output and how a
 // wait ended; qemu_boot, serial_send and serial_read share it.
 type WaitResult struct {
-	Output      string `json:"output" jsonschema:"serial output (from output_start up to the match, or to the end when nothing matched)"`
-	OutputStart int64  `json:"output_start" jsonschema:"cursor of the first byte of output"`
-	Truncated   bool   `json:"truncated" jsonschema:"output was cut to max_bytes; read from output_start or cursor to see the rest"`
-	Matched     bool   `json:"matched" jsonschema:"wait_for matched"`
-	Match       string `json:"match,omitempty" jsonschema:"the text that matched wait_for"`
-	Cursor      int64  `json:"cursor" jsonschema:"serial cursor after this result: pass it as since to continue"`
-	TimedOut    bool   `json:"timed_out" jsonschema:"the timeout passed before wait_for matched"`
-	Exited      bool   `json:"exited" jsonschema:"QEMU has exited"`
-	ExitStatus  *int   `json:"exit_status,omitempty" jsonschema:"QEMU's exit status, once it exited (128+n when killed by signal n)"`
-	Running     bool   `json:"running" jsonschema:"QEMU is running"`
+	Output      string   `json:"output" jsonschema:"serial output from output_start to cursor (text unless raw)"`
+	Encoding    string   `json:"encoding,omitempty" jsonschema:"base64 when raw output was not valid UTF-8"`
+	OutputStart int64    `json:"output_start" jsonschema:"cursor of the first byte of output"`
+	Truncated   bool     `json:"truncated" jsonschema:"output was cut to max_bytes: read from the cursors given to see the rest"`
+	Lost        bool     `json:"lost,omitempty" jsonschema:"bytes before output_start are gone for good (no transcript held them)"`
+	Matched     bool     `json:"matched" jsonschema:"a wait_for pattern matched"`
+	MatchIndex  int      `json:"match_index" jsonschema:"index of the pattern that matched in the wait_for list, or -1"`
+	Match       string   `json:"match,omitempty" jsonschema:"the text that matched"`
+	Before      string   `json:"before,omitempty" jsonschema:"the output before the match"`
+	Groups      []string `json:"groups,omitempty" jsonschema:"the match's capture groups"`
+	Cursor      int64    `json:"cursor" jsonschema:"serial cursor after this result: just past the match, or the end; pass it as since to continue"`
+	TimedOut    bool     `json:"timed_out" jsonschema:"the timeout passed before anything else ended the wait"`
+	Idle        bool     `json:"idle" jsonschema:"the console was quiet for idle_ms"`
+	Panicked    bool     `json:"panicked" jsonschema:"a panic pattern matched: the guest crashed"`
+	PanicMatch  string   `json:"panic_match,omitempty" jsonschema:"the panic line"`
+	Exited      bool     `json:"exited" jsonschema:"QEMU has exited"`
+	ExitStatus  *int     `json:"exit_status,omitempty" jsonschema:"QEMU's exit status, once it exited (128+n when killed by signal n)"`
+	Running     bool     `json:"running" jsonschema:"QEMU is running"`
 }
 
 func (w WaitResult) summary(pattern string) string {
 	var b strings.Builder
 	switch {
 	case w.Matched:
-		fmt.Fprintf(&b, "matched %q (cursor %d)\n", pattern, w.Cursor)
-	case w.TimedOut:
-		fmt.Fprintf(&b, "timed out waiting for %q (cursor %d)\n", pattern, w.Cursor)
+		fmt.Fprintf(&b, "matched %q (cursor %d)\n", w.Match, w.Cursor)
+	case w.Panicked:
+		fmt.Fprintf(&b, "PANIC: %s (cursor %d)\n", w.PanicMatch, w.Cursor)
 	case w.Exited:
-		fmt.Fprintf(&b, "guest exited (status %d) before %q appeared (cursor %d)\n", deref(w.ExitStatus), pattern, w.Cursor)
+		fmt.Fprintf(&b, "guest exited (status %d) before %s appeared (cursor %d)\n", deref(w.ExitStatus), pattern, w.Cursor)
+	case w.Idle:
+		fmt.Fprintf(&b, "console idle (cursor %d)\n", w.Cursor)
+	case w.TimedOut:
+		fmt.Fprintf(&b, "timed out waiting for %s (cursor %d)\n", pattern, w.Cursor)
 	default:
 		fmt.Fprintf(&b, "cursor %d\n", w.Cursor)
 	}
 	if w.Truncated {
-		fmt.Fprintf(&b, "[output truncated: it starts at cursor %d]\n", w.OutputStart)
+		fmt.Fprintf(&b, "[output cut to its last bytes: it starts at cursor %d]\n", w.OutputStart)
+	}
+	if w.Lost {
+		fmt.Fprintf(&b, "[output before cursor %d is lost]\n", w.OutputStart)
 	}
 	b.WriteString(w.Output)
 	return b.String()
@@ -55,9 +80,48 @@ func deref(p *int) int {
 	return *p
 }
 
+// patterns turns wait_for (a string or a list of strings) into regexps.
+func patterns(v any) ([]*regexp.Regexp, string, error) {
+	var srcs []string
+	switch v := v.(type) {
+	case nil:
+	case string:
+		if v != "" {
+			srcs = []string{v}
+		}
+	case []string:
+		srcs = v
+	case []any:
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return nil, "", fmt.Errorf("wait_for[%d]: want a string, got %T", i, e)
+			}
+			srcs = append(srcs, s)
+		}
+	default:
+		return nil, "", fmt.Errorf("wait_for: want a regular expression or a list of them, got %T", v)
+	}
+	res := make([]*regexp.Regexp, len(srcs))
+	for i, s := range srcs {
+		re, err := compileWait(s)
+		if err != nil {
+			return nil, "", err
+		}
+		res[i] = re
+	}
+	var desc string
+	if len(srcs) == 1 {
+		desc = fmt.Sprintf("%q", srcs[0])
+	} else if len(srcs) > 1 {
+		desc = "any of " + fmt.Sprintf("%q", srcs)
+	}
+	return res, desc, nil
+}
+
 func compileWait(pattern string) (*regexp.Regexp, error) {
 	if pattern == "" {
-		return nil, nil
+		return nil, errors.New("wait_for: an empty pattern matches at once: give a regular expression")
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
@@ -79,38 +143,108 @@ func seconds(name string, v float64, def time.Duration) (time.Duration, error) {
 	return time.Duration(v * float64(time.Second)), nil
 }
 
-// text turns guest bytes into valid UTF-8 for JSON.
-func text(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
+// waitPlan is a validated wait: what to wait for, how long, what to report.
+type waitPlan struct {
+	spec serial.Spec
+	desc string
+	raw  bool
+	max  int
+}
+
+// active reports whether the call waits at all.
+func (p waitPlan) active() bool { return len(p.spec.Patterns) > 0 || p.spec.Idle > 0 }
+
+// plan validates the shared wait arguments.
+func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, maxBytes int) (waitPlan, error) {
+	pats, desc, err := patterns(o.WaitFor)
+	if err != nil {
+		return waitPlan{}, err
 	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
+	t, err := seconds("timeout", timeout, def)
+	if err != nil {
+		return waitPlan{}, err
+	}
+	if o.IdleMS < 0 {
+		return waitPlan{}, fmt.Errorf("idle_ms %d: want a positive number", o.IdleMS)
+	}
+	if maxBytes < 0 {
+		return waitPlan{}, fmt.Errorf("max_bytes %d: want a positive number", maxBytes)
+	}
+	if maxBytes == 0 {
+		maxBytes = defaultMaxBytes
+	}
+	p := waitPlan{spec: serial.Spec{Patterns: pats, Idle: time.Duration(o.IdleMS) * time.Millisecond, Timeout: t, MaxOutput: maxBytes}, desc: desc, raw: o.Raw, max: maxBytes}
+	if desc == "" && p.spec.Idle > 0 {
+		p.desc = "idle"
+	}
+	switch {
+	case o.PanicPatterns != nil:
+		p.spec.Panic = make([]*regexp.Regexp, 0, len(o.PanicPatterns))
+		for i, src := range o.PanicPatterns {
+			re, err := regexp.Compile(src)
+			if err != nil {
+				return waitPlan{}, fmt.Errorf("panic_patterns[%d] %q: %w", i, src, err)
+			}
+			p.spec.Panic = append(p.spec.Panic, re)
+		}
+	default:
+		s.mu.Lock()
+		extra := s.panics
+		s.mu.Unlock()
+		if len(extra) > 0 {
+			p.spec.Panic = append(serial.DefaultPanicPatterns(), extra...)
+		}
+	}
+	return p, nil
+}
+
+// render turns guest bytes into what the agent reads: clean text by
+// default, or the bytes themselves.
+func render(b []byte, raw bool) (string, string) {
+	if raw {
+		text, enc := serial.Raw(b)
+		if enc == "utf-8" {
+			enc = ""
+		}
+		return text, enc
+	}
+	return serial.Clean(b), ""
 }
 
 const defaultMaxBytes = 64 << 10
 
-// wait waits on m's console from since for re and records where it ended as
+// wait runs plan on m's console from since and records where it ended as
 // the server's read cursor. Timing out is a normal result, not an error.
-func (s *Server) wait(ctx context.Context, m *qemu.Machine, since int64, re *regexp.Regexp, timeout time.Duration, maxBytes int) (WaitResult, error) {
-	res, err := m.Console().Buffer().Wait(ctx, since, re, timeout)
+func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, m *qemu.Machine, since int64, p waitPlan) (WaitResult, error) {
+	spec := p.spec
+	if req != nil && req.Session != nil {
+		if tok := req.Params.GetProgressToken(); tok != nil {
+			sess := req.Session
+			spec.Progress = func(pr serial.Progress) {
+				// Best effort: a client that stopped listening must not
+				// stall the wait.
+				_ = sess.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: tok,
+					Progress:      float64(pr.Bytes),
+					Message:       fmt.Sprintf("%d bytes, %s: %s", pr.Bytes, pr.Elapsed.Round(time.Second), serial.Clean([]byte(pr.LastLine))),
+				})
+			}
+		}
+	}
+	res, err := m.Console().Buffer().WaitFor(ctx, since, spec)
 	if err != nil {
-		return WaitResult{}, fmt.Errorf("wait for %q: %w", re, err)
+		return WaitResult{}, fmt.Errorf("wait for %s: %w", p.desc, err)
 	}
-	w := WaitResult{Matched: res.Matched, TimedOut: res.TimedOut, Cursor: res.Cursor, OutputStart: since}
-	out := res.Output
-	if maxBytes <= 0 {
-		maxBytes = defaultMaxBytes
+	w := WaitResult{
+		Matched: res.Matched, MatchIndex: res.Index, TimedOut: res.TimedOut, Idle: res.Idle,
+		Panicked: res.Panicked, PanicMatch: res.PanicMatch, Cursor: res.Cursor,
+		OutputStart: res.OutputStart, Lost: res.Lost, Truncated: res.OutputStart > res.Since && !res.Lost,
+		Groups: res.Groups,
 	}
-	if len(out) > maxBytes {
-		// Keep the end: what led up to the match is what an agent needs.
-		cut := len(out) - maxBytes
-		out = out[cut:]
-		w.OutputStart += int64(cut)
-		w.Truncated = true
-	}
-	w.Output = text(out)
+	w.Output, w.Encoding = render(res.Output, p.raw)
 	if res.Matched {
-		w.Match = text(res.Output[res.Start-since : res.End-since])
+		w.Match, _ = render(res.Match, p.raw)
+		w.Before, _ = render(res.Before, p.raw)
 	}
 	if res.Finished {
 		// The buffer is finished just before Done closes.
@@ -135,10 +269,11 @@ func (s *Server) setExit(w *WaitResult, m *qemu.Machine) {
 
 // SendInput is serial_send's arguments.
 type SendInput struct {
-	Data    string  `json:"data" jsonschema:"text to type on the serial console; control characters pass through (\u0003 is Ctrl-C)"`
-	Newline string  `json:"newline,omitempty" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
-	WaitFor string  `json:"wait_for,omitempty" jsonschema:"regular expression to wait for in the output that follows the send; default: the boot profile's prompt, if any"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for; default 30"`
+	Data        string  `json:"data" jsonschema:"text to type on the serial console; control characters pass through (\u0003 is Ctrl-C); each line gets the newline"`
+	Newline     string  `json:"newline,omitempty" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
+	CharDelayMS int     `json:"char_delay_ms,omitempty" jsonschema:"milliseconds between bytes, for guests without a UART FIFO that drop fast input"`
+	Timeout     float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for; default 30"`
+	WaitOptions
 }
 
 // SendOutput is serial_send's result.
@@ -149,21 +284,22 @@ type SendOutput struct {
 
 var newlines = map[string]string{"": "\r", "cr": "\r", "lf": "\n", "crlf": "\r\n", "none": ""}
 
-func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, SendOutput, error) {
-	if in.WaitFor == "" {
+func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, SendOutput, error) {
+	if in.WaitFor == nil {
 		s.mu.Lock()
-		in.WaitFor = s.prompt
+		if s.prompt != "" {
+			in.WaitFor = s.prompt
+		}
 		s.mu.Unlock()
 	}
 	nl, ok := newlines[in.Newline]
 	if !ok {
 		return nil, SendOutput{}, fmt.Errorf("newline %q: want cr, lf, crlf or none", in.Newline)
 	}
-	re, err := compileWait(in.WaitFor)
-	if err != nil {
-		return nil, SendOutput{}, err
+	if in.CharDelayMS < 0 || in.CharDelayMS > 1000 {
+		return nil, SendOutput{}, fmt.Errorf("char_delay_ms %d: want 0 to 1000", in.CharDelayMS)
 	}
-	timeout, err := seconds("timeout", in.Timeout, 30*time.Second)
+	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second, 0)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
@@ -179,43 +315,40 @@ func (s *Server) send(ctx context.Context, _ *mcp.CallToolRequest, in SendInput)
 	}
 	data += nl
 	from := m.Console().Buffer().End()
-	n, err := m.Console().Write(ctx, []byte(data))
+	var n int
+	if in.CharDelayMS > 0 {
+		n, err = m.Console().WriteSlow(ctx, []byte(data), time.Duration(in.CharDelayMS)*time.Millisecond)
+	} else {
+		n, err = m.Console().Write(ctx, []byte(data))
+	}
 	if err != nil {
 		return nil, SendOutput{}, fmt.Errorf("write to serial console: %w (wrote %d of %d bytes)", err, n, len(data))
 	}
 	out := SendOutput{Written: n}
-	if re == nil {
-		out.Cursor = from
-		out.OutputStart = from
+	if !p.active() {
+		out.Cursor, out.OutputStart, out.MatchIndex = from, from, -1
 		s.setExit(&out.WaitResult, m)
 		return textResult(fmt.Sprintf("wrote %d bytes; output from cursor %d on is waiting for serial_read", n, from)), out, nil
 	}
-	out.WaitResult, err = s.wait(ctx, m, from, re, timeout, 0)
+	out.WaitResult, err = s.wait(ctx, req, m, from, p)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
-	return textResult(fmt.Sprintf("wrote %d bytes; ", n) + out.WaitResult.summary(in.WaitFor)), out, nil
+	return textResult(fmt.Sprintf("wrote %d bytes; ", n) + out.WaitResult.summary(p.desc)), out, nil
 }
 
 // ReadInput is serial_read's arguments.
 type ReadInput struct {
-	Since    *int64  `json:"since,omitempty" jsonschema:"cursor to read from; default where the last read or wait ended"`
-	WaitFor  string  `json:"wait_for,omitempty" jsonschema:"regular expression to wait for; without it the read returns at once"`
-	Timeout  float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for; default 5"`
+	Since    *int64  `json:"since,omitempty" jsonschema:"cursor to read from; default where the last read or wait ended; output older than the in-memory ring comes from the transcript"`
+	Timeout  float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for or idle_ms; default 5"`
 	MaxBytes int     `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return; default 65536"`
+	WaitOptions
 }
 
-func (s *Server) read(ctx context.Context, _ *mcp.CallToolRequest, in ReadInput) (*mcp.CallToolResult, WaitResult, error) {
-	re, err := compileWait(in.WaitFor)
+func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInput) (*mcp.CallToolResult, WaitResult, error) {
+	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second, in.MaxBytes)
 	if err != nil {
 		return nil, WaitResult{}, err
-	}
-	timeout, err := seconds("timeout", in.Timeout, 5*time.Second)
-	if err != nil {
-		return nil, WaitResult{}, err
-	}
-	if in.MaxBytes < 0 {
-		return nil, WaitResult{}, fmt.Errorf("max_bytes %d: want a positive number", in.MaxBytes)
 	}
 	m := s.current()
 	if m == nil {
@@ -234,27 +367,40 @@ func (s *Server) read(ctx context.Context, _ *mcp.CallToolRequest, in ReadInput)
 	if end := buf.End(); since > end {
 		since = end
 	}
-	if re != nil {
-		w, err := s.wait(ctx, m, since, re, timeout, in.MaxBytes)
+	if p.active() {
+		w, err := s.wait(ctx, req, m, since, p)
 		if err != nil {
 			return nil, WaitResult{}, err
 		}
-		return textResult(w.summary(in.WaitFor)), w, nil
+		return textResult(w.summary(p.desc)), w, nil
 	}
-	max := in.MaxBytes
-	if max == 0 {
-		max = defaultMaxBytes
+	page, err := buf.ReadPage(since, p.max)
+	if err != nil {
+		return nil, WaitResult{}, fmt.Errorf("read serial output: %w", err)
 	}
-	data, next := buf.Read(since, max)
-	w := WaitResult{Output: text(data), OutputStart: since, Cursor: next, Truncated: next < buf.End()}
+	data := page.Data
+	end := buf.End()
+	if !p.raw && page.Next < end {
+		// More follows: end this page where a sequence is complete, so
+		// the next page cleans it whole.
+		if k := serial.CompletePrefix(data); k > 0 {
+			data = data[:k]
+		}
+	}
+	w := WaitResult{OutputStart: page.Start, Cursor: page.Start + int64(len(data)), Lost: page.Lost > 0, MatchIndex: -1}
+	w.Truncated = w.Cursor < end
+	w.Output, w.Encoding = render(data, p.raw)
 	s.setExit(&w, m)
 	s.mu.Lock()
-	s.readCursor = next
+	s.readCursor = w.Cursor
 	s.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", len(data), since, next)
+	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", len(data), w.OutputStart, w.Cursor)
+	if page.Lost > 0 {
+		fmt.Fprintf(&b, " (%d bytes before it were lost)", page.Lost)
+	}
 	if w.Truncated {
-		fmt.Fprintf(&b, " (more follows: read again from cursor %d)", next)
+		fmt.Fprintf(&b, " (more follows: read again from cursor %d)", w.Cursor)
 	}
 	if w.Exited {
 		fmt.Fprintf(&b, "; guest exited with status %d", *w.ExitStatus)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"sync"
 	"time"
 
@@ -41,6 +42,9 @@ type Config struct {
 	Address   string
 	// LockFile overrides the repository lock path (see lock.Path).
 	LockFile string
+	// RingSize is the in-memory serial buffer; 0 means serial's default.
+	// Older output is read back from the transcript.
+	RingSize int
 	// AllowHostAccess lifts the boundary that keeps qmp_command and
 	// extra_args inside the guest (see internal/boundary).
 	AllowHostAccess bool
@@ -76,9 +80,11 @@ type Server struct {
 	rec        registry.Record
 	recRemoved bool
 	boots      int
+	attempts   int
 	shots      int
 	readCursor int64
-	prompt     string // the boot profile's prompt: serial_send's default wait_for
+	prompt     string           // the boot profile's prompt: serial_send's default wait_for
+	panics     []*regexp.Regexp // the boot profile's panic patterns, added to the defaults
 	net        netState
 }
 
@@ -209,6 +215,7 @@ func (s *Server) NewMCPServer() *mcp.Server {
 	})
 	s.register(ms)
 	s.registerNetwork(ms)
+	s.registerResources(ms)
 	return ms
 }
 

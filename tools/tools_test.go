@@ -182,7 +182,7 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	if !strings.Contains(b.Output, "qemu-mcp tiny kernel 1.0") || !strings.HasSuffix(b.Output, "tiny> ") {
 		t.Errorf("boot output %q lacks the banner or does not end at the prompt", b.Output)
 	}
-	if b.Cursor != int64(len(b.Output)) || !b.Running || b.Match != "tiny> " {
+	if b.Cursor <= int64(len(b.Output)) || !b.Running || b.Match != "tiny> " {
 		t.Errorf("boot result: cursor %d, output %d bytes, running %v, match %q", b.Cursor, len(b.Output), b.Running, b.Match)
 	}
 	if b.Argv[0] == "" || !contains(b.Argv, "-S") || !contains(b.Argv, "-kernel") {
@@ -203,7 +203,7 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	if !send.Matched || send.Written != len("echo hello world\r") {
 		t.Fatalf("send: %+v", send)
 	}
-	if send.Output != "echo hello world\r\nhello world\r\ntiny> " {
+	if send.Output != "echo hello world\nhello world\ntiny> " {
 		t.Errorf("send output %q", send.Output)
 	}
 
@@ -301,7 +301,7 @@ func TestNothingLostBetweenCalls(t *testing.T) {
 	}
 	s.mustCall("serial_send", map[string]any{"data": "echo two"}, nil)
 	s.mustCall("serial_read", map[string]any{"wait_for": `two\r\n` + prompt, "timeout": 10}, &r)
-	if !r.Matched || r.OutputStart != first || !regexp.MustCompile(`(?s)^echo one\r\none\r\ntiny> echo two\r\ntwo\r\ntiny> $`).MatchString(r.Output) {
+	if !r.Matched || r.OutputStart != first || !regexp.MustCompile(`(?s)^echo one\none\ntiny> echo two\ntwo\ntiny> $`).MatchString(r.Output) {
 		t.Fatalf("read after sends: %+v", r)
 	}
 	// Reading again from an old cursor returns the same bytes: nothing is consumed.
@@ -312,7 +312,7 @@ func TestNothingLostBetweenCalls(t *testing.T) {
 	}
 	// max_bytes pages through the output.
 	var page waitOut
-	s.mustCall("serial_read", map[string]any{"since": 0, "max_bytes": 10}, &page)
+	s.mustCall("serial_read", map[string]any{"since": 0, "max_bytes": 10, "raw": true}, &page)
 	if len(page.Output) != 10 || page.Cursor != 10 || !page.Truncated {
 		t.Errorf("page: %+v", page)
 	}
@@ -342,7 +342,7 @@ func TestTimeouts(t *testing.T) {
 	// that did come is in it.
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo abc", "wait_for": "xyz", "timeout": 0.5}, &w)
-	if !w.TimedOut || !strings.Contains(w.Output, "abc\r\ntiny> ") {
+	if !w.TimedOut || !strings.Contains(w.Output, "abc\ntiny> ") {
 		t.Errorf("send timeout result %+v", w)
 	}
 	// A boot whose pattern never appears reports it, with the guest running.

@@ -1,0 +1,516 @@
+// Command bench measures qemu-mcp through its real MCP stdio path against
+// the raw ceilings (QEMU alone, the bare FIFOs) in the same run, and prints
+// a table with the ratios. Run it with scripts/bench.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+)
+
+var (
+	binary    = flag.String("bin", "bin/qemu-mcp", "qemu-mcp binary to measure")
+	kernel    = flag.String("kernel", "testdata/images/tiny.bin", "the tiny kernel (for the raw runs)")
+	echoes    = flag.Int("echoes", 200, "echo round trips per side")
+	floodSize = flag.Int("flood", 4<<20, "bytes flooded for the throughput figure")
+	soak      = flag.Duration("soak", time.Minute, "how long the guest floods while memory is sampled (0 skips)")
+	boots     = flag.Int("boots", 10, "boots per side")
+)
+
+const banner = "qemu-mcp tiny kernel 1.0"
+
+type row struct {
+	name, ours, raw, ratio, target string
+}
+
+func main() {
+	flag.Parse()
+	ctx := context.Background()
+	var rows []row
+	fail := func(what string, err error) {
+		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
+		os.Exit(1)
+	}
+
+	start, rss, err := measureStart(ctx)
+	if err != nil {
+		fail("server start", err)
+	}
+	rows = append(rows, row{"server start to initialize answered (median of 10)", ms(start), "-", "-", "<= 20 ms"})
+	rows = append(rows, row{"idle resident memory after initialize", mib(rss), "-", "-", "<= 20 MiB"})
+
+	raw, err := rawEcho(*echoes)
+	if err != nil {
+		fail("raw echo", err)
+	}
+	ours, err := mcpEcho(ctx, *echoes)
+	if err != nil {
+		fail("mcp echo", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("echo round trip, median of %d", *echoes), ms(median(ours)), ms(median(raw)),
+		ratio(median(ours), median(raw)), "<= 1 ms, <= 5x raw"})
+	rows = append(rows, row{"echo round trip, p90", ms(pct(ours, 90)), ms(pct(raw, 90)), ratio(pct(ours, 90), pct(raw, 90)), ""})
+
+	rawBoot, err := rawBoot(*boots)
+	if err != nil {
+		fail("raw boot", err)
+	}
+	ourBoot, err := mcpBoot(ctx, *boots)
+	if err != nil {
+		fail("mcp boot", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("boot to banner, median of %d", *boots), ms(median(ourBoot)), ms(median(rawBoot)),
+		"+" + ms(median(ourBoot)-median(rawBoot)), "<= +30 ms"})
+
+	rawRate, err := rawFlood(*floodSize)
+	if err != nil {
+		fail("raw flood", err)
+	}
+	ourRate, err := mcpFlood(ctx, *floodSize)
+	if err != nil {
+		fail("mcp flood", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("flood %d bytes, every byte checked", *floodSize), rate(ourRate), rate(rawRate),
+		fmt.Sprintf("%.1f%%", 100*ourRate/rawRate), ">= 95% of raw"})
+
+	if *soak > 0 {
+		peak, idle, n, err := soakMemory(ctx, *soak)
+		if err != nil {
+			fail("soak", err)
+		}
+		rows = append(rows, row{fmt.Sprintf("peak RSS while the guest floods for %v (%s of output)", *soak, mib(n)), mib(peak), "idle " + mib(idle), "-", "bounded"})
+	}
+	printTable(rows)
+}
+
+func printTable(rows []row) {
+	host, _ := os.Hostname()
+	cpu := "unknown cpu"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		if m := regexp.MustCompile(`model name\s*:\s*(.*)`).FindSubmatch(b); m != nil {
+			cpu = string(m[1])
+		}
+	}
+	qv, _ := exec.Command("qemu-system-riscv64", "--version").Output()
+	fmt.Printf("machine: %s, %s, %d cpus, %s\n\n", host, cpu, numCPU(), strings.SplitN(string(qv), "\n", 2)[0])
+	fmt.Println("| measure | qemu-mcp | raw ceiling | ratio | target |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.name, r.ours, r.raw, r.ratio, r.target)
+	}
+}
+
+func numCPU() int {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) == nil {
+		return set.Count()
+	}
+	return 0
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d.Microseconds())/1000) }
+func mib(n int64) string        { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+func rate(bps float64) string   { return fmt.Sprintf("%.3f MB/s", bps/1e6) }
+func ratio(a, b time.Duration) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", float64(a)/float64(b))
+}
+
+func median(d []time.Duration) time.Duration { return pct(d, 50) }
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[(len(s)-1)*p/100]
+}
+
+// --- the server over stdio ---
+
+type server struct {
+	cmd *exec.Cmd
+	cs  *mcp.ClientSession
+	dir string
+}
+
+func startServer(ctx context.Context) (*server, error) {
+	dir, err := os.MkdirTemp("", "qmb")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(*binary, "-log-level", "warn")
+	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock")
+	cmd.Stderr = os.Stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &server{cmd: cmd, cs: cs, dir: dir}, nil
+}
+
+func (s *server) close() {
+	s.cs.Close()
+	os.RemoveAll(s.dir)
+}
+
+func (s *server) call(ctx context.Context, name string, args map[string]any, out any) error {
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return err
+	}
+	if res.IsError {
+		var b strings.Builder
+		for _, c := range res.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				b.WriteString(t.Text)
+			}
+		}
+		return fmt.Errorf("%s: %s", name, b.String())
+	}
+	if out != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func (s *server) boot(ctx context.Context, waitFor string) error {
+	var b struct {
+		Matched bool `json:"matched"`
+	}
+	if err := s.call(ctx, "qemu_boot", map[string]any{"wait_for": waitFor, "timeout": 60, "restart": true}, &b); err != nil {
+		return err
+	}
+	if !b.Matched {
+		return fmt.Errorf("boot: %q not seen", waitFor)
+	}
+	return nil
+}
+
+func measureStart(ctx context.Context) (time.Duration, int64, error) {
+	var ds []time.Duration
+	var rss int64
+	for i := 0; i < 10; i++ {
+		t := time.Now()
+		s, err := startServer(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		ds = append(ds, time.Since(t))
+		time.Sleep(200 * time.Millisecond)
+		rss = max(rss, vmRSS(s.cmd.Process.Pid))
+		s.close()
+	}
+	return median(ds), rss, nil
+}
+
+func vmRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n << 10
+}
+
+func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	if err := s.boot(ctx, `tiny> $`); err != nil {
+		return nil, err
+	}
+	var ds []time.Duration
+	for i := 0; i < n+10; i++ {
+		tok := "e" + strconv.Itoa(i)
+		var w struct {
+			Matched bool `json:"matched"`
+		}
+		t := time.Now()
+		if err := s.call(ctx, "serial_send", map[string]any{"data": "echo " + tok, "wait_for": tok + `\r\ntiny> $`, "timeout": 10}, &w); err != nil {
+			return nil, err
+		}
+		d := time.Since(t)
+		if !w.Matched {
+			return nil, fmt.Errorf("echo %s not seen", tok)
+		}
+		if i >= 10 { // warm-up
+			ds = append(ds, d)
+		}
+	}
+	return ds, nil
+}
+
+func mcpBoot(ctx context.Context, n int) ([]time.Duration, error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var ds []time.Duration
+	for i := 0; i < n+1; i++ {
+		t := time.Now()
+		if err := s.boot(ctx, banner); err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			ds = append(ds, time.Since(t))
+		}
+	}
+	return ds, nil
+}
+
+// mcpFlood floods through the guest and pages the output back through
+// serial_read, checking every byte against the kernel's pattern.
+func mcpFlood(ctx context.Context, size int) (float64, error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer s.close()
+	if err := s.boot(ctx, `tiny> $`); err != nil {
+		return 0, err
+	}
+	var sent struct {
+		Cursor int64 `json:"cursor"`
+	}
+	cmd := "flood " + strconv.Itoa(size)
+	t := time.Now()
+	if err := s.call(ctx, "serial_send", map[string]any{"data": cmd}, &sent); err != nil {
+		return 0, err
+	}
+	var got bytes.Buffer
+	cursor := sent.Cursor
+	done := []byte("flood done " + strconv.Itoa(size))
+	for !bytes.Contains(got.Bytes(), done) {
+		var r struct {
+			Output string `json:"output"`
+			Cursor int64  `json:"cursor"`
+		}
+		if err := s.call(ctx, "serial_read", map[string]any{"since": cursor, "wait_for": `(?s).+`, "timeout": 30, "max_bytes": 1 << 20, "raw": true}, &r); err != nil {
+			return 0, err
+		}
+		got.WriteString(r.Output)
+		cursor = r.Cursor
+		if time.Since(t) > 5*time.Minute {
+			return 0, fmt.Errorf("flood never finished")
+		}
+	}
+	el := time.Since(t)
+	if err := checkFlood(got.Bytes(), cmd, size); err != nil {
+		return 0, fmt.Errorf("through serial_read: %w", err)
+	}
+	return float64(size) / el.Seconds(), nil
+}
+
+// checkFlood verifies the echo of the command, then exactly size bytes of
+// the pattern (testdata/images/tiny/README.md), in order.
+func checkFlood(out []byte, cmd string, size int) error {
+	i := bytes.Index(out, []byte(cmd+"\r\n"))
+	if i < 0 {
+		return fmt.Errorf("command echo not found")
+	}
+	data := out[i+len(cmd)+2:]
+	if len(data) < size {
+		return fmt.Errorf("%d bytes, want %d", len(data), size)
+	}
+	const cycle = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQR"
+	var line [64]byte
+	for off := 0; off < size; off += 64 {
+		n := off / 64
+		copy(line[:], fmt.Sprintf("%08d ", n%100000000))
+		for j := 0; j < 54; j++ {
+			line[9+j] = cycle[j]
+		}
+		line[63] = '\n'
+		want := line[:min(64, size-off)]
+		if !bytes.Equal(data[off:off+len(want)], want) {
+			return fmt.Errorf("byte %d: got %q, want %q", off, data[off:off+len(want)], want)
+		}
+	}
+	if !bytes.HasPrefix(data[size:], []byte("\r\nflood done "+strconv.Itoa(size)+"\r\n")) {
+		return fmt.Errorf("trailer %q", data[size:min(len(data), size+40)])
+	}
+	return nil
+}
+
+// soakMemory samples the server's RSS while the guest floods and a client
+// reads only now and then, the way an agent would.
+func soakMemory(ctx context.Context, d time.Duration) (peak, idle, produced int64, err error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer s.close()
+	if err := s.boot(ctx, `tiny> $`); err != nil {
+		return 0, 0, 0, err
+	}
+	idle = vmRSS(s.cmd.Process.Pid)
+	if err := s.call(ctx, "serial_send", map[string]any{"data": "flood 100000000000"}, nil); err != nil {
+		return 0, 0, 0, err
+	}
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		time.Sleep(100 * time.Millisecond)
+		peak = max(peak, vmRSS(s.cmd.Process.Pid))
+	}
+	var st struct {
+		SerialBytes int64 `json:"serial_bytes"`
+	}
+	if err := s.call(ctx, "qemu_status", nil, &st); err != nil {
+		return 0, 0, 0, err
+	}
+	s.call(ctx, "serial_send", map[string]any{"data": "\x03", "newline": "none"}, nil)
+	return peak, idle, st.SerialBytes, nil
+}
+
+// --- the raw ceilings: QEMU alone on FIFOs ---
+
+type rawQEMU struct {
+	cmd     *exec.Cmd
+	in, out *os.File
+	dir     string
+	r       *bufio.Reader
+}
+
+func startRaw() (*rawQEMU, error) {
+	dir, err := os.MkdirTemp("", "qmr")
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Join(dir, "s")
+	for _, p := range []string{base + ".in", base + ".out"} {
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	in, _ := os.OpenFile(base+".in", os.O_RDWR, 0)
+	out, _ := os.OpenFile(base+".out", os.O_RDWR, 0)
+	args := []string{"-machine", "virt", "-nodefaults", "-display", "none", "-m", "128M", "-bios", "default",
+		"-kernel", *kernel, "-chardev", "pipe,id=s0,path=" + base, "-serial", "chardev:s0"}
+	cmd := exec.Command("qemu-system-riscv64", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &rawQEMU{cmd: cmd, in: in, out: out, dir: dir, r: bufio.NewReaderSize(out, 64<<10)}, nil
+}
+
+func (q *rawQEMU) close() {
+	q.cmd.Process.Kill()
+	q.cmd.Wait()
+	q.in.Close()
+	q.out.Close()
+	os.RemoveAll(q.dir)
+}
+
+// readUntil reads the FIFO until s has been seen.
+func (q *rawQEMU) readUntil(s string) ([]byte, error) {
+	var acc []byte
+	buf := make([]byte, 64<<10)
+	q.out.SetReadDeadline(time.Now().Add(5 * time.Minute))
+	for !bytes.Contains(acc[max(0, len(acc)-len(s)-64<<10):], []byte(s)) {
+		n, err := q.r.Read(buf)
+		if err != nil {
+			return acc, err
+		}
+		acc = append(acc, buf[:n]...)
+	}
+	return acc, nil
+}
+
+func rawEcho(n int) ([]time.Duration, error) {
+	q, err := startRaw()
+	if err != nil {
+		return nil, err
+	}
+	defer q.close()
+	if _, err := q.readUntil("tiny> "); err != nil {
+		return nil, err
+	}
+	var ds []time.Duration
+	for i := 0; i < n+10; i++ {
+		tok := "e" + strconv.Itoa(i)
+		t := time.Now()
+		if _, err := q.in.WriteString("echo " + tok + "\r"); err != nil {
+			return nil, err
+		}
+		if _, err := q.readUntil(tok + "\r\ntiny> "); err != nil {
+			return nil, err
+		}
+		if i >= 10 {
+			ds = append(ds, time.Since(t))
+		}
+	}
+	return ds, nil
+}
+
+func rawBoot(n int) ([]time.Duration, error) {
+	var ds []time.Duration
+	for i := 0; i < n+1; i++ {
+		t := time.Now()
+		q, err := startRaw()
+		if err != nil {
+			return nil, err
+		}
+		_, err = q.readUntil(banner)
+		d := time.Since(t)
+		q.close()
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			ds = append(ds, d)
+		}
+	}
+	return ds, nil
+}
+
+// rawFlood is `cat` on the FIFO: read as fast as the guest writes.
+func rawFlood(size int) (float64, error) {
+	q, err := startRaw()
+	if err != nil {
+		return 0, err
+	}
+	defer q.close()
+	if _, err := q.readUntil("tiny> "); err != nil {
+		return 0, err
+	}
+	cmd := "flood " + strconv.Itoa(size)
+	t := time.Now()
+	q.in.WriteString(cmd + "\r")
+	out, err := q.readUntil("flood done " + strconv.Itoa(size) + "\r\n")
+	if err != nil {
+		return 0, err
+	}
+	el := time.Since(t)
+	if err := checkFlood(out, cmd, size); err != nil {
+		return 0, fmt.Errorf("raw: %w", err)
+	}
+	return float64(size) / el.Seconds(), nil
+}
+
