@@ -513,4 +513,3 @@ func rawFlood(size int) (float64, error) {
 	}
 	return float64(size) / el.Seconds(), nil
 }
-
