@@ -371,10 +371,25 @@ func (c *Console) drain() {
 	defer close(c.drainDone)
 	p := make([]byte, c.size)
 	armed := false // a read deadline for the idle flush is set
+	// QEMU's UART writes the pipe one byte per syscall, so a flooding guest
+	// would wake the drain (and every waiter) per byte and take a core the
+	// emulator needs. Once more than burstBytes arrive within burstWindow,
+	// the drain naps burstNap between reads so the pipe gathers a batch:
+	// interrupt moderation. Interactive output (an echo, a prompt) stays
+	// below the threshold and is read at once.
+	winStart, winBytes := time.Now(), 0
 	for {
 		n, err := c.out.f.Read(p)
 		if n > 0 {
 			_, _ = c.buf.Write(p[:n])
+			now := time.Now()
+			if now.Sub(winStart) > burstWindow {
+				winStart, winBytes = now, 0
+			}
+			winBytes += n
+			if winBytes > burstBytes && n < len(p)/2 && !c.stopping.Load() {
+				time.Sleep(burstNap)
+			}
 			if n < len(p) && !armed && c.buf.tr != nil {
 				armed = true
 				if c.setDrainDeadline(time.Now().Add(idleFlushDelay)) {
@@ -401,6 +416,15 @@ func (c *Console) drain() {
 		return
 	}
 }
+
+// Burst moderation of the drain (see drain). A 64 KiB pipe holds over
+// 100 ms of the fastest UART output seen here, so a 1 ms nap cannot stall
+// the guest.
+const (
+	burstWindow = time.Millisecond
+	burstBytes  = 256
+	burstNap    = time.Millisecond
+)
 
 // setDrainDeadline sets the output FIFO's read deadline for the drain and
 // reports whether the drain is being stopped, in which case the drain must

@@ -88,7 +88,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	s.mu.Lock()
 	s.panics = panics
 	s.mu.Unlock()
-	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout, 0)
+	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}

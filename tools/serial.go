@@ -21,6 +21,7 @@ type WaitOptions struct {
 	WaitFor       any      `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \r\n, so write \r?\n (or $ for the end of the output so far)"`
 	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console has been quiet this many milliseconds (idle: true)"`
 	PanicPatterns []string `json:"panic_patterns,omitempty" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
+	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return (a wait keeps the last ones, up to the match); default 65536"`
 	Raw           bool     `json:"raw,omitempty" jsonschema:"return the bytes as they came (base64 with encoding: base64 when not valid UTF-8) instead of text with terminal escapes stripped and \\r\\n made \\n"`
 }
 
@@ -155,7 +156,8 @@ type waitPlan struct {
 func (p waitPlan) active() bool { return len(p.spec.Patterns) > 0 || p.spec.Idle > 0 }
 
 // plan validates the shared wait arguments.
-func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, maxBytes int) (waitPlan, error) {
+func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration) (waitPlan, error) {
+	maxBytes := o.MaxBytes
 	pats, desc, err := patterns(o.WaitFor)
 	if err != nil {
 		return waitPlan{}, err
@@ -299,7 +301,7 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	if in.CharDelayMS < 0 || in.CharDelayMS > 1000 {
 		return nil, SendOutput{}, fmt.Errorf("char_delay_ms %d: want 0 to 1000", in.CharDelayMS)
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second, 0)
+	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
@@ -339,14 +341,13 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 
 // ReadInput is serial_read's arguments.
 type ReadInput struct {
-	Since    *int64  `json:"since,omitempty" jsonschema:"cursor to read from; default where the last read or wait ended; output older than the in-memory ring comes from the transcript"`
-	Timeout  float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for or idle_ms; default 5"`
-	MaxBytes int     `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return; default 65536"`
+	Since   *int64  `json:"since,omitempty" jsonschema:"cursor to read from; default where the last read or wait ended; output older than the in-memory ring comes from the transcript"`
+	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for or idle_ms; default 5"`
 	WaitOptions
 }
 
 func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInput) (*mcp.CallToolResult, WaitResult, error) {
-	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second, in.MaxBytes)
+	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second)
 	if err != nil {
 		return nil, WaitResult{}, err
 	}

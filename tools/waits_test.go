@@ -41,6 +41,8 @@ func TestWaitOutcomes(t *testing.T) {
 	if !w.Matched || w.MatchIndex != 1 || w.Match != "beta\nb" || w.Before != "echo " || strings.Join(w.Groups, ",") != "b,t,b" {
 		t.Errorf("second pattern: %+v", w)
 	}
+	// That match ended mid-line: let the rest of it arrive before the next send.
+	s.mustCall("serial_read", map[string]any{"wait_for": prompt, "timeout": 10}, nil)
 	s.mustCall("serial_send", map[string]any{"data": "echo alpha", "wait_for": []string{`alpha\r\ntiny`, `beta`}}, &w)
 	if !w.Matched || w.MatchIndex != 0 || w.Match != "alpha\ntiny" || w.Before != "echo alpha\n" {
 		t.Errorf("first pattern: %+v", w)
