@@ -123,6 +123,8 @@ type Console struct {
 	closing   atomic.Bool   // set by Close before it closes the FIFOs
 	stopping  atomic.Bool   // set before the drain is told to stop
 	drainDone chan struct{} // closed when the drain goroutine returns
+	// wakeR/wakeW is the pipe that stops the drain's poll(2).
+	wakeR, wakeW int
 }
 
 // Create makes the FIFOs <dir>/serial-<pid>.in and <dir>/serial-<pid>.out
@@ -138,28 +140,35 @@ type Console struct {
 func Create(dir string, pid int, opts ...Option) (*Console, error) {
 	cfg := newConfig(opts)
 	base := filepath.Join(dir, fmt.Sprintf("serial-%d", pid))
-	in, err := makeFIFO(base + ".in")
+	in, err := makeFIFO(base+".in", true)
 	if err != nil {
 		return nil, err
 	}
-	out, err := makeFIFO(base + ".out")
+	out, err := makeFIFO(base+".out", false)
 	if err != nil {
 		in.destroy(cfg.logger)
 		return nil, err
 	}
-	// Deadlines are how Write honours its context and how the drain is
-	// stopped; they need the runtime poller, which FIFOs support.
-	if err := in.f.SetWriteDeadline(time.Time{}); err == nil {
-		err = out.f.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
+	// Deadlines are how Write honours its context; they need the runtime
+	// poller, which FIFOs support.
+	if err := in.f.SetWriteDeadline(time.Time{}); err != nil {
 		in.destroy(cfg.logger)
 		out.destroy(cfg.logger)
 		return nil, fmt.Errorf("serial: FIFO not pollable: %w", err)
 	}
+	// The drain sleeps in poll(2) on the output FIFO and this pipe; a
+	// byte on the pipe tells it to stop.
+	var wake [2]int
+	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		in.destroy(cfg.logger)
+		out.destroy(cfg.logger)
+		return nil, fmt.Errorf("serial: wake pipe: %w", err)
+	}
 	// The transcript comes last, so that it exists only if Create succeeds.
 	buf, err := openBuffer(&cfg)
 	if err != nil {
+		unix.Close(wake[0])
+		unix.Close(wake[1])
 		in.destroy(cfg.logger)
 		out.destroy(cfg.logger)
 		return nil, err
@@ -173,6 +182,8 @@ func Create(dir string, pid int, opts ...Option) (*Console, error) {
 		size:      cfg.readSize,
 		writeSem:  make(chan struct{}, 1),
 		drainDone: make(chan struct{}),
+		wakeR:     wake[0],
+		wakeW:     wake[1],
 	}
 	go c.drain()
 	return c, nil
@@ -370,50 +381,77 @@ const idleFlushDelay = 10 * time.Millisecond
 func (c *Console) drain() {
 	defer close(c.drainDone)
 	p := make([]byte, c.size)
-	armed := false // a read deadline for the idle flush is set
-	// QEMU's UART writes the pipe one byte per syscall, so a flooding guest
-	// would wake the drain (and every waiter) per byte and take a core the
-	// emulator needs. Once more than burstBytes arrive within burstWindow,
-	// the drain naps burstNap between reads so the pipe gathers a batch:
-	// interrupt moderation. Interactive output (an echo, a prompt) stays
-	// below the threshold and is read at once.
+	rc, err := c.out.f.SyscallConn()
+	if err != nil {
+		c.log.Error("serial: drain cannot start", "path", c.out.path, "err", err)
+		return
+	}
+	var fd int
+	_ = rc.Control(func(f uintptr) { fd = int(f) })
+	armed := false // an idle flush is due after idleFlushDelay of quiet
+	// QEMU's UART writes the pipe one byte per syscall. In the runtime's
+	// netpoller (edge-triggered epoll) every such write wakes a scheduler
+	// thread, whether or not anyone reads: a flooding guest then costs the
+	// server a whole core that the emulator needs. So the output FIFO is
+	// kept out of the netpoller and the drain sleeps in poll(2), woken by
+	// data or by the stop pipe; and once more than burstBytes arrive within
+	// burstWindow it naps burstNap between reads so the pipe gathers a
+	// batch (interrupt moderation). Interactive output stays below the
+	// threshold and is read at once.
 	winStart, winBytes := time.Now(), 0
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(c.wakeR), Events: unix.POLLIN}}
 	for {
-		n, err := c.out.f.Read(p)
-		if n > 0 {
-			_, _ = c.buf.Write(p[:n])
-			now := time.Now()
-			if now.Sub(winStart) > burstWindow {
-				winStart, winBytes = now, 0
-			}
-			winBytes += n
-			if winBytes > burstBytes && n < len(p)/2 && !c.stopping.Load() {
-				time.Sleep(burstNap)
-			}
-			if n < len(p) && !armed && c.buf.tr != nil {
-				armed = true
-				if c.setDrainDeadline(time.Now().Add(idleFlushDelay)) {
-					return
-				}
-			}
+		timeout := -1
+		if armed {
+			timeout = int(idleFlushDelay / time.Millisecond)
 		}
-		if err == nil {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		n, err := unix.Poll(fds, timeout)
+		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if armed && errors.Is(err, os.ErrDeadlineExceeded) && !c.stopping.Load() {
+		if err != nil {
+			c.log.Error("serial: drain stopped: poll", "path", c.out.path, "err", err)
+			return
+		}
+		if fds[1].Revents != 0 || c.stopping.Load() {
+			return
+		}
+		if n == 0 {
 			_ = c.buf.Flush() // a failure was logged
 			armed = false
-			if c.setDrainDeadline(time.Time{}) {
-				return
-			}
 			continue
 		}
-		if !(c.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded)) {
-			// Cannot happen with a FIFO we hold open for writing too; if it
-			// does, the guest will stall once the pipe fills.
-			c.log.Error("serial: drain stopped", "path", c.out.path, "err", err)
+		if fds[0].Revents&unix.POLLIN == 0 {
+			// POLLERR/POLLHUP cannot happen while we hold a write end;
+			// if they do, the guest will stall once the pipe fills.
+			c.log.Error("serial: drain stopped", "path", c.out.path, "revents", fds[0].Revents)
+			return
 		}
-		return
+		// Poll said readable and the drain is the only reader: no block.
+		r, err := unix.Read(fd, p)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		if err != nil {
+			c.log.Error("serial: drain stopped: read", "path", c.out.path, "err", err)
+			return
+		}
+		if r <= 0 {
+			continue
+		}
+		_, _ = c.buf.Write(p[:r])
+		if c.buf.tr != nil && r < len(p) {
+			armed = true
+		}
+		now := time.Now()
+		if now.Sub(winStart) > burstWindow {
+			winStart, winBytes = now, 0
+		}
+		winBytes += r
+		if winBytes > burstBytes && r < len(p)/2 {
+			time.Sleep(burstNap)
+		}
 	}
 }
 
@@ -423,19 +461,8 @@ func (c *Console) drain() {
 const (
 	burstWindow = time.Millisecond
 	burstBytes  = 256
-	burstNap    = time.Millisecond
+	burstNap    = 4 * time.Millisecond
 )
-
-// setDrainDeadline sets the output FIFO's read deadline for the drain and
-// reports whether the drain is being stopped, in which case the drain must
-// return: stopDrain sets stopping before its own deadline, so either that
-// deadline comes last or the drain sees stopping here.
-func (c *Console) setDrainDeadline(t time.Time) (stop bool) {
-	if err := c.out.f.SetReadDeadline(t); err != nil {
-		c.log.Error("serial: setting the drain's read deadline", "path", c.out.path, "err", err)
-	}
-	return c.stopping.Load()
-}
 
 // stopDrain stops the drain goroutine and waits for it. Everything it read
 // is in the buffer when stopDrain returns. c.lifeMu must be held.
@@ -445,12 +472,12 @@ func (c *Console) stopDrain() {
 	}
 	c.drainStopped = true
 	c.stopping.Store(true)
-	// A deadline in the past wakes a pending Read with ErrDeadlineExceeded.
-	// Create checked that the FIFO takes deadlines.
-	if err := c.out.f.SetReadDeadline(time.Unix(1, 0)); err != nil {
+	if _, err := unix.Write(c.wakeW, []byte{0}); err != nil && !errors.Is(err, unix.EAGAIN) {
 		c.log.Error("serial: stopping drain", "path", c.out.path, "err", err)
 	}
 	<-c.drainDone
+	unix.Close(c.wakeR)
+	unix.Close(c.wakeW)
 }
 
 // drainRest reads what is left in the output pipe into the buffer, using
@@ -458,11 +485,9 @@ func (c *Console) stopDrain() {
 // (golang.org/x/sys/unix names Linux's FIONREAD TIOCINQ on most
 // architectures; they are the same ioctl.)
 func (c *Console) drainRest(ctx context.Context) error {
+	// The descriptor is blocking, but FIONREAD says how much is there, so
+	// no read below can block; ctx is checked between reads.
 	f := c.out.f
-	deadline, _ := ctx.Deadline()
-	if err := f.SetReadDeadline(deadline); err != nil {
-		return err
-	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -505,7 +530,7 @@ type fifo struct {
 
 // makeFIFO creates and opens the FIFO at path (read-write, no symlinks)
 // and verifies it is the FIFO just made, owned by this user.
-func makeFIFO(path string) (*fifo, error) {
+func makeFIFO(path string, pollable bool) (*fifo, error) {
 	if err := unix.Mkfifo(path, 0o600); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("serial: %s already exists; leaving it alone: %w", path, fs.ErrExist)
@@ -521,7 +546,19 @@ func makeFIFO(path string) (*fifo, error) {
 		return nil, err
 	}
 	ff := &fifo{path: path, dev: uint64(st.Dev), ino: uint64(st.Ino)}
-	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	var f *os.File
+	var err error
+	if pollable {
+		f, err = os.OpenFile(path, os.O_RDWR|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	} else {
+		// A blocking descriptor wrapped by NewFile stays out of the
+		// runtime's netpoller (see Console.drain for why).
+		var fd int
+		fd, err = unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			f = os.NewFile(uintptr(fd), path)
+		}
+	}
 	if err != nil {
 		_ = ff.remove()
 		return nil, fmt.Errorf("serial: open %s: %w", path, err)
