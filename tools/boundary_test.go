@@ -1,15 +1,10 @@
 package tools_test
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
@@ -74,26 +69,7 @@ func TestBoundary(t *testing.T) {
 // --allow-host-access lifts the boundary: the same command reaches QEMU,
 // which answers for itself.
 func TestAllowHostAccess(t *testing.T) {
-	needQEMU(t)
-	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
-	dir, _ := os.MkdirTemp("", "qmcp")
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, AllowHostAccess: true,
-		LockFile: filepath.Join(t.TempDir(), "l"), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, ct := mcp.NewInMemoryTransports()
-	ss, _ := srv.NewMCPServer().Connect(context.Background(), st, nil)
-	cs, _ := mcp.NewClient(&mcp.Implementation{Name: "t"}, nil).Connect(context.Background(), ct, nil)
-	s := &session{t: t, cs: cs, srv: srv, dir: dir}
-	t.Cleanup(func() {
-		cs.Close()
-		ss.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		srv.Close(ctx)
-	})
+	s := newSessionWith(t, func(c *tools.Config) { c.AllowHostAccess = true }, nil)
 	s.bootTiny()
 	s.wantError("qmp_command", map[string]any{"command": "no-such-command"}, "CommandNotFound")
 	s.wantError("qmp_command", map[string]any{"command": "getfd", "arguments": map[string]any{"fdname": "x"}}, "GenericError")

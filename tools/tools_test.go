@@ -37,7 +37,11 @@ type session struct {
 
 // newSession starts a tool server and connects a real MCP client to it over
 // in-memory transports: the same path stdio takes, minus the pipe.
-func newSession(t testing.TB) *session {
+func newSession(t testing.TB) *session { return newSessionWith(t, nil, nil) }
+
+// newSessionWith is newSession with the server's config adjusted by adjust
+// and the client's options given.
+func newSessionWith(t testing.TB, adjust func(*tools.Config), copts *mcp.ClientOptions) *session {
 	t.Helper()
 	needQEMU(t)
 	kernel, err := os.ReadFile("../testdata/images/tiny.bin")
@@ -54,8 +58,12 @@ func newSession(t testing.TB) *session {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Each session has its own lock: tests of other packages boot guests
 	// from this repository at the same time.
-	srv, err := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, Version: "test", Logger: log,
-		LockFile: filepath.Join(t.TempDir(), "qemu.lock")})
+	cfg := tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, Version: "test", Logger: log,
+		LockFile: filepath.Join(t.TempDir(), "qemu.lock")}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	srv, err := tools.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +73,7 @@ func newSession(t testing.TB) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, copts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

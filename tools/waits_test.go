@@ -3,9 +3,7 @@ package tools_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -111,26 +109,8 @@ func TestCleanAndRaw(t *testing.T) {
 // With a small ring, old output is served from the transcript, byte-exact,
 // and the transcript is also an MCP resource.
 func TestTranscriptBeyondRing(t *testing.T) {
-	needQEMU(t)
-	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
-	dir, _ := os.MkdirTemp("", "qmcp")
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, RingSize: 16 << 10,
-		LockFile: filepath.Join(t.TempDir(), "l"), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, ct := mcp.NewInMemoryTransports()
-	ss, _ := srv.NewMCPServer().Connect(context.Background(), st, nil)
-	cs, _ := mcp.NewClient(&mcp.Implementation{Name: "t"}, nil).Connect(context.Background(), ct, nil)
-	s := &session{t: t, cs: cs, srv: srv, dir: dir}
-	t.Cleanup(func() {
-		cs.Close()
-		ss.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		srv.Close(ctx)
-	})
+	s := newSessionWith(t, func(c *tools.Config) { c.RingSize = 16 << 10 }, nil)
+	cs := s.cs
 	var b struct {
 		Transcript string `json:"transcript"`
 	}
@@ -184,30 +164,15 @@ func TestTranscriptBeyondRing(t *testing.T) {
 
 // Long waits send progress notifications when the client asks for them.
 func TestProgressNotifications(t *testing.T) {
-	needQEMU(t)
 	var got atomic.Int32
 	var last atomic.Value
-	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
-	dir, _ := os.MkdirTemp("", "qmcp")
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, _ := tools.New(tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, LockFile: filepath.Join(t.TempDir(), "l"),
-		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
-	st, ct := mcp.NewInMemoryTransports()
-	ss, _ := srv.NewMCPServer().Connect(context.Background(), st, nil)
-	cs, _ := mcp.NewClient(&mcp.Implementation{Name: "t"}, &mcp.ClientOptions{
+	s := newSessionWith(t, nil, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 			got.Add(1)
 			last.Store(req.Params.Message)
 		},
-	}).Connect(context.Background(), ct, nil)
-	s := &session{t: t, cs: cs, srv: srv, dir: dir}
-	t.Cleanup(func() {
-		cs.Close()
-		ss.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		srv.Close(ctx)
 	})
+	cs := s.cs
 	s.bootTiny()
 	params := &mcp.CallToolParams{Name: "serial_send", Arguments: map[string]any{"data": "echo waiting", "wait_for": "never", "timeout": 2.5}}
 	params.SetProgressToken("p1")
