@@ -461,7 +461,7 @@ func (c *Console) drain() {
 const (
 	burstWindow = time.Millisecond
 	burstBytes  = 256
-	burstNap    = 4 * time.Millisecond
+	burstNap    = time.Millisecond
 )
 
 // stopDrain stops the drain goroutine and waits for it. Everything it read
