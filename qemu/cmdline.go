@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -120,6 +121,19 @@ var managedOptions = map[string]string{
 	"daemonize":  "QEMU must stay the server's child so it dies with it",
 	"pidfile":    "the server tracks QEMU's PID itself",
 	"readconfig": "a config file could redefine the managed devices",
+	"preconfig":  "QEMU would wait in preconfig state and the boot would never resume",
+}
+
+// ManagedOptions lists the options (without the dash) that extra arguments
+// may never set, whatever the host-access policy: the server depends on
+// them to talk to QEMU and to supervise it.
+func ManagedOptions() []string {
+	names := make([]string, 0, len(managedOptions))
+	for n := range managedOptions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // CheckExtraArgs refuses arguments that touch what the server manages.

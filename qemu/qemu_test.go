@@ -55,6 +55,7 @@ func TestValidate(t *testing.T) {
 		{NewConfig(WithKernel(k), WithExtraArgs("-serial", "stdio")), "-serial is not allowed"},
 		{NewConfig(WithKernel(k), WithExtraArgs("--chardev=x")), "--chardev=x is not allowed"},
 		{NewConfig(WithKernel(k), WithExtraArgs("-readconfig", "f")), "-readconfig"},
+		{NewConfig(WithKernel(k), WithExtraArgs("--preconfig")), "--preconfig is not allowed"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -372,8 +372,8 @@ const idleFlushDelay = 10 * time.Millisecond
 // drain copies the output FIFO into the buffer until stopped.
 //
 // With a transcript, a read shorter than asked for emptied the pipe: the
-// guest may have paused. The drain then arms a read deadline idleFlushDelay
-// ahead and, when it passes, flushes the transcript, which is thus current
+// guest may have paused. The drain's next poll(2) then times out after
+// idleFlushDelay of quiet and flushes the transcript, which is thus current
 // within about that long after the guest goes quiet. It does not flush at
 // once: QEMU's UART writes a byte at a time, so nearly every read is short,
 // and a file write per read would double the drain's system calls. During a

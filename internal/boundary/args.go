@@ -1,6 +1,8 @@
 package boundary
 
 import (
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+
 	"sort"
 	"strings"
 )
@@ -62,7 +64,8 @@ var ExtraArgRules = []Rule{
 
 	{
 		Name:      RuleServerManaged,
-		Commands:  []string{"serial", "chardev", "qmp", "qmp-pretty", "monitor", "mon", "daemonize", "pidfile", "preconfig"},
+		Commands:  serverManaged(),
+		Fixed:     true,
 		Rationale: "the server wires the serial console and the QMP socket itself, keeps QEMU as its child and tracks its PID; --preconfig would stall the boot",
 	},
 	{
@@ -334,4 +337,17 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// serverManaged is the qemu package's list of options the server manages,
+// the one source of it. -readconfig is on that list too, but it is classed
+// under indirect-config here, the more specific reason it is refused.
+func serverManaged() []string {
+	var names []string
+	for _, n := range qemu.ManagedOptions() {
+		if n != "readconfig" {
+			names = append(names, n)
+		}
+	}
+	return names
 }

@@ -93,6 +93,9 @@ type Rule struct {
 	Commands []string
 	// Condition, if not empty, says what is checked before allowing.
 	Condition string
+	// Fixed marks a refuse rule that --allow-host-access does not lift:
+	// the server itself depends on what it protects.
+	Fixed bool
 	// Rationale says why the rule is safe (allow) or unsafe (refuse).
 	Rationale string
 }
@@ -102,6 +105,9 @@ var ErrRefused = errors.New("refused by the host-access boundary")
 
 // allowHint ends every refusal message.
 const allowHint = "start qemu-mcp with --allow-host-access to allow it"
+
+// fixedHint ends a refusal that --allow-host-access does not lift.
+const fixedHint = "the server manages it, so no flag allows it"
 
 // RefusedError is a refusal. Use errors.As to get the rule.
 type RefusedError struct {
@@ -116,7 +122,24 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("%s %s refused by rule %q: %s; %s", e.Kind, e.Subject, e.Rule, e.Reason, allowHint)
+	hint := allowHint
+	if e.fixed() {
+		hint = fixedHint
+	}
+	return fmt.Sprintf("%s %s refused by rule %q: %s; %s", e.Kind, e.Subject, e.Rule, e.Reason, hint)
+}
+
+// fixed reports whether the refusing rule is one no flag lifts.
+func (e *RefusedError) fixed() bool {
+	if e.Kind != "extra_args" {
+		return false
+	}
+	for _, r := range ExtraArgRules {
+		if r.Name == e.Rule {
+			return r.Fixed
+		}
+	}
+	return false
 }
 
 // Is makes errors.Is(err, ErrRefused) true.

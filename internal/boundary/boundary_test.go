@@ -69,7 +69,11 @@ func wantRule(t *testing.T, what string, err error, rule string) {
 	if !errors.Is(err, ErrRefused) {
 		t.Errorf("%s: errors.Is(err, ErrRefused) = false", what)
 	}
-	if msg := err.Error(); !strings.HasSuffix(msg, "; start qemu-mcp with --allow-host-access to allow it") ||
+	hint := "; start qemu-mcp with --allow-host-access to allow it"
+	if re.fixed() {
+		hint = "; the server manages it, so no flag allows it"
+	}
+	if msg := err.Error(); !strings.HasSuffix(msg, hint) ||
 		!strings.Contains(msg, `refused by rule "`+rule+`"`) {
 		t.Errorf("%s: message does not name the rule and how to allow it: %s", what, msg)
 	}
