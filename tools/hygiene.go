@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -151,7 +150,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		PID:         s.pid,
 		UptimeMS:    time.Since(s.started).Milliseconds(),
 		GoVersion:   runtime.Version(),
-		QEMUVersion: qemuVersion(s.cfg.QEMUBinary),
+		QEMUVersion: s.qemuVersion(),
 		Transport:   rec.Transport,
 		RuntimeDir:  s.cfg.RuntimeDir,
 	}
@@ -203,26 +202,18 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 	return textResult(b.String()), out, nil
 }
 
-var (
-	qemuVersionOnce sync.Once
-	qemuVersionText string
-)
-
-// qemuVersion asks the emulator once; it does not change under us in a way
-// that matters more than the cost of asking on every call.
+// qemuVersion asks the emulator for its version line. The server asks
+// once (see New): the binary does not change under a running server in a
+// way that matters more than the cost of asking on every call.
 func qemuVersion(bin string) string {
-	qemuVersionOnce.Do(func() {
-		if bin == "" {
-			bin = qemu.DefaultBinary
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, bin, "--version").Output()
-		if err != nil {
-			qemuVersionText = "unknown (" + err.Error() + ")"
-			return
-		}
-		qemuVersionText = strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
-	})
-	return qemuVersionText
+	if bin == "" {
+		bin = qemu.DefaultBinary
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
 }

@@ -73,6 +73,8 @@ type Server struct {
 	life sync.Mutex
 
 	started time.Time
+	// qemuVersion is asked of the emulator on first use, then kept.
+	qemuVersion func() string
 
 	mu         sync.Mutex // guards the fields below
 	machine    *qemu.Machine
@@ -121,7 +123,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("tools: write registry record: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, log: cfg.Logger, pid: os.Getpid(), base: ctx, cancel: cancel, rec: rec, started: time.Now()}, nil
+	bin := cfg.QEMUBinary
+	return &Server{cfg: cfg, log: cfg.Logger, pid: os.Getpid(), base: ctx, cancel: cancel, rec: rec, started: time.Now(),
+		qemuVersion: sync.OnceValue(func() string { return qemuVersion(bin) })}, nil
 }
 
 // policy is the host-access boundary for QMP and extra_args.

@@ -184,6 +184,19 @@ func startServer(ctx context.Context) (*server, error) {
 	return &server{cmd: cmd, cs: cs, dir: dir}, nil
 }
 
+// bootedServer starts a server and boots the tiny kernel to its prompt.
+func bootedServer(ctx context.Context) (*server, error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.boot(ctx, `tiny> $`); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
 func (s *server) close() {
 	s.cs.Close()
 	os.RemoveAll(s.dir)
@@ -254,14 +267,11 @@ func vmRSS(pid int) int64 {
 }
 
 func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
-	s, err := startServer(ctx)
+	s, err := bootedServer(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
-	if err := s.boot(ctx, `tiny> $`); err != nil {
-		return nil, err
-	}
 	var ds []time.Duration
 	for i := 0; i < n+10; i++ {
 		tok := "e" + strconv.Itoa(i)
@@ -286,14 +296,11 @@ func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
 // mcpFloor is the cost of one tool call through the stdio transport that
 // does no guest I/O: what the protocol itself adds to every round trip.
 func mcpFloor(ctx context.Context, n int) ([]time.Duration, error) {
-	s, err := startServer(ctx)
+	s, err := bootedServer(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
-	if err := s.boot(ctx, `tiny> $`); err != nil {
-		return nil, err
-	}
 	var ds []time.Duration
 	for i := 0; i < n+10; i++ {
 		t := time.Now()
@@ -330,14 +337,11 @@ func mcpBoot(ctx context.Context, n int) ([]time.Duration, error) {
 // one serial_send that waits for the end marker, then serial_read pages
 // from the send's cursor, every byte checked against the kernel's pattern.
 func mcpFlood(ctx context.Context, size int) (float64, error) {
-	s, err := startServer(ctx)
+	s, err := bootedServer(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer s.close()
-	if err := s.boot(ctx, `tiny> $`); err != nil {
-		return 0, err
-	}
 	cmd := "flood " + strconv.Itoa(size)
 	var sent struct {
 		Matched     bool  `json:"matched"`
@@ -410,14 +414,11 @@ func checkFlood(out []byte, cmd string, size int) error {
 // soakMemory samples the server's RSS while the guest floods and a client
 // reads only now and then, the way an agent would.
 func soakMemory(ctx context.Context, d time.Duration) (peak, idle, produced int64, err error) {
-	s, err := startServer(ctx)
+	s, err := bootedServer(ctx)
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer s.close()
-	if err := s.boot(ctx, `tiny> $`); err != nil {
-		return 0, 0, 0, err
-	}
 	idle = vmRSS(s.cmd.Process.Pid)
 	if err := s.call(ctx, "serial_send", map[string]any{"data": "flood 100000000000"}, nil); err != nil {
 		return 0, 0, 0, err
