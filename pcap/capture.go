@@ -179,7 +179,8 @@ func Start(ifname string, opts Options) (*Capture, error) {
 		done:    make(chan struct{}),
 	}
 	c.w = pcapgo.NewWriter(c.buf)
-	if err := c.w.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet); err == nil {
+	err = c.w.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet)
+	if err == nil {
 		err = c.buf.Flush()
 	}
 	if err != nil {

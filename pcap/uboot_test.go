@@ -172,9 +172,7 @@ func TestCaptureUBootPing(t *testing.T) {
 	if int64(len(sums)) != stAll.Packets || next != len(sums)+1 {
 		t.Errorf("read %d packets (next %d), the capture wrote %d", len(sums), next, stAll.Packets)
 	}
-	var lines []string
 	for _, s := range sums {
-		lines = append(lines, s.Text)
 		t.Logf("#%d %s", s.Index, s.Text)
 	}
 	guest := dev.GuestMAC.String()
