@@ -69,6 +69,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,6 +136,30 @@ func (l *Lock) Path() string { return l.path }
 
 // Record returns the record written in the lock file.
 func (l *Lock) Record() Record { return l.rec }
+
+// SetInstances rewrites the record with the names of the guests the lock
+// now protects, so that a refused acquirer can say what holds it. The
+// rewrite happens inside the guard, where acquirers read records, so none
+// of them reads it half-written.
+func (l *Lock) SetInstances(instances []string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fd < 0 {
+		return fmt.Errorf("update QEMU lock %s: already released", l.path)
+	}
+	guard, err := lockGuard(l.path, unix.LOCK_EX, guardWait)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(guard)
+	rec := l.rec
+	rec.Instances = append([]string(nil), instances...)
+	if err := writeRecord(l.fd, rec); err != nil {
+		return fmt.Errorf("update QEMU lock %s: %w", l.path, err)
+	}
+	l.rec = rec
+	return nil
+}
 
 // Reclaimed returns the stale lock this Lock replaced, or nil if the lock was
 // free.
@@ -220,13 +245,16 @@ func (e *HeldError) Error() string {
 	if e.Holder.Target != "" {
 		fmt.Fprintf(&b, ", which protects %s", e.Holder.Target)
 	}
+	if len(e.Holder.Instances) > 0 {
+		fmt.Fprintf(&b, " for its guest instance(s) %s", strings.Join(e.Holder.Instances, ", "))
+	}
 	if !e.Since.IsZero() {
 		fmt.Fprintf(&b, " since %s", e.Since.Format(time.RFC3339))
 	}
 	if self {
 		b.WriteString("; shut down the QEMU it runs (qemu_shutdown) before booting again")
 	} else {
-		fmt.Fprintf(&b, "; stop it with qemu_shutdown in the session that owns it, or run: kill -TERM %d", pid)
+		fmt.Fprintf(&b, "; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid)
 	}
 	return b.String()
 }

@@ -27,6 +27,9 @@ type Record struct {
 	StartTime uint64
 	// Exe is the holder's executable, for messages only.
 	Exe string
+	// Instances names the holder's guests that the lock protects, for
+	// messages only; the original's records have none.
+	Instances []string
 }
 
 // Record keys, in the order Format writes them.
@@ -36,6 +39,7 @@ const (
 	keyStarted   = "started"
 	keyStartTime = "start_time"
 	keyExe       = "exe"
+	keyInstances = "instances"
 )
 
 // maxRecordSize bounds how much of a lock file is read: a record is a few
@@ -63,6 +67,9 @@ func (r Record) Format() []byte {
 	fmt.Fprintf(&b, "%s=%s\n", keyStarted, started)
 	fmt.Fprintf(&b, "%s=%d\n", keyStartTime, r.StartTime)
 	fmt.Fprintf(&b, "%s=%s\n", keyExe, oneLine(r.Exe))
+	if len(r.Instances) > 0 {
+		fmt.Fprintf(&b, "%s=%s\n", keyInstances, oneLine(strings.Join(r.Instances, ",")))
+	}
 	return b.Bytes()
 }
 
@@ -120,6 +127,13 @@ func ParseRecord(b []byte) (Record, error) {
 			rec.StartTime, _ = strconv.ParseUint(v, 10, 64)
 		case keyExe:
 			rec.Exe = v
+		case keyInstances:
+			rec.Instances = nil
+			for _, n := range strings.Split(v, ",") {
+				if n = strings.TrimSpace(n); n != "" {
+					rec.Instances = append(rec.Instances, n)
+				}
+			}
 		}
 	}
 	if rec.PID == 0 {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,12 +71,13 @@ type Machine struct {
 	cleanups  []func() error
 }
 
-// Runtime says where a machine's FIFOs and socket go and whose they are.
+// Runtime says where a machine's FIFOs and socket go.
 type Runtime struct {
-	// Dir is the private runtime directory.
-	Dir string
-	// Owner is the server's PID, which names the files.
-	Owner int
+	// SerialBase is the serial FIFOs' path without ".in"/".out"; QMPSocket
+	// the QMP socket's path. Both belong in a private directory, and
+	// neither may exist (see package names for what the server calls them).
+	SerialBase string
+	QMPSocket  string
 	// Logger receives supervision logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ConnectTimeout bounds the QMP connection at start; zero means 10s.
@@ -89,10 +89,8 @@ type Runtime struct {
 	RingSize int
 }
 
-// SocketPath is where a server's QMP socket lives.
-func SocketPath(dir string, owner int) string {
-	return filepath.Join(dir, "qmp-"+strconv.Itoa(owner)+".sock")
-}
+// maxSocketPath is sun_path's size less its terminating NUL.
+const maxSocketPath = 107
 
 // Start creates the serial FIFOs, starts QEMU paused, connects QMP and
 // resumes the guest, so not a byte of its output can be missed. On any
@@ -127,13 +125,16 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	if rt.RingSize > 0 {
 		opts = append(opts, serial.WithRingSize(rt.RingSize))
 	}
-	m.console, err = serial.Create(rt.Dir, rt.Owner, opts...)
+	sock := rt.QMPSocket
+	if len(sock) > maxSocketPath {
+		return fmt.Errorf("qmp socket path %s is %d bytes, more than a unix socket allows (%d): use a shorter runtime directory (QEMU_MCP_RUNTIME_DIR)", sock, len(sock), maxSocketPath)
+	}
+	m.console, err = serial.Create(rt.SerialBase, opts...)
 	if err != nil {
 		return err
 	}
 	m.addCleanup(m.console.Close)
 
-	sock := SocketPath(rt.Dir, rt.Owner)
 	if _, err := os.Lstat(sock); err == nil {
 		return fmt.Errorf("qmp socket %s already exists: a previous server left it behind; remove it or let the reaper run", sock)
 	}

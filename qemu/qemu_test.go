@@ -97,7 +97,7 @@ func TestStartFailureCarriesQEMUStderr(t *testing.T) {
 	k := needQEMU(t)
 	dir := shortDir(t)
 	start := time.Now()
-	_, err := Start(context.Background(), Runtime{Dir: dir, Owner: 1}, NewConfig(WithKernel(k), WithExtraArgs("-device", "no-such-device")))
+	_, err := Start(context.Background(), Runtime{SerialBase: testSerial(dir, 1), QMPSocket: testSocket(dir, 1)}, NewConfig(WithKernel(k), WithExtraArgs("-device", "no-such-device")))
 	if err == nil || !strings.Contains(err.Error(), "no-such-device") || !strings.Contains(err.Error(), "exited with status 1") {
 		t.Fatalf("Start = %v, want QEMU's complaint about no-such-device", err)
 	}
@@ -118,7 +118,7 @@ func TestPartialStartIsUndone(t *testing.T) {
 	wrapper := filepath.Join(dir, "frozen-qemu")
 	qemu, _ := exec.LookPath(DefaultBinary)
 	os.WriteFile(wrapper, []byte("#!/bin/sh\nkill -STOP $$\nexec "+qemu+" \"$@\"\n"), 0o755)
-	_, err := Start(context.Background(), Runtime{Dir: dir, Owner: 2, ConnectTimeout: 300 * time.Millisecond},
+	_, err := Start(context.Background(), Runtime{SerialBase: testSerial(dir, 2), QMPSocket: testSocket(dir, 2), ConnectTimeout: 300 * time.Millisecond},
 		NewConfig(WithBinary(wrapper), WithKernel(k)))
 	if err == nil || !strings.Contains(err.Error(), "connect to QMP") {
 		t.Fatalf("Start = %v, want a QMP connect failure", err)
@@ -186,7 +186,7 @@ func TestHelperServer(t *testing.T) {
 	if os.Getenv("QEMU_MCP_TEST_HELPER") != "1" {
 		t.Skip("helper process for TestQEMUDiesWithKilledParent")
 	}
-	m, err := Start(context.Background(), Runtime{Dir: os.Getenv("HELPER_DIR"), Owner: os.Getpid()},
+	m, err := Start(context.Background(), Runtime{SerialBase: testSerial(os.Getenv("HELPER_DIR"), os.Getpid()), QMPSocket: testSocket(os.Getenv("HELPER_DIR"), os.Getpid())},
 		NewConfig(WithKernel(os.Getenv("HELPER_KERNEL"))))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -211,7 +211,7 @@ func TestHelperServer(t *testing.T) {
 func TestShutdownEscalates(t *testing.T) {
 	k := needQEMU(t)
 	dir := shortDir(t)
-	m, err := Start(context.Background(), Runtime{Dir: dir, Owner: 3}, NewConfig(WithKernel(k)))
+	m, err := Start(context.Background(), Runtime{SerialBase: testSerial(dir, 3), QMPSocket: testSocket(dir, 3)}, NewConfig(WithKernel(k)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestShutdownEscalates(t *testing.T) {
 		t.Errorf("left behind: %v", ents)
 	}
 
-	m, err = Start(context.Background(), Runtime{Dir: dir, Owner: 3}, NewConfig(WithKernel(k)))
+	m, err = Start(context.Background(), Runtime{SerialBase: testSerial(dir, 3), QMPSocket: testSocket(dir, 3)}, NewConfig(WithKernel(k)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,3 +238,8 @@ func TestShutdownEscalates(t *testing.T) {
 		t.Fatalf("Shutdown(kill) = %+v, %v", end, err)
 	}
 }
+
+// testSerial and testSocket are the paths of test machine n in dir.
+func testSerial(dir string, n int) string { return filepath.Join(dir, fmt.Sprintf("serial-%d", n)) }
+
+func testSocket(dir string, n int) string { return filepath.Join(dir, fmt.Sprintf("qmp-%d.sock", n)) }

@@ -262,7 +262,7 @@ func rawFlood(b *testing.B) time.Duration {
 // (appended to got).
 func consoleFlood(b *testing.B, got []byte) (time.Duration, []byte) {
 	dir := b.TempDir()
-	c, err := Create(dir, 1, WithRingSize(1<<20), WithTranscript(filepath.Join(dir, "captures", "serial-1-1.log")))
+	c, err := Create(testBase(dir, 1), WithRingSize(1<<20), WithTranscript(filepath.Join(dir, "captures", "serial-1-1.log")))
 	if err != nil {
 		b.Fatal(err)
 	}

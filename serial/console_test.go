@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -61,7 +62,7 @@ func (p *peer) close() {
 
 func newConsole(t testing.TB) *Console {
 	t.Helper()
-	c, err := Create(t.TempDir(), 4242)
+	c, err := Create(testBase(t.TempDir(), 4242))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func isFIFO(t *testing.T, path string) {
 
 func TestConsolePaths(t *testing.T) {
 	dir := t.TempDir()
-	c, err := Create(dir, 123, WithReadSize(100), WithLogger(nil))
+	c, err := Create(testBase(dir, 123), WithReadSize(100), WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func TestConsoleFinishReadsPipe(t *testing.T) {
 
 func TestConsoleClose(t *testing.T) {
 	ctx := testCtx(t)
-	c, err := Create(t.TempDir(), 1)
+	c, err := Create(testBase(t.TempDir(), 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestConsoleClose(t *testing.T) {
 
 // TestConsoleCloseLeavesReplacedPath: Close removes only the FIFO it made.
 func TestConsoleCloseLeavesReplacedPath(t *testing.T) {
-	c, err := Create(t.TempDir(), 2)
+	c, err := Create(testBase(t.TempDir(), 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestCreateRefusesSymlink(t *testing.T) {
 	if err := os.Symlink(victim, base+".in"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Create(dir, 7)
+	c, err := Create(testBase(dir, 7))
 	if err == nil {
 		c.Close()
 		t.Fatal("Create accepted a planted symlink")
@@ -303,7 +304,7 @@ func TestCreateRefusesExisting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := Create(dir, 8); !errors.Is(err, fs.ErrExist) {
+	if _, err := Create(testBase(dir, 8)); !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("Create over existing FIFOs: %v", err)
 	}
 	for _, path := range []string{base + ".in", base + ".out"} {
@@ -315,7 +316,7 @@ func TestCreateRefusesExisting(t *testing.T) {
 	if err := os.WriteFile(base+".out", []byte("log"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Create(dir, 9); !errors.Is(err, fs.ErrExist) {
+	if _, err := Create(testBase(dir, 9)); !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("Create over existing .out: %v", err)
 	}
 	if _, err := os.Lstat(base + ".in"); !errors.Is(err, fs.ErrNotExist) {
@@ -327,7 +328,7 @@ func TestCreateRefusesExisting(t *testing.T) {
 }
 
 func TestCreateBadDir(t *testing.T) {
-	if _, err := Create(filepath.Join(t.TempDir(), "missing"), 1); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := Create(testBase(filepath.Join(t.TempDir(), "missing"), 1)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Create in missing dir: %v", err)
 	}
 }
@@ -375,7 +376,7 @@ func TestConsoleWriteFullPipe(t *testing.T) {
 // TestConsoleCloseUnblocksWrite: Close does not wait for a stuck Write; the
 // Write fails.
 func TestConsoleCloseUnblocksWrite(t *testing.T) {
-	c, err := Create(t.TempDir(), 3)
+	c, err := Create(testBase(t.TempDir(), 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,3 +485,6 @@ func TestConsoleWriteSlowCancel(t *testing.T) {
 		t.Fatalf("WriteSlow with a cancelled context: %d, %v", n, err)
 	}
 }
+
+// testBase is the FIFOs' base path for test console n in dir.
+func testBase(dir string, n int) string { return filepath.Join(dir, fmt.Sprintf("serial-%d", n)) }

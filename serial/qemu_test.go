@@ -29,7 +29,7 @@ func TestRealQEMU(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	c, err := Create(dir, os.Getpid())
+	c, err := Create(testBase(dir, os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}

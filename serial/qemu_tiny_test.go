@@ -77,7 +77,7 @@ func TestRealQEMUTinyFlood(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	transcript := filepath.Join(dir, "captures", fmt.Sprintf("serial-%d-1.log", os.Getpid()))
-	c, err := Create(dir, os.Getpid(), WithRingSize(256<<10), WithTranscript(transcript))
+	c, err := Create(testBase(dir, os.Getpid()), WithRingSize(256<<10), WithTranscript(transcript))
 	if err != nil {
 		t.Fatal(err)
 	}

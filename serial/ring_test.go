@@ -347,7 +347,7 @@ func TestTranscriptRefusesExisting(t *testing.T) {
 		t.Fatal("symlink followed")
 	}
 	// Create fails too, and leaves no FIFOs behind.
-	if _, err := Create(dir, 5, WithTranscript(existing)); !errors.Is(err, fs.ErrExist) {
+	if _, err := Create(testBase(dir, 5), WithTranscript(existing)); !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("Create with an existing transcript: %v", err)
 	}
 	for _, suffix := range []string{".in", ".out"} {
@@ -365,7 +365,7 @@ func TestConsoleTranscript(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "captures", fmt.Sprintf("serial-%d-1.log", os.Getpid()))
-	c, err := Create(dir, 77, WithRingSize(64<<10), WithTranscript(path))
+	c, err := Create(testBase(dir, 77), WithRingSize(64<<10), WithTranscript(path))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -127,19 +126,17 @@ type Console struct {
 	wakeR, wakeW int
 }
 
-// Create makes the FIFOs <dir>/serial-<pid>.in and <dir>/serial-<pid>.out
-// (mode 0600), opens them and starts draining the output. Pass
+// Create makes the FIFOs <base>.in and <base>.out (mode 0600), opens them and starts draining the output. Pass
 // [Console.Base] to QEMU as "-chardev pipe,path=...". Create fails if either
 // path exists already, whatever it is (leftovers are for the caller to
 // reap); it never follows a symlink and checks that what it opened is the
 // FIFO it made, owned by this user. With [WithTranscript] it then creates
 // the transcript file; that failing fails Create. On failure it removes the
-// FIFOs it created, and nothing else. Removal compares device and inode with an lstat just
-// before unlinking, which cannot be atomic, so dir should be writable only
-// by this user.
-func Create(dir string, pid int, opts ...Option) (*Console, error) {
+// FIFOs it created, and nothing else. Removal compares device and inode with
+// an lstat just before unlinking, which cannot be atomic, so base's
+// directory should be writable only by this user.
+func Create(base string, opts ...Option) (*Console, error) {
 	cfg := newConfig(opts)
-	base := filepath.Join(dir, fmt.Sprintf("serial-%d", pid))
 	in, err := makeFIFO(base+".in", true)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,8 @@
 // Package tap creates and removes the host side of a guest's network: one
-// persistent TAP device per server, named after the server's PID so that a
-// reaper can find and remove the TAP of a server that died (see Name and
-// DeleteIfTAP).
+// persistent TAP device per guest, under a name its server records so that a
+// reaper can find and remove the TAP of a server that died (see
+// DeleteIfTAP). Name gives a default name after a PID; callers with several
+// guests per process name each device themselves.
 //
 // The device is created in TAP mode without packet-information headers
 // (NO_PI), owned by the user QEMU runs as, with IPv6 switched off on it so
@@ -125,6 +126,9 @@ type Options struct {
 	// MAC, if set, is the host side's MAC address. Empty lets the kernel
 	// pick a random one. Never give the guest's address here.
 	MAC net.HardwareAddr
+	// GuestMAC is the address the caller gives the guest's NIC, reported
+	// in Device.GuestMAC; empty means GuestMAC(PID).
+	GuestMAC net.HardwareAddr
 	// Replace deletes an existing TUN/TAP device of the same name first (one
 	// left behind by a dead process whose PID this one reuses). A link of the
 	// name that is not a TUN/TAP device is never touched: Create then fails
@@ -211,6 +215,9 @@ func (opts Options) resolve() (resolved, error) {
 	}
 	if o.Name == "" {
 		o.Name = Name(o.PID)
+	}
+	if o.GuestMAC == nil {
+		o.GuestMAC = GuestMAC(o.PID)
 	}
 	if err := checkName(o.Name); err != nil {
 		return o, err
@@ -417,7 +424,7 @@ func configure(o resolved, bridge netlink.Link) (*Device, error) {
 		Name:     o.Name,
 		Index:    link.Attrs().Index,
 		MAC:      link.Attrs().HardwareAddr,
-		GuestMAC: GuestMAC(o.PID),
+		GuestMAC: o.GuestMAC,
 		Bridge:   o.Bridge,
 		UID:      o.UID,
 		GID:      o.GID,

@@ -14,12 +14,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/profile"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -33,25 +32,27 @@ type BootInput struct {
 	ExtraArgs   []string     `json:"extra_args,omitempty" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
 	Timeout     float64      `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for (fractions allowed); default 60"`
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
-	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest first instead of failing"`
+	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
 	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on 127.0.0.1 at a free display number (reported as vnc)"`
-	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP device qmcp<pid> on the host; needs CAP_NET_ADMIN)"`
+	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP device of the guest's own on the host; needs CAP_NET_ADMIN)"`
 	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
 	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
 	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
 	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
+	Target
 	WaitOptions
 }
 
 // BootOutput is qemu_boot's result.
 type BootOutput struct {
-	PID    int        `json:"pid" jsonschema:"QEMU's process ID"`
-	Argv   []string   `json:"argv" jsonschema:"the exact QEMU command line"`
-	Paths  qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
-	Kernel string     `json:"kernel" jsonschema:"the kernel image booted"`
-	Lock   string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
+	Instance string     `json:"instance" jsonschema:"the guest's name"`
+	PID      int        `json:"pid" jsonschema:"QEMU's process ID"`
+	Argv     []string   `json:"argv" jsonschema:"the exact QEMU command line"`
+	Paths    qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
+	Kernel   string     `json:"kernel" jsonschema:"the kernel image booted"`
+	Lock     string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
 	Reaped   *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
 	VNC      string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
@@ -69,6 +70,10 @@ const defaultBootTimeout = 60 * time.Second
 
 func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInput) (*mcp.CallToolResult, BootOutput, error) {
 	start := time.Now()
+	name := in.Target.name()
+	if err := names.CheckInstance(name); err != nil {
+		return nil, BootOutput{}, err
+	}
 	root := in.ProjectRoot
 	if root == "" {
 		root = s.cfg.WorkDir
@@ -85,10 +90,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	s.mu.Lock()
-	s.panics = panics
-	s.mu.Unlock()
-	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout)
+	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout, panics)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
@@ -102,88 +104,34 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if (in.TapCIDR != "" || in.Bridge != "") && in.Network != "tap" {
 		return nil, BootOutput{}, errors.New(`tap_cidr and bridge need network: "tap"`)
 	}
-
-	s.life.Lock()
-	defer s.life.Unlock()
-	if prev := s.current(); prev != nil {
-		if _, exited := prev.Exited(); !exited {
-			if !in.Restart {
-				return nil, BootOutput{}, fmt.Errorf("a guest is already running (qemu pid %d, up %s): call qemu_shutdown first, or qemu_boot with restart: true",
-					prev.PID(), time.Since(prev.Started()).Round(time.Second))
-			}
-		}
-		if err := s.stopMachine(ctx, qemu.Quit, 5*time.Second); err != nil {
-			return nil, BootOutput{}, fmt.Errorf("stop the previous guest: %w", err)
+	spec := instance.Spec{Name: name, Root: root, QEMU: cfg, Restart: in.Restart,
+		Profile: prof.name, Prompt: prof.Prompt, Panics: panics}
+	if in.Network == "tap" {
+		spec.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge}
+		if in.PCAP {
+			spec.Capture = &instance.CaptureSpec{Filter: in.PCAPFilter}
 		}
 	}
-	reaped := s.reap()
-	l, err := s.acquireLock(root)
+	inst, reaped, err := s.mgr.Boot(ctx, spec)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	var dev *tap.Device
-	if in.Network == "tap" {
-		if dev, err = s.createTAP(in); err != nil {
-			s.releaseLock(l)
-			return nil, BootOutput{}, err
-		}
-	}
-	// Every attempt gets its own transcript: a failed start keeps what
-	// QEMU printed, and the next attempt must not collide with it.
-	s.mu.Lock()
-	s.attempts++
-	boot := s.attempts
-	s.mu.Unlock()
-	// The transcript outlives the server: it is the complete console log
-	// of this boot, kept with the captures.
-	transcript := filepath.Join(runtimedir.CapturesDir(s.cfg.RuntimeDir), fmt.Sprintf("serial-%d-%d.log", s.pid, boot))
-	m, err := qemu.Start(ctx, qemu.Runtime{Dir: s.cfg.RuntimeDir, Owner: s.pid, Logger: s.log,
-		Transcript: transcript, RingSize: s.cfg.RingSize}, cfg)
-	if err != nil {
-		s.deleteTAP(dev)
-		s.releaseLock(l)
-		return nil, BootOutput{}, fmt.Errorf("boot: %w", err)
-	}
-	s.mu.Lock()
-	s.net.dev = dev
-	s.machine = m
-	s.prompt = prof.Prompt
-	s.lk = l
-	s.boots++
-	s.readCursor = 0
-	s.mu.Unlock()
-	id := m.Identity()
-	child, err := registry.NewChild(id.PID)
-	if err != nil || child.StartTime != id.StartTime {
-		// QEMU already exited; the record must still not name a stranger.
-		child = registry.Child{PID: id.PID, StartTime: id.StartTime, Executable: m.Argv()[0]}
-	}
-	s.writeRecord(func(r *registry.Record) bool {
-		r.QEMU = &child
-		r.Lock = l.Path()
-		return true
-	})
-	go s.watch(m, l, dev)
-
-	out := BootOutput{PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel, Lock: l.Path(), Reaped: reaped, Profile: prof.name}
-	if dev != nil {
+	m := inst.Machine()
+	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel,
+		Lock: inst.LockPath(), Reaped: reaped, Profile: prof.name, Transcript: inst.Transcript()}
+	if dev := inst.TAP(); dev != nil {
 		out.TAP = dev.Name
 	}
-	if in.PCAP {
-		c, err := s.startCapture("", in.PCAPFilter, 0)
-		if err != nil {
-			return nil, BootOutput{}, fmt.Errorf("the guest runs (qemu pid %d) but the capture failed: %w", m.PID(), err)
-		}
-		out.PCAPPath = c.Path()
+	if st, active, ok := inst.CaptureStats(); ok && active {
+		out.PCAPPath = st.Path
 	}
 	if in.VNC {
 		if out.VNC, err = vncDisplay(ctx, m); err != nil {
-			s.log.Warn("query vnc", "err", err)
+			s.log.Warn("query vnc", "instance", name, "err", err)
 		}
 	}
-	out.Transcript = transcript
 	if p.active() {
-		w, err := s.wait(ctx, req, m, 0, p)
+		w, err := s.wait(ctx, req, inst, 0, p)
 		if err != nil {
 			return nil, BootOutput{}, err
 		}
@@ -201,7 +149,7 @@ func bootText(o BootOutput, waitFor string) string {
 	if o.Reaped != nil {
 		b.WriteString(o.Reaped.String() + "\n")
 	}
-	fmt.Fprintf(&b, "booted qemu pid %d in %d ms (lock %s)\n$ %s\n", o.PID, o.ElapsedMS, o.Lock, strings.Join(o.Argv, " "))
+	fmt.Fprintf(&b, "booted %q: qemu pid %d in %d ms (lock %s)\n$ %s\n", o.Instance, o.PID, o.ElapsedMS, o.Lock, strings.Join(o.Argv, " "))
 	if waitFor != "" {
 		b.WriteString(o.WaitResult.summary(waitFor))
 	} else {
@@ -319,7 +267,7 @@ func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
 	case "", "none", "user":
 		opts = append(opts, qemu.WithNetwork(in.Network, "", ""))
 	case "tap":
-		opts = append(opts, qemu.WithNetwork("tap", tap.Name(s.pid), tap.GuestMAC(s.pid).String()))
+		// The instance makes and names the TAP.
 	default:
 		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
 	}

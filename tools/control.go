@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -18,6 +19,7 @@ type QMPInput struct {
 	Command   string         `json:"command" jsonschema:"QMP command name, such as query-status"`
 	Arguments map[string]any `json:"arguments,omitempty" jsonschema:"the command's arguments object"`
 	Timeout   float64        `json:"timeout,omitempty" jsonschema:"seconds to wait for QEMU's answer; default 30"`
+	Target
 }
 
 // QMPOutput is qmp_command's result.
@@ -37,7 +39,7 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	if err := s.policy().QMP(in.Command, in.Arguments); err != nil {
 		return nil, QMPOutput{}, err
 	}
-	m, err := s.running()
+	_, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
@@ -71,11 +73,13 @@ type ShutdownInput struct {
 	Method  string  `json:"method,omitempty" jsonschema:"quit (default: QMP quit, disks flushed), powerdown (ask the guest via system_powerdown first) or kill"`
 	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to give the polite step before SIGTERM, then SIGKILL; default 10"`
 	Force   bool    `json:"force,omitempty" jsonschema:"SIGKILL at once"`
+	Target
 }
 
 // ShutdownOutput is qemu_shutdown's result.
 type ShutdownOutput struct {
-	How        string `json:"how" jsonschema:"what stopped QEMU: already-exited, powerdown, quit, sigterm or sigkill"`
+	Instance   string `json:"instance"`
+	How        string `json:"how" jsonschema:"what stopped QEMU: already-exited, exited (by itself), stopped-while-booting, powerdown, quit, sigterm or sigkill"`
 	PID        int    `json:"pid"`
 	Exited     bool   `json:"exited"`
 	ExitStatus int    `json:"exit_status"`
@@ -97,31 +101,31 @@ func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in Shutdo
 	if err != nil {
 		return nil, ShutdownOutput{}, err
 	}
-	s.life.Lock()
-	defer s.life.Unlock()
-	m := s.current()
-	if m == nil {
-		return nil, ShutdownOutput{}, fmt.Errorf("no guest has been booted: nothing to shut down")
-	}
-	s.mu.Lock()
-	l, dev := s.lk, s.net.dev
-	s.mu.Unlock()
-	end, err := m.Shutdown(ctx, method, wait)
-	if cerr := m.Close(); err == nil {
-		err = cerr
-	}
-	s.released(m, l, dev)
+	inst, err := s.instance(in.Target)
 	if err != nil {
-		return nil, ShutdownOutput{}, fmt.Errorf("shutdown: %w", err)
+		return nil, ShutdownOutput{}, err
 	}
-	out := ShutdownOutput{How: end.How, PID: m.PID(), Exited: true, ExitStatus: end.Exit.Code, Signal: end.Exit.Signal}
-	return textResult(fmt.Sprintf("qemu pid %d stopped (%s): %s; FIFOs and QMP socket removed", out.PID, out.How, end.Exit)), out, nil
+	wasStopped := inst.State() == instance.Stopped
+	end, err := inst.Stop(ctx, method, wait)
+	if err != nil {
+		return nil, ShutdownOutput{}, fmt.Errorf("shutdown of %q: %w", inst.Name(), err)
+	}
+	if wasStopped && end.How != "already-exited" {
+		end.How = "already-exited"
+	}
+	out := ShutdownOutput{Instance: inst.Name(), How: end.How, Exited: true, ExitStatus: end.Exit.Code, Signal: end.Exit.Signal}
+	if m := inst.Machine(); m != nil {
+		out.PID = m.PID()
+	}
+	return textResult(fmt.Sprintf("%q: qemu pid %d stopped (%s): %s; FIFOs, QMP socket, TAP and lock released", out.Instance, out.PID, out.How, end.Exit)), out, nil
 }
 
 // StatusOutput is qemu_status's result.
 type StatusOutput struct {
+	Instance    string        `json:"instance"`
+	State       string        `json:"state" jsonschema:"booting, running, stopping or stopped"`
 	Running     bool          `json:"running"`
-	Booted      bool          `json:"booted" jsonschema:"a guest was booted by this server (it may have exited since)"`
+	Booted      bool          `json:"booted" jsonschema:"QEMU was started for this instance (it may have exited since)"`
 	PID         int           `json:"pid,omitempty"`
 	UptimeMS    int64         `json:"uptime_ms,omitempty" jsonschema:"milliseconds since QEMU started (until it exited)"`
 	Exited      bool          `json:"exited"`
@@ -130,9 +134,10 @@ type StatusOutput struct {
 	Paths       qemu.Paths    `json:"paths"`
 	SerialBytes int64         `json:"serial_bytes" jsonschema:"bytes of serial output so far (the cursor of its end)"`
 	ReadCursor  int64         `json:"read_cursor" jsonschema:"where the next serial_read without since starts"`
-	Boots       int           `json:"boots" jsonschema:"guests booted by this server"`
+	Boots       int           `json:"boots" jsonschema:"boots of this instance name in this server"`
 	TAP         string        `json:"tap,omitempty" jsonschema:"the guest's TAP device, with network tap"`
 	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the running or last capture"`
+	Transcript  string        `json:"transcript,omitempty" jsonschema:"file holding the complete serial output of this boot"`
 }
 
 // CaptureState describes a capture for status results.
@@ -144,52 +149,45 @@ type CaptureState struct {
 	Drops   int64  `json:"drops"`
 }
 
-// captureState reports the running capture, or else the last one.
-func (s *Server) captureState() (string, *CaptureState) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var name string
-	if s.net.dev != nil {
-		name = s.net.dev.Name
+// captureState reports the guest's running capture, or else its last one.
+func captureState(in *instance.Instance) *CaptureState {
+	st, active, ok := in.CaptureStats()
+	if !ok {
+		return nil
 	}
-	if c := s.net.capture; c != nil {
-		st := c.Stats()
-		return name, &CaptureState{Path: st.Path, Active: true, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops}
-	}
-	if st := s.net.last; st != nil {
-		return name, &CaptureState{Path: st.Path, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops}
-	}
-	return name, nil
+	return &CaptureState{Path: st.Path, Active: active, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops}
 }
 
 type empty struct{}
 
-func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, StatusOutput, error) {
-	s.mu.Lock()
-	m, boots, cursor := s.machine, s.boots, s.readCursor
-	s.mu.Unlock()
-	out := StatusOutput{Boots: boots, ReadCursor: cursor}
-	out.TAP, out.PCAP = s.captureState()
+func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, t Target) (*mcp.CallToolResult, StatusOutput, error) {
+	inst, err := s.instance(t)
+	if err != nil {
+		return nil, StatusOutput{}, err
+	}
+	info := inst.Info()
+	out := StatusOutput{Instance: inst.Name(), State: string(info.State), Boots: inst.Boot(), ReadCursor: inst.ReadCursor(),
+		TAP: info.TAP, PCAP: captureState(inst), Transcript: inst.Transcript()}
+	m := inst.Machine()
 	if m == nil {
-		return textResult("no guest booted"), out, nil
+		return textResult(fmt.Sprintf("%q: %s, QEMU not started", out.Instance, out.State)), out, nil
 	}
 	out.Booted = true
 	out.PID = m.PID()
 	out.Argv = m.Argv()
 	out.Paths = m.Paths()
-	out.SerialBytes = m.Console().Buffer().End()
+	out.SerialBytes = info.SerialBytes
+	out.UptimeMS = info.Uptime.Milliseconds()
 	var text string
-	if exit, ok := m.Exited(); ok {
+	if exit := info.Exit; exit != nil {
 		out.Exited = true
 		code := exit.Code
 		out.ExitStatus = &code
-		out.UptimeMS = exit.At.Sub(m.Started()).Milliseconds()
-		text = fmt.Sprintf("qemu pid %d %s after %s; %d bytes of serial output", out.PID, exit, time.Duration(out.UptimeMS)*time.Millisecond, out.SerialBytes)
+		text = fmt.Sprintf("%q: qemu pid %d %s after %s; %d bytes of serial output", out.Instance, out.PID, exit, info.Uptime.Round(time.Millisecond), out.SerialBytes)
 	} else {
-		out.Running = true
-		out.UptimeMS = time.Since(m.Started()).Milliseconds()
-		text = fmt.Sprintf("qemu pid %d running for %s; %d bytes of serial output, next read from cursor %d",
-			out.PID, time.Duration(out.UptimeMS)*time.Millisecond, out.SerialBytes, cursor)
+		out.Running = info.State == instance.Running
+		text = fmt.Sprintf("%q: qemu pid %d %s for %s; %d bytes of serial output, next read from cursor %d",
+			out.Instance, out.PID, out.State, info.Uptime.Round(time.Millisecond), out.SerialBytes, out.ReadCursor)
 	}
 	return textResult(text), out, nil
 }
@@ -199,7 +197,7 @@ func (s *Server) register(ms *mcp.Server) {
 	t := true
 	mcp.AddTool(ms, &mcp.Tool{
 		Name:        "qemu_boot",
-		Description: "Boot a riscv64 guest under qemu-system-riscv64 (virt board), optionally waiting for a pattern on its serial console. Without kernel, boots the built-in tiny kernel (prompt 'tiny> '). Fails if a guest is already running unless restart is true.",
+		Description: "Boot a riscv64 guest under qemu-system-riscv64 (virt board) as a named instance, optionally waiting for a pattern on its serial console. Without kernel, boots the built-in tiny kernel (prompt 'tiny> '). Fails if that instance already runs unless restart is true.",
 		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
 	}, handle(s, s.boot))
 	mcp.AddTool(ms, &mcp.Tool{
@@ -224,7 +222,7 @@ func (s *Server) register(ms *mcp.Server) {
 	}, handle(s, s.shutdown))
 	mcp.AddTool(ms, &mcp.Tool{
 		Name:        "qemu_status",
-		Description: "Whether a guest runs, its pid, uptime, exit status if it exited, command line, paths, and bytes of serial output so far.",
+		Description: "A guest's state (booting, running, stopping, stopped), pid, uptime, exit status if it exited, command line, paths, and bytes of serial output so far.",
 		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, handle(s, s.status))
 	mcp.AddTool(ms, &mcp.Tool{
@@ -252,4 +250,9 @@ func (s *Server) register(ms *mcp.Server) {
 		Description: "This server's version and VCS revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and its holder, and health: degraded when the binary changed on disk since start or dead servers left files behind.",
 		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, handle(s, s.serverInfo))
+	mcp.AddTool(ms, &mcp.Tool{
+		Name:        "qemu_list",
+		Description: "List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output.",
+		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
+	}, handle(s, s.list))
 }

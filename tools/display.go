@@ -21,6 +21,7 @@ import (
 // ScreenshotInput is qemu_screenshot's arguments.
 type ScreenshotInput struct {
 	Save bool `json:"save,omitempty" jsonschema:"also keep the PNG under the captures directory and return its path"`
+	Target
 }
 
 // ScreenshotOutput is qemu_screenshot's result (the image itself is the
@@ -31,7 +32,7 @@ type ScreenshotOutput struct {
 }
 
 func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in ScreenshotInput) (*mcp.CallToolResult, ScreenshotOutput, error) {
-	m, err := s.running()
+	inst, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, ScreenshotOutput{}, err
 	}
@@ -39,13 +40,10 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	if err := os.MkdirAll(captures, 0o700); err != nil {
 		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
 	}
-	s.mu.Lock()
-	s.shots++
-	n := s.shots
-	s.mu.Unlock()
+	n := s.shots.Add(1)
 	// QEMU writes the file itself; a fresh name in our private directory
 	// means nothing else can be there.
-	path := filepath.Join(captures, fmt.Sprintf("screenshot-%d-%d-%d.png", s.pid, m.PID(), n))
+	path := filepath.Join(captures, fmt.Sprintf("screenshot-%s-%s-%d.png", s.mgr.Owner().Tag(), inst.Name(), n))
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := m.Monitor().Execute(qctx, "screendump", map[string]any{"filename": path, "format": "png"}); err != nil {
@@ -78,6 +76,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 type KeyInput struct {
 	Keys     string `json:"keys" jsonschema:"key combination pressed together, such as ctrl-alt-delete, shift-a, ret; several combinations separated by spaces are sent one after another"`
 	HoldTime int    `json:"hold_time,omitempty" jsonschema:"milliseconds the keys are held; default 100"`
+	Target
 }
 
 // KeyOutput is qemu_send_key's result.
@@ -104,7 +103,7 @@ func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInpu
 	if len(combos) == 0 {
 		return nil, KeyOutput{}, errors.New("keys is empty: give a combination such as ctrl-alt-delete, shift-a or ret")
 	}
-	m, err := s.running()
+	_, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, KeyOutput{}, err
 	}
@@ -148,6 +147,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 type TypeInput struct {
 	Text    string `json:"text" jsonschema:"text to type on the guest's keyboard (US layout); \\n is Return, \\t is Tab"`
 	DelayMS int    `json:"delay_ms,omitempty" jsonschema:"milliseconds between characters; default 50"`
+	Target
 }
 
 // TypeOutput is qemu_type_text's result.
@@ -167,7 +167,7 @@ func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeIn
 	if err != nil {
 		return nil, TypeOutput{}, err
 	}
-	m, err := s.running()
+	_, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, TypeOutput{}, err
 	}
@@ -190,6 +190,7 @@ type MouseInput struct {
 	X       int      `json:"x" jsonschema:"absolute x, 0 (left) to 32767 (right)"`
 	Y       int      `json:"y" jsonschema:"absolute y, 0 (top) to 32767 (bottom)"`
 	Buttons []string `json:"buttons,omitempty" jsonschema:"buttons to click at that position: left, right, middle"`
+	Target
 }
 
 // MouseOutput is qemu_mouse's result.
@@ -215,7 +216,7 @@ func (s *Server) mouse(ctx context.Context, _ *mcp.CallToolRequest, in MouseInpu
 			return nil, MouseOutput{}, fmt.Errorf("button %q: want left, right or middle", b)
 		}
 	}
-	m, err := s.running()
+	_, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, MouseOutput{}, err
 	}

@@ -30,7 +30,7 @@ func screenshot(t *testing.T, s *session) *mcp.ImageContent {
 
 func TestDisplayToolsWithoutGPU(t *testing.T) {
 	s := newSession(t)
-	s.wantError("qemu_screenshot", nil, "no guest is running")
+	s.wantError("qemu_screenshot", nil, "has been booted: call qemu_boot first")
 	s.bootTiny()
 	s.wantError("qemu_screenshot", nil, "no display", "gpu: true")
 	s.wantError("qemu_send_key", map[string]any{"keys": "ctrl-nosuchkey"}, "nosuchkey", "QEMU key name")

@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 	"runtime"
@@ -11,112 +10,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/tap"
 )
-
-// writeRecord rewrites this server's registry record when f changes it, so
-// that a later server (or doctor) can tell what to reap if we are killed.
-// Once the record is removed at shutdown it is never written again.
-func (s *Server) writeRecord(f func(*registry.Record) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.recRemoved || !f(&s.rec) {
-		return
-	}
-	if err := registry.Write(s.cfg.RuntimeDir, s.rec); err != nil {
-		s.log.Warn("update registry record", "err", err)
-	}
-}
-
-// removeRecord removes the registry record for good.
-func (s *Server) removeRecord() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.recRemoved = true
-	return registry.Remove(s.cfg.RuntimeDir, s.pid)
-}
-
-// reap removes what dead servers left before a boot. Failing to reap is not
-// a reason to refuse the boot: it is reported instead.
-func (s *Server) reap() *reaper.Report {
-	rep, err := reaper.Reap(s.cfg.RuntimeDir, reaper.Options{Self: s.pid, Logger: s.log, DeleteTAP: DeleteTAP})
-	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
-	}
-	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 {
-		return nil
-	}
-	s.log.Info("reaped leftovers of dead servers", "report", rep.String())
-	return &rep
-}
-
-// DeleteTAP is the reaper's hook for a dead server's TAP: only a tun/tap
-// link of that name is deleted, and a missing one is fine.
-func DeleteTAP(name string) error {
-	_, err := tap.DeleteIfTAP(name)
-	return err
-}
-
-// lockPath is the repository lock for a project root.
-func (s *Server) lockPath(root string) (string, error) {
-	if s.cfg.LockFile != "" {
-		return s.cfg.LockFile, nil
-	}
-	return lock.Path(root, s.cfg.RuntimeDir)
-}
-
-// acquireLock takes the repository lock for root before QEMU starts.
-func (s *Server) acquireLock(root string) (*lock.Lock, error) {
-	path, err := s.lockPath(root)
-	if err != nil {
-		return nil, fmt.Errorf("find the repository lock for %s: %w", root, err)
-	}
-	l, err := lock.Acquire(path, lock.Record{Target: root})
-	if err != nil {
-		var held *lock.HeldError
-		if errors.As(err, &held) {
-			return nil, fmt.Errorf("cannot boot: %w", err)
-		}
-		return nil, fmt.Errorf("take the repository lock: %w", err)
-	}
-	if r := l.Reclaimed(); r != nil {
-		s.log.Info("reclaimed a stale repository lock", "path", path, "stale_pid", r.Stale.PID, "why", r.Liveness.String())
-	}
-	return l, nil
-}
-
-// watch releases the lock, the TAP and the record when QEMU stops by
-// itself (guest poweroff), not only when we stop it.
-func (s *Server) watch(m *qemu.Machine, l *lock.Lock, dev *tap.Device) {
-	<-m.Done()
-	// The supervisor removes the files; Close waits until it has.
-	_ = m.Close()
-	s.released(m, l, dev)
-}
-
-// released is called once a machine is gone; it is idempotent.
-func (s *Server) released(m *qemu.Machine, l *lock.Lock, dev *tap.Device) {
-	s.deleteTAP(dev)
-	s.releaseLock(l)
-	s.writeRecord(func(r *registry.Record) bool {
-		if r.QEMU == nil || r.QEMU.PID != m.PID() {
-			return false
-		}
-		r.QEMU = nil
-		r.Lock = ""
-		return true
-	})
-}
-
-func (s *Server) releaseLock(l *lock.Lock) {
-	if err := l.Release(); err != nil {
-		s.log.Warn("release repository lock", "path", l.Path(), "err", err)
-	}
-}
 
 // InfoOutput is server_info's result.
 type InfoOutput struct {
@@ -132,35 +32,43 @@ type InfoOutput struct {
 	LockState   string        `json:"lock_state" jsonschema:"absent, free, held, unidentified or stale"`
 	LockHolder  int           `json:"lock_holder,omitempty" jsonschema:"PID named by the lock record"`
 	LockIsOurs  bool          `json:"lock_is_ours"`
-	GuestPID    int           `json:"guest_pid,omitempty" jsonschema:"QEMU's PID while a guest runs"`
-	TAP         string        `json:"tap,omitempty" jsonschema:"the guest's TAP device"`
-	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the running or last capture"`
+	Instances   []string      `json:"instances,omitempty" jsonschema:"guests that are not stopped (see qemu_list)"`
+	GuestPID    int           `json:"guest_pid,omitempty" jsonschema:"QEMU's PID of the default instance while it runs"`
+	TAP         string        `json:"tap,omitempty" jsonschema:"the default instance's TAP device"`
+	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the default instance's running or last capture"`
 	Health      string        `json:"health" jsonschema:"ok, or degraded (see problems)"`
 	Problems    []string      `json:"problems,omitempty"`
 }
 
 func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, InfoOutput, error) {
-	s.mu.Lock()
-	rec := s.rec
-	m := s.machine
-	s.mu.Unlock()
+	rec := s.mgr.Record()
 	out := InfoOutput{
 		Version:     s.cfg.Version,
 		Revision:    s.cfg.Revision,
-		PID:         s.pid,
+		PID:         rec.PID,
 		UptimeMS:    time.Since(s.started).Milliseconds(),
 		GoVersion:   runtime.Version(),
 		QEMUVersion: s.qemuVersion(),
 		Transport:   rec.Transport,
 		RuntimeDir:  s.cfg.RuntimeDir,
 	}
-	if m != nil {
-		if _, exited := m.Exited(); !exited {
+	for _, in := range s.mgr.List() {
+		if in.State() == instance.Stopped {
+			continue
+		}
+		out.Instances = append(out.Instances, in.Name())
+		if in.Name() != names.DefaultInstance {
+			continue
+		}
+		if m, err := in.Running(); err == nil {
 			out.GuestPID = m.PID()
 		}
+		if dev := in.TAP(); dev != nil {
+			out.TAP = dev.Name
+		}
+		out.PCAP = captureState(in)
 	}
-	out.TAP, out.PCAP = s.captureState()
-	if path, err := s.lockPath(s.cfg.WorkDir); err != nil {
+	if path, err := s.mgr.LockPath(s.cfg.WorkDir); err != nil {
 		out.Problems = append(out.Problems, "lock: "+err.Error())
 	} else {
 		out.LockFile = path
@@ -170,12 +78,12 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		}
 		out.LockState = string(st.State)
 		out.LockHolder = st.Record.PID
-		out.LockIsOurs = st.Record.PID == s.pid && st.State == lock.Held
+		out.LockIsOurs = st.Record.PID == rec.PID && st.State == lock.Held
 	}
 	if h := registry.Assess(rec); h.ExeMatch == registry.No {
 		out.Problems = append(out.Problems, "stale code: the executable changed on disk since this server started ("+h.ExeDetail+"); restart the server to run the new build")
 	}
-	if inv, err := reaper.Scan(s.cfg.RuntimeDir, reaper.Options{Self: s.pid}); err != nil {
+	if inv, err := reaper.Scan(s.cfg.RuntimeDir, reaper.Options{Self: rec.Owner()}); err != nil {
 		out.Problems = append(out.Problems, "scan runtime dir: "+err.Error())
 	} else if dead := inv.Dead(); len(dead) > 0 {
 		pids := make([]string, len(dead))
@@ -195,7 +103,11 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 	if out.LockHolder != 0 {
 		fmt.Fprintf(&b, ", pid %d", out.LockHolder)
 	}
-	fmt.Fprintf(&b, ")\nhealth: %s\n", out.Health)
+	fmt.Fprintf(&b, ")\n")
+	if len(out.Instances) > 0 {
+		fmt.Fprintf(&b, "guests: %s\n", strings.Join(out.Instances, ", "))
+	}
+	fmt.Fprintf(&b, "health: %s\n", out.Health)
 	for _, p := range out.Problems {
 		fmt.Fprintf(&b, "- %s\n", p)
 	}
@@ -216,4 +128,53 @@ func qemuVersion(bin string) string {
 		return "unknown (" + err.Error() + ")"
 	}
 	return strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
+}
+
+// ListInput is qemu_list's arguments (none).
+type ListInput struct{}
+
+// ListEntry is one guest in qemu_list's result.
+type ListEntry struct {
+	Instance    string `json:"instance"`
+	State       string `json:"state" jsonschema:"booting, running, stopping or stopped"`
+	PID         int    `json:"pid,omitempty" jsonschema:"QEMU's PID"`
+	UptimeMS    int64  `json:"uptime_ms,omitempty" jsonschema:"milliseconds QEMU has run (until it stopped)"`
+	ExitStatus  *int   `json:"exit_status,omitempty"`
+	Kernel      string `json:"kernel,omitempty"`
+	TAP         string `json:"tap,omitempty"`
+	Capture     string `json:"capture,omitempty" jsonschema:"the running capture's file"`
+	SerialBytes int64  `json:"serial_bytes" jsonschema:"bytes of serial output so far"`
+}
+
+// ListOutput is qemu_list's result.
+type ListOutput struct {
+	Instances    []ListEntry `json:"instances"`
+	MaxInstances int         `json:"max_instances" jsonschema:"the most guests that run at once"`
+}
+
+func (s *Server) list(_ context.Context, _ *mcp.CallToolRequest, _ ListInput) (*mcp.CallToolResult, ListOutput, error) {
+	out := ListOutput{Instances: []ListEntry{}, MaxInstances: s.mgr.MaxInstances()}
+	var b strings.Builder
+	for _, in := range s.mgr.List() {
+		i := in.Info()
+		e := ListEntry{Instance: i.Name, State: string(i.State), PID: i.PID, UptimeMS: i.Uptime.Milliseconds(),
+			Kernel: i.Kernel, TAP: i.TAP, Capture: i.Capture, SerialBytes: i.SerialBytes}
+		if i.Exit != nil {
+			code := i.Exit.Code
+			e.ExitStatus = &code
+		}
+		out.Instances = append(out.Instances, e)
+		fmt.Fprintf(&b, "%s: %s", e.Instance, e.State)
+		if e.PID != 0 {
+			fmt.Fprintf(&b, ", qemu pid %d, up %s", e.PID, i.Uptime.Round(time.Millisecond))
+		}
+		if e.TAP != "" {
+			fmt.Fprintf(&b, ", tap %s", e.TAP)
+		}
+		fmt.Fprintf(&b, ", %d serial bytes\n", e.SerialBytes)
+	}
+	if len(out.Instances) == 0 {
+		b.WriteString("no guests: boot one with qemu_boot\n")
+	}
+	return textResult(b.String()), out, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
@@ -155,8 +156,9 @@ type waitPlan struct {
 // active reports whether the call waits at all.
 func (p waitPlan) active() bool { return len(p.spec.Patterns) > 0 || p.spec.Idle > 0 }
 
-// plan validates the shared wait arguments.
-func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration) (waitPlan, error) {
+// plan validates the shared wait arguments; extra are the boot profile's
+// panic patterns, added to the defaults unless panic_patterns is given.
+func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, extra []*regexp.Regexp) (waitPlan, error) {
 	maxBytes := o.MaxBytes
 	pats, desc, err := patterns(o.WaitFor)
 	if err != nil {
@@ -190,9 +192,6 @@ func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration) (waitPl
 			p.spec.Panic = append(p.spec.Panic, re)
 		}
 	default:
-		s.mu.Lock()
-		extra := s.panics
-		s.mu.Unlock()
 		if len(extra) > 0 {
 			p.spec.Panic = append(serial.DefaultPanicPatterns(), extra...)
 		}
@@ -215,9 +214,10 @@ func render(b []byte, raw bool) (string, string) {
 
 const defaultMaxBytes = 64 << 10
 
-// wait runs plan on m's console from since and records where it ended as
-// the server's read cursor. Timing out is a normal result, not an error.
-func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, m *qemu.Machine, since int64, p waitPlan) (WaitResult, error) {
+// wait runs plan on the guest's console from since and records where it
+// ended as the guest's read cursor. Timing out is a normal result, not an
+// error; a stop of the guest ends it at once with an error.
+func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instance.Instance, since int64, p waitPlan) (WaitResult, error) {
 	spec := p.spec
 	if req != nil && req.Session != nil {
 		if tok := req.Params.GetProgressToken(); tok != nil {
@@ -233,7 +233,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, m *qemu.Mac
 			}
 		}
 	}
-	res, err := m.Console().Buffer().WaitFor(ctx, since, spec)
+	res, err := in.Wait(ctx, since, spec)
 	if err != nil {
 		return WaitResult{}, fmt.Errorf("wait for %s: %w", p.desc, err)
 	}
@@ -248,18 +248,12 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, m *qemu.Mac
 		w.Match, _ = render(res.Match, p.raw)
 		w.Before, _ = render(res.Before, p.raw)
 	}
-	if res.Finished {
-		// The buffer is finished just before Done closes.
-		<-m.Done()
-	}
-	s.setExit(&w, m)
-	s.mu.Lock()
-	s.readCursor = w.Cursor
-	s.mu.Unlock()
+	setExit(&w, in.Machine())
+	in.SetReadCursor(w.Cursor)
 	return w, nil
 }
 
-func (s *Server) setExit(w *WaitResult, m *qemu.Machine) {
+func setExit(w *WaitResult, m *qemu.Machine) {
 	if exit, ok := m.Exited(); ok {
 		w.Exited = true
 		code := exit.Code
@@ -275,6 +269,7 @@ type SendInput struct {
 	Newline     string  `json:"newline,omitempty" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
 	CharDelayMS int     `json:"char_delay_ms,omitempty" jsonschema:"milliseconds between bytes, for guests without a UART FIFO that drop fast input"`
 	Timeout     float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for; default 30"`
+	Target
 	WaitOptions
 }
 
@@ -287,12 +282,13 @@ type SendOutput struct {
 var newlines = map[string]string{"": "\r", "cr": "\r", "lf": "\n", "crlf": "\r\n", "none": ""}
 
 func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, SendOutput, error) {
-	if in.WaitFor == nil {
-		s.mu.Lock()
-		if s.prompt != "" {
-			in.WaitFor = s.prompt
-		}
-		s.mu.Unlock()
+	inst, m, err := s.running(in.Target)
+	if err != nil {
+		return nil, SendOutput{}, err
+	}
+	spec := inst.Spec()
+	if in.WaitFor == nil && spec.Prompt != "" {
+		in.WaitFor = spec.Prompt
 	}
 	nl, ok := newlines[in.Newline]
 	if !ok {
@@ -301,11 +297,7 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	if in.CharDelayMS < 0 || in.CharDelayMS > 1000 {
 		return nil, SendOutput{}, fmt.Errorf("char_delay_ms %d: want 0 to 1000", in.CharDelayMS)
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second)
-	if err != nil {
-		return nil, SendOutput{}, err
-	}
-	m, err := s.running()
+	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second, spec.Panics)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
@@ -329,10 +321,10 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	out := SendOutput{Written: n}
 	if !p.active() {
 		out.Cursor, out.OutputStart, out.MatchIndex = from, from, -1
-		s.setExit(&out.WaitResult, m)
+		setExit(&out.WaitResult, m)
 		return textResult(fmt.Sprintf("wrote %d bytes; output from cursor %d on is waiting for serial_read", n, from)), out, nil
 	}
-	out.WaitResult, err = s.wait(ctx, req, m, from, p)
+	out.WaitResult, err = s.wait(ctx, req, inst, from, p)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
@@ -343,21 +335,24 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 type ReadInput struct {
 	Since   *int64  `json:"since,omitempty" jsonschema:"cursor to read from; default where the last read or wait ended; output older than the in-memory ring comes from the transcript"`
 	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for or idle_ms; default 5"`
+	Target
 	WaitOptions
 }
 
 func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInput) (*mcp.CallToolResult, WaitResult, error) {
-	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second)
+	inst, err := s.instance(in.Target)
 	if err != nil {
 		return nil, WaitResult{}, err
 	}
-	m := s.current()
+	m := inst.Machine()
 	if m == nil {
-		return nil, WaitResult{}, fmt.Errorf("no guest has been booted: call qemu_boot first")
+		return nil, WaitResult{}, fmt.Errorf("guest %q has no console: its boot did not start QEMU; call qemu_boot", inst.Name())
 	}
-	s.mu.Lock()
-	since := s.readCursor
-	s.mu.Unlock()
+	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second, inst.Spec().Panics)
+	if err != nil {
+		return nil, WaitResult{}, err
+	}
+	since := inst.ReadCursor()
 	if in.Since != nil {
 		if *in.Since < 0 {
 			return nil, WaitResult{}, fmt.Errorf("since %d: cursors start at 0", *in.Since)
@@ -369,7 +364,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 		since = end
 	}
 	if p.active() {
-		w, err := s.wait(ctx, req, m, since, p)
+		w, err := s.wait(ctx, req, inst, since, p)
 		if err != nil {
 			return nil, WaitResult{}, err
 		}
@@ -391,10 +386,8 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	w := WaitResult{OutputStart: page.Start, Cursor: page.Start + int64(len(data)), Lost: page.Lost > 0, MatchIndex: -1}
 	w.Truncated = w.Cursor < end
 	w.Output, w.Encoding = render(data, p.raw)
-	s.setExit(&w, m)
-	s.mu.Lock()
-	s.readCursor = w.Cursor
-	s.mu.Unlock()
+	setExit(&w, m)
+	inst.SetReadCursor(w.Cursor)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", len(data), w.OutputStart, w.Cursor)
 	if page.Lost > 0 {

@@ -1,6 +1,7 @@
 // Package tools is the MCP face of qemu-mcp: it registers the qemu_*,
 // serial_* and qmp_* tools on an MCP server and maps each call onto the
-// domain packages, one QEMU instance per server.
+// domain packages: a call names its guest (instance), whose whole life is
+// package instance's business.
 package tools
 
 import (
@@ -9,22 +10,23 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/boundary"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
-	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
 // Config is what the tools need from the process that hosts them.
 type Config struct {
-	// RuntimeDir holds the FIFOs and the QMP socket; it must exist and be
+	// RuntimeDir holds the FIFOs and the QMP sockets; it must exist and be
 	// private (see internal/runtimedir).
 	RuntimeDir string
 	// WorkDir is the default project_root.
@@ -48,46 +50,35 @@ type Config struct {
 	// AllowHostAccess lifts the boundary that keeps qmp_command and
 	// extra_args inside the guest (see internal/boundary).
 	AllowHostAccess bool
-	Logger          *slog.Logger
+	// MaxInstances bounds the guests that run at once; 0 means
+	// instance.DefaultMaxInstances.
+	MaxInstances int
+	Logger       *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
 var ErrClosed = errors.New("qemu-mcp is shutting down: no new work is accepted")
 
-// Server holds the state the tools share: the one machine and the read cursor.
+// Server adapts MCP tool calls to the guests of an instance.Manager:
+// argument decoding, results and errors. Everything a guest's life needs is
+// in package instance.
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	pid int
+	mgr *instance.Manager
 
-	// base is cancelled when shutdown begins, which cancels every call.
-	base   context.Context
-	cancel context.CancelFunc
-
-	// gate admits calls until shutdown begins; calls hold it for reading.
-	gate     sync.RWMutex
-	closing  bool
-	inflight sync.WaitGroup
-
-	// life serialises boot and shutdown so two boots cannot race.
-	life sync.Mutex
+	// base ends when shutdown begins, which ends every call in flight.
+	base    context.Context
+	cancel  context.CancelFunc
+	closing atomic.Bool
 
 	started time.Time
 	// qemuVersion is asked of the emulator on first use, then kept.
 	qemuVersion func() string
+	shots       atomic.Int64
 
-	mu         sync.Mutex // guards the fields below
-	machine    *qemu.Machine
-	lk         *lock.Lock // the repository lock held for machine
-	rec        registry.Record
-	recRemoved bool
-	boots      int
-	attempts   int
-	shots      int
-	readCursor int64
-	prompt     string           // the boot profile's prompt: serial_send's default wait_for
-	panics     []*regexp.Regexp // the boot profile's panic patterns, added to the defaults
-	net        netState
+	pcapMu   sync.Mutex
+	readFrom map[string]int // packet cursor per capture file for qemu_pcap_read
 }
 
 // New returns the tool state. Call Close when done.
@@ -105,110 +96,69 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	// The captures directory exists from the start: QMP commands may only
-	// write there, and the boundary resolves its real path.
-	if err := os.MkdirAll(runtimedir.CapturesDir(cfg.RuntimeDir), 0o700); err != nil {
-		return nil, fmt.Errorf("tools: captures directory: %w", err)
-	}
 	if cfg.Transport == "" {
 		cfg.Transport = registry.TransportStdio
 	}
-	// The record is what lets the next server reap after us if we are
-	// killed, so a server that cannot write it does not start.
 	rec, err := registry.Self(cfg.Transport, cfg.Address, cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
-	if err := registry.Write(cfg.RuntimeDir, rec); err != nil {
-		return nil, fmt.Errorf("tools: write registry record: %w", err)
+	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
+		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	bin := cfg.QEMUBinary
-	return &Server{cfg: cfg, log: cfg.Logger, pid: os.Getpid(), base: ctx, cancel: cancel, rec: rec, started: time.Now(),
+	return &Server{cfg: cfg, log: cfg.Logger, mgr: mgr, base: ctx, cancel: cancel, started: time.Now(),
 		qemuVersion: sync.OnceValue(func() string { return qemuVersion(bin) })}, nil
 }
+
+// Manager is the guests' manager, for the process that hosts the tools.
+func (s *Server) Manager() *instance.Manager { return s.mgr }
 
 // policy is the host-access boundary for QMP and extra_args.
 func (s *Server) policy() boundary.Policy {
 	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: runtimedir.CapturesDir(s.cfg.RuntimeDir)}
 }
 
-// enter admits one call, or refuses once shutdown has begun, so Close never
-// races a call that is about to start work (the TOCTOU of seed 003). The
-// returned context is cancelled by the call's own context or by shutdown.
-func (s *Server) enter(ctx context.Context) (context.Context, func(), error) {
-	s.gate.RLock()
-	if s.closing {
-		s.gate.RUnlock()
-		return nil, nil, ErrClosed
-	}
-	s.inflight.Add(1)
-	s.gate.RUnlock()
-	cctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(s.base, cancel)
-	return cctx, func() {
-		stop()
-		cancel()
-		s.inflight.Done()
-	}, nil
-}
-
-// Close stops admitting calls, cancels the ones in flight and waits for them,
-// then stops QEMU and removes its files. Safe to call more than once.
+// Close refuses new calls, ends the ones in flight, stops every guest and
+// removes its files and the server's record. Safe to call more than once.
 func (s *Server) Close(ctx context.Context) error {
-	s.gate.Lock()
-	s.closing = true
-	s.gate.Unlock()
+	s.closing.Store(true)
 	s.cancel()
-	waited := make(chan struct{})
-	go func() { s.inflight.Wait(); close(waited) }()
-	select {
-	case <-waited:
-	case <-ctx.Done():
-		s.log.Warn("tool calls still running at shutdown; stopping qemu anyway")
-	}
-	s.life.Lock()
-	defer s.life.Unlock()
-	err := s.stopMachine(ctx, qemu.Quit, 5*time.Second)
-	if rerr := s.removeRecord(); rerr != nil {
-		err = errors.Join(err, fmt.Errorf("remove registry record: %w", rerr))
-	}
-	return err
+	return s.mgr.Close(ctx)
 }
 
-// stopMachine shuts the current machine down and removes its files.
-// s.life must be held.
-func (s *Server) stopMachine(ctx context.Context, how qemu.Method, wait time.Duration) error {
-	s.mu.Lock()
-	m, l, dev := s.machine, s.lk, s.net.dev
-	s.mu.Unlock()
-	if m == nil {
-		return nil
+// Target names the guest a call is for.
+type Target struct {
+	Instance string `json:"instance,omitempty" jsonschema:"guest name; default \"default\""`
+}
+
+func (t Target) name() string {
+	if t.Instance == "" {
+		return names.DefaultInstance
 	}
-	_, err := m.Shutdown(ctx, how, wait)
-	err = errors.Join(err, m.Close())
-	s.released(m, l, dev)
-	return err
+	return t.Instance
 }
 
-// current returns the machine of the last boot, running or not.
-func (s *Server) current() *qemu.Machine {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.machine
+// instance returns the named guest, in whatever state it is.
+func (s *Server) instance(t Target) (*instance.Instance, error) {
+	return s.mgr.Get(t.name())
 }
 
-// running returns the machine if QEMU is still running, or an error that
+// running returns the named guest and its QEMU if it runs, or an error that
 // tells the agent what to do.
-func (s *Server) running() (*qemu.Machine, error) {
-	m := s.current()
-	if m == nil {
-		return nil, errors.New("no guest is running: call qemu_boot first")
+func (s *Server) running(t Target) (*instance.Instance, *qemu.Machine, error) {
+	in, err := s.instance(t)
+	if err != nil {
+		return nil, nil, err
 	}
-	if exit, ok := m.Exited(); ok {
-		return nil, fmt.Errorf("the guest has exited (%s): call qemu_boot to start it again; serial_read still returns its output", exit)
+	m, err := in.Running()
+	if err != nil {
+		return nil, nil, err
 	}
-	return m, nil
+	return in, m, nil
 }
 
 // NewMCPServer returns an MCP server with every tool registered.
@@ -227,19 +177,21 @@ const instructions = `qemu-mcp boots a riscv64 guest under qemu-system-riscv64 a
 Boot with qemu_boot (without kernel it boots a built-in tiny kernel whose prompt is "tiny> "),
 talk to the serial console with serial_send / serial_read (output is kept and addressed by cursors,
 nothing is lost between calls), use qmp_command for the QEMU monitor, qemu_status to look, and
-qemu_shutdown to stop. Timeouts are seconds.`
+qemu_shutdown to stop. Several guests run side by side under different instance names (every
+guest tool takes instance, default "default"; qemu_list lists them). Timeouts are seconds.`
 
-// handle adapts a typed handler to the admission gate, so every tool gets
-// the same shutdown behaviour.
+// handle gives every tool the same shutdown behaviour: refused once
+// shutdown began, cancelled when it begins.
 func handle[In, Out any](s *Server, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) mcp.ToolHandlerFor[In, Out] {
 	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		var zero Out
-		cctx, leave, err := s.enter(ctx)
-		if err != nil {
-			return nil, zero, err
+		if s.closing.Load() {
+			return nil, zero, ErrClosed
 		}
-		defer leave()
-		return h(cctx, req, in)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+		return h(ctx, req, in)
 	}
 }
 

@@ -3,7 +3,6 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -15,7 +14,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -255,7 +256,7 @@ func assertEmptyRuntimeDir(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		if e.Name() == "images" || e.Name() == "captures" || e.Name() == fmt.Sprintf("server-%d.json", os.Getpid()) {
+		if e.Name() == "images" || e.Name() == "captures" || e.Name() == ownRecord(t) {
 			continue
 		}
 		t.Errorf("left behind in runtime dir: %s (%v)", e.Name(), e.Type())
@@ -436,8 +437,8 @@ func TestGuestExitIsReported(t *testing.T) {
 
 func TestBadInputKeepsServing(t *testing.T) {
 	s := newSession(t)
-	s.wantError("serial_send", map[string]any{"data": "x"}, "no guest is running", "qemu_boot")
-	s.wantError("qmp_command", map[string]any{"command": "query-status"}, "no guest is running")
+	s.wantError("serial_send", map[string]any{"data": "x"}, "has been booted: call qemu_boot first", "qemu_boot")
+	s.wantError("qmp_command", map[string]any{"command": "query-status"}, "has been booted: call qemu_boot first")
 	s.wantError("qemu_boot", map[string]any{"kernel": "does/not/exist.bin"}, "no such file", "project_root")
 	s.wantError("qemu_boot", map[string]any{"wait_for": "(unclosed"}, "not a valid regular expression")
 	for _, a := range []string{"-serial", "-chardev", "-qmp", "-monitor", "--daemonize", "-pidfile"} {
@@ -486,4 +487,14 @@ func TestUBoot(t *testing.T) {
 	}
 	s.mustCall("qemu_shutdown", nil, nil)
 	assertEmptyRuntimeDir(t, s.dir)
+}
+
+// ownRecord is the file name of this process's registry record.
+func ownRecord(t *testing.T) string {
+	t.Helper()
+	self, err := proc.Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return registry.FileName(names.Owner{PID: self.PID, StartTime: self.StartTime})
 }

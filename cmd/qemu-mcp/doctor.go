@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/doctor"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/lock"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // doctorCmd lists what servers recorded about themselves and reaps what dead
@@ -43,7 +43,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		Cleanup:          *cleanup,
 		TerminateOrphans: *terminate,
 		JSON:             *asJSON,
-		DeleteTAP:        tools.DeleteTAP,
+		DeleteTAP:        instance.DeleteTAP,
 		Logger:           slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Lock: func() (string, error) {
 			path, err := lock.Path(*root, dir)

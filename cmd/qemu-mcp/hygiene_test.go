@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,7 +15,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 )
 
 // server is a qemu-mcp process under test with an MCP client on its pipes.
@@ -29,6 +30,23 @@ type server struct {
 
 // startServer runs the real command in cwd with env added, connected over
 // pipes (not CommandTransport, so the test decides how the server dies).
+// owner is the identity the server's names carry; call it while it runs.
+func (s *server) owner(t *testing.T) names.Owner {
+	t.Helper()
+	info, err := proc.Stat(s.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names.Owner{PID: info.PID, StartTime: info.StartTime}
+}
+
+// files are the names of a server's record and of its instance's FIFOs and
+// socket.
+func files(o names.Owner, instance string) []string {
+	return []string{registry.FileName(o), names.Name(names.SerialIn, o, instance),
+		names.Name(names.SerialOut, o, instance), names.Name(names.QMPSocket, o, instance)}
+}
+
 func startServer(t *testing.T, dir, cwd string, env ...string) *server {
 	t.Helper()
 	cmd := serverCmd(dir)
@@ -246,9 +264,9 @@ func TestDoctor(t *testing.T) {
 	}
 	defer os.Remove(dir + "-2.lock")
 	defer os.Remove(dir + "-2.lock.guard")
+	deadOwner, liveOwner := dead.owner(t), live.owner(t)
 	dead.cmd.Process.Kill()
 	<-dead.done
-	deadPID := dead.cmd.Process.Pid
 
 	doctor := func(args ...string) string {
 		cmd := exec.Command(os.Args[0], append([]string{"doctor"}, args...)...)
@@ -262,22 +280,23 @@ func TestDoctor(t *testing.T) {
 	out := doctor()
 	t.Log(out)
 	livePID := strconv.Itoa(live.cmd.Process.Pid)
-	for _, want := range []string{"pid " + livePID, "stdio", "serial-" + strconv.Itoa(deadPID) + ".in", "--cleanup"} {
+	deadFiles, liveFiles := files(deadOwner, "default"), files(liveOwner, "default")
+	for _, want := range []string{"pid " + livePID, "stdio", deadFiles[1], "--cleanup"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("doctor output lacks %q", want)
 		}
 	}
-	if _, err := os.Lstat(filepath.Join(dir, fmt.Sprintf("server-%d.json", deadPID))); err != nil {
+	if _, err := os.Lstat(filepath.Join(dir, deadFiles[0])); err != nil {
 		t.Errorf("plain doctor changed something: %v", err)
 	}
 	out = doctor("--cleanup")
 	t.Log(out)
-	for _, name := range []string{"server-%d.json", "serial-%d.in", "serial-%d.out", "qmp-%d.sock"} {
-		if _, err := os.Lstat(filepath.Join(dir, fmt.Sprintf(name, deadPID))); err == nil {
-			t.Errorf("doctor --cleanup left %s", fmt.Sprintf(name, deadPID))
+	for i := range deadFiles {
+		if _, err := os.Lstat(filepath.Join(dir, deadFiles[i])); err == nil {
+			t.Errorf("doctor --cleanup left %s", deadFiles[i])
 		}
-		if _, err := os.Lstat(filepath.Join(dir, fmt.Sprintf(name, live.cmd.Process.Pid))); err != nil {
-			t.Errorf("doctor --cleanup removed the live server's %s", fmt.Sprintf(name, live.cmd.Process.Pid))
+		if _, err := os.Lstat(filepath.Join(dir, liveFiles[i])); err != nil {
+			t.Errorf("doctor --cleanup removed the live server's %s", liveFiles[i])
 		}
 	}
 	var st struct {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -44,12 +46,17 @@ func run(args []string, stderr io.Writer) int {
 		httpAddr    = fs.String("http", "", "serve MCP streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
 		tokenFile   = fs.String("token-file", "", "file holding the bearer token HTTP clients must send; required for a non-loopback -http address")
 		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
+		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n\nServes MCP over stdio. Flags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *maxInst < 1 {
+		fmt.Fprintf(stderr, "qemu-mcp: -max-instances %d: want at least 1\n", *maxInst)
 		return 2
 	}
 	if *showVersion {
@@ -80,10 +87,15 @@ func run(args []string, stderr io.Writer) int {
 		Logger:        log,
 
 		AllowHostAccess: *allowHost,
+		MaxInstances:    *maxInst,
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
+	// A client that closes our stdout must not kill us with SIGPIPE before
+	// the guests are stopped: the write fails with EPIPE instead, and that
+	// ends the session like stdin's EOF (see serveStdio).
+	signal.Ignore(syscall.SIGPIPE)
 
 	if *selfTest {
 		if err := selftest.Run(ctx, os.Stdout, cfg); err != nil {
@@ -109,7 +121,7 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	watchParent(cancel, log)
 
 	log.Info("serving MCP on stdio", "version", versionString(), "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
-	why := serveStdio(ctx, srv)
+	why := serveStdio(ctx, srv, os.Stdin, &endOnError{w: os.Stdout, end: cancel})
 	if cause := context.Cause(ctx); cause != nil {
 		why = cause.Error()
 	}
@@ -123,12 +135,12 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	return 0
 }
 
-// serveStdio serves one MCP session on stdin/stdout until the client
-// closes stdin or ctx ends, and says which. It does not wait for the stdin
-// reader on ctx: a blocking read of a pipe cannot be interrupted, and the
-// process is about to exit anyway.
-func serveStdio(ctx context.Context, srv *tools.Server) string {
-	ss, err := srv.NewMCPServer().Connect(ctx, &mcp.StdioTransport{}, nil)
+// serveStdio serves one MCP session on in/out until the client closes in
+// or ctx ends, and says which. It does not wait for the stdin reader on
+// ctx: a blocking read of a pipe cannot be interrupted, and the process is
+// about to exit anyway.
+func serveStdio(ctx context.Context, srv *tools.Server, in io.ReadCloser, out io.WriteCloser) string {
+	ss, err := srv.NewMCPServer().Connect(ctx, &mcp.IOTransport{Reader: in, Writer: out}, nil)
 	if err != nil {
 		return "connect: " + err.Error()
 	}
@@ -145,6 +157,25 @@ func serveStdio(ctx context.Context, srv *tools.Server) string {
 		return "cancelled"
 	}
 }
+
+// endOnError is the server's stdout: the first failed write (the client
+// closed its end) ends the server the way stdin's EOF does, since no answer
+// can reach the client any more.
+type endOnError struct {
+	w    io.WriteCloser
+	end  context.CancelCauseFunc
+	once sync.Once
+}
+
+func (e *endOnError) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.once.Do(func() { e.end(fmt.Errorf("stdout closed: %w", err)) })
+	}
+	return n, err
+}
+
+func (e *endOnError) Close() error { return e.w.Close() }
 
 // watchParent ends the server when the client that started it dies while
 // stdin stays open (an inherited pipe can outlive the client). A pidfd on

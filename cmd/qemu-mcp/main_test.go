@@ -308,3 +308,50 @@ func (w *logWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = (*logWriter)(nil)
+
+// A client that closes the server's stdout while stdin stays open: the next
+// answer fails with EPIPE (SIGPIPE is ignored, so it does not kill the
+// server), and the server ends as on stdin EOF: exit 0, nothing left.
+func TestStdoutClosed(t *testing.T) {
+	needQEMU(t)
+	dir := runtimeDir(t)
+	cmd := serverCmd(dir)
+	cmd.Stderr = &logWriter{t: t}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// The client's end of stdin stays open when the client goes: the
+	// server must notice its stdout, not its stdin.
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: keepOpen{stdin}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := bootAndEcho(t, cs)
+	stdout.Close()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	// Its answer is what the server fails to write.
+	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"qemu_status","arguments":{}}}`+"\n"); err != nil {
+		t.Fatalf("write request: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(t, err); code != 0 {
+			t.Errorf("exit code %d after stdout was closed", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server still running 10 s after its stdout was closed")
+	}
+	t.Logf("server exited %v after stdout was closed", time.Since(start).Round(time.Millisecond))
+	assertClean(t, dir, q)
+}
+
+// keepOpen is a writer whose Close leaves the underlying pipe open.
+type keepOpen struct{ io.Writer }
+
+func (keepOpen) Close() error { return nil }

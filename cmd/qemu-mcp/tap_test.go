@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 )
 
 // netns makes a network namespace for one test and deletes it afterwards.
@@ -66,7 +68,7 @@ func TestTAPAndCapture(t *testing.T) {
 	if res.IsError || !b.Matched {
 		t.Fatalf("boot: %s", resultText(res))
 	}
-	if b.TAP != "qmcp"+strconv.Itoa(a.cmd.Process.Pid) || !linkExists(ns, b.TAP) || !strings.Contains(b.PCAP, "/captures/") {
+	if b.TAP != names.TAP(a.owner(t), "default") || !linkExists(ns, b.TAP) || !strings.Contains(b.PCAP, "/captures/") {
 		t.Fatalf("boot result tap %q pcap %q", b.TAP, b.PCAP)
 	}
 	var w struct {

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
@@ -77,6 +78,8 @@ type Server struct {
 	PID    int              `json:"pid"`
 	Record *registry.Record `json:"record,omitempty"`
 	Health *registry.Health `json:"health,omitempty"`
+
+	owner names.Owner // what the record's file name says
 	// Error says why the record could not be used.
 	Error string `json:"error,omitempty"`
 }
@@ -144,7 +147,7 @@ func Collect(dir string, opts Options) (Result, error) {
 		errs = append(errs, err)
 	}
 	for _, e := range entries {
-		s := Server{Path: e.Path, PID: e.PID}
+		s := Server{Path: e.Path, PID: e.PID, owner: e.Owner}
 		if e.Err != nil {
 			s.Error = e.Err.Error()
 		} else {
@@ -154,7 +157,7 @@ func Collect(dir string, opts Options) (Result, error) {
 		}
 		res.Servers = append(res.Servers, s)
 	}
-	ropts := reaper.Options{Self: opts.self(), Logger: opts.Logger, DeleteTAP: opts.DeleteTAP}
+	ropts := reaper.Options{Self: names.Owner{PID: opts.self()}, Logger: opts.Logger, DeleteTAP: opts.DeleteTAP}
 	inv, err := reaper.Scan(dir, ropts)
 	if err != nil {
 		errs = append(errs, err)
@@ -231,16 +234,16 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 	}
 
 	p.f("\nservers: %d record(s)\n", len(res.Servers))
-	leftovers := make(map[int]int)
+	leftovers := make(map[names.Owner]int)
 	for _, o := range res.Leftovers {
-		leftovers[o.PID] = len(o.Files)
+		leftovers[o.Owner()] = len(o.Files)
 	}
 	for _, s := range res.Servers {
 		if s.Error != "" {
 			p.f("  pid %d: unusable record: %s\n", s.PID, s.Error)
 			continue
 		}
-		writeServer(p, s, now, leftovers[s.PID])
+		writeServer(p, s, now, leftovers[s.owner])
 	}
 
 	p.f("\nleftovers of dead servers: %d server(s)\n", len(res.Leftovers))
@@ -256,11 +259,13 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 				p.f("    %s (%s)\n", f.Path, f.Type)
 			}
 		}
-		if o.Record != nil && o.Record.QEMU != nil {
-			p.f("    qemu: pid %d (%s)\n", o.Record.QEMU.PID, o.Record.QEMU.Executable)
-		}
-		if o.Record != nil && o.Record.TAP != "" {
-			p.f("    tap: %s\n", o.Record.TAP)
+		if o.Record != nil {
+			for _, c := range o.Record.Children() {
+				p.f("    qemu: pid %d (%s)\n", c.PID, c.Executable)
+			}
+			for _, t := range taps(*o.Record) {
+				p.f("    tap: %s\n", t)
+			}
 		}
 	}
 	if len(res.Leftovers) > 0 && res.Cleanup == nil {
@@ -353,11 +358,27 @@ func writeServer(p *printer, s Server, now time.Time, leftovers int) {
 		parent += ", now " + strconv.Itoa(h.ParentNow)
 	}
 	p.f("    %s\n", parent)
-	if rec.QEMU != nil && h.QEMU != nil {
-		p.f("    qemu: pid %d %s (%s, executable matches: %s)\n",
-			rec.QEMU.PID, h.QEMU.State, rec.QEMU.Executable, h.QEMU.ExeMatch)
-	} else {
+	children := rec.Children()
+	if len(children) == 0 {
 		p.f("    qemu: none\n")
+	}
+	for i, c := range children {
+		if i < len(h.QEMU) {
+			p.f("    qemu: pid %d %s (%s, executable matches: %s)\n", c.PID, h.QEMU[i].State, c.Executable, h.QEMU[i].ExeMatch)
+		}
+	}
+	for _, in := range rec.Instances {
+		line := "    instance " + in.Name + ":"
+		if in.QEMU != nil {
+			line += " qemu pid " + strconv.Itoa(in.QEMU.PID)
+		}
+		if in.TAP != "" {
+			line += " tap " + in.TAP
+		}
+		if in.Lock != "" {
+			line += " lock " + in.Lock
+		}
+		p.f("%s\n", line)
 	}
 	if rec.TAP != "" {
 		p.f("    tap: %s\n", rec.TAP)
@@ -398,4 +419,18 @@ func (p *printer) f(format string, args ...any) {
 		return
 	}
 	_, p.err = fmt.Fprintf(p.w, format, args...)
+}
+
+// taps lists the TAP devices a record names.
+func taps(rec registry.Record) []string {
+	var out []string
+	if rec.TAP != "" {
+		out = append(out, rec.TAP)
+	}
+	for _, in := range rec.Instances {
+		if in.TAP != "" {
+			out = append(out, in.TAP)
+		}
+	}
+	return out
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/doctor"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
-	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
 )
@@ -22,19 +22,23 @@ import (
 func files(t *testing.T, dir string, pid int, rec *registry.Record) []string {
 	t.Helper()
 	var paths []string
-	for _, k := range []reaper.Kind{reaper.SerialIn, reaper.SerialOut} {
-		p := filepath.Join(dir, reaper.Name(k, pid))
+	o := names.Owner{PID: pid}
+	if rec != nil {
+		o = rec.Owner()
+	}
+	for _, k := range []names.Kind{names.SerialIn, names.SerialOut} {
+		p := filepath.Join(dir, names.Name(k, o, "default"))
 		registrytest.Mkfifo(t, p)
 		paths = append(paths, p)
 	}
-	p := filepath.Join(dir, reaper.Name(reaper.QMPSocket, pid))
+	p := filepath.Join(dir, names.Name(names.QMPSocket, o, "default"))
 	registrytest.Mksock(t, p)
 	paths = append(paths, p)
 	if rec != nil {
 		if err := registry.Write(dir, *rec); err != nil {
 			t.Fatal(err)
 		}
-		paths = append(paths, registry.Path(dir, pid))
+		paths = append(paths, registry.Path(dir, o))
 	}
 	return paths
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
@@ -66,19 +67,19 @@ func lastPID(tb testing.TB) int {
 func populate(tb testing.TB, dir string, pids []int) {
 	tb.Helper()
 	for _, pid := range pids {
-		for _, k := range []reaper.Kind{reaper.SerialIn, reaper.SerialOut} {
-			if err := unix.Mkfifo(filepath.Join(dir, reaper.Name(k, pid)), 0o600); err != nil {
+		for _, k := range []names.Kind{names.SerialIn, names.SerialOut} {
+			if err := unix.Mkfifo(filepath.Join(dir, names.Name(k, names.Owner{PID: pid}, "")), 0o600); err != nil {
 				tb.Fatal(err)
 			}
 		}
-		if err := registrytest.MakeSocket(filepath.Join(dir, reaper.Name(reaper.QMPSocket, pid))); err != nil {
+		if err := registrytest.MakeSocket(filepath.Join(dir, names.Name(names.QMPSocket, names.Owner{PID: pid}, ""))); err != nil {
 			tb.Fatal(err)
 		}
 		b, err := registry.Marshal(registry.Record{PID: pid, StartTime: 1, Executable: "/usr/bin/qemu-mcp", Transport: "stdio"})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := os.WriteFile(registry.Path(dir, pid), b, 0o600); err != nil {
+		if err := os.WriteFile(registry.Path(dir, names.Owner{PID: pid}), b, 0o600); err != nil {
 			tb.Fatal(err)
 		}
 	}

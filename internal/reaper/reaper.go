@@ -2,10 +2,13 @@
 // directory: their serial FIFOs, QMP socket and record, their QEMU if it
 // outlived them, and their TAP device (through a hook).
 //
-// Ownership comes only from exact file names (serial-<pid>.in, ...) and from
-// the records servers write about themselves (package registry). A server
-// is dead when its recorded PID and start time no longer name a running
-// process; without a record, only when no process has that PID at all. A
+// Ownership comes only from exact file names (package names: they carry the
+// owner's PID and start time) and from the records servers write about
+// themselves (package registry). A server is dead when its PID and start
+// time no longer name a running process; that is read from the name itself,
+// so an earlier process that had this server's own PID is dead too. For the
+// PID-only names of older versions it comes from the record, and without a
+// record a server is dead only when no process has that PID at all. A
 // process is signalled only if a dead server's record names it and its PID,
 // start time and executable all still match. Nothing is ever found by
 // process name, nothing of a live server is touched, symlinks are never
@@ -15,6 +18,7 @@
 package reaper
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +29,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"golang.org/x/sys/unix"
@@ -32,23 +37,34 @@ import (
 
 // Options tune Scan and Reap.
 type Options struct {
-	// Self is the PID whose entries are never touched; 0 means this process.
-	Self int
+	// Self is the server whose entries are never touched; the zero value
+	// means this process. With a zero StartTime every owner with Self's
+	// PID counts as Self.
+	Self names.Owner
 	// Logger receives one line per action; nil discards.
 	Logger *slog.Logger
 	// DeleteTAP deletes the network link of that name, and must return nil
 	// if it does not exist. Nil skips TAP deletion (reported as skipped).
-	// It is only called with "qmcp<pid>" for the PID of a dead server.
+	// It is only called with a name that a dead server's record gives and
+	// that package names derives from that server and instance.
 	DeleteTAP func(name string) error
 	// KillWait bounds the wait for a killed QEMU to be gone; 0 means 2s.
 	KillWait time.Duration
 }
 
-func (o Options) self() int {
-	if o.Self > 0 {
+func (o Options) self() names.Owner {
+	if o.Self.PID > 0 {
 		return o.Self
 	}
-	return os.Getpid()
+	if id, err := proc.Self(); err == nil {
+		return names.Owner{PID: id.PID, StartTime: id.StartTime}
+	}
+	return names.Owner{PID: os.Getpid()}
+}
+
+// isSelf tells whether owner o is the server self.
+func isSelf(o, self names.Owner) bool {
+	return o.PID == self.PID && (self.StartTime == 0 || o.StartTime == self.StartTime)
 }
 
 func (o Options) logger() *slog.Logger {
@@ -60,11 +76,14 @@ func (o Options) logger() *slog.Logger {
 
 // File is one entry of the runtime directory that belongs to a server.
 type File struct {
-	Name string   `json:"name"`
-	Path string   `json:"path"`
-	Kind Kind     `json:"kind"`
-	Type FileType `json:"type"`
-	UID  int      `json:"uid"`
+	Name string     `json:"name"`
+	Path string     `json:"path"`
+	Kind names.Kind `json:"kind"`
+	// Instance is the guest the entry served ("" for records and the
+	// names of older versions).
+	Instance string   `json:"instance,omitempty"`
+	Type     FileType `json:"type"`
+	UID      int      `json:"uid"`
 	// Problem says why it would not be removed even if its owner is dead
 	// (wrong type, e.g. a symlink; another owner). Empty when removable.
 	Problem string `json:"problem,omitempty"`
@@ -72,10 +91,13 @@ type File struct {
 	ino uint64
 }
 
-// Owner is the set of entries named after one PID, and the verdict on the
-// server that had it.
+// Owner is the set of entries named after one server (PID and start time),
+// and the verdict on it.
 type Owner struct {
 	PID int `json:"pid"`
+	// StartTime is the start time the names carry; zero for the PID-only
+	// names of older versions.
+	StartTime uint64 `json:"start_time,omitempty"`
 	// Self marks the caller's own entries: never touched.
 	Self bool `json:"self,omitempty"`
 	// Dead tells whether the owner is known to be gone.
@@ -92,6 +114,9 @@ type Owner struct {
 	// the recorded server is dead but its PID was reused.
 	reusedBy time.Time
 }
+
+// Owner returns the identity the entries are named after.
+func (o Owner) Owner() names.Owner { return names.Owner{PID: o.PID, StartTime: o.StartTime} }
 
 // Inventory is what Scan found.
 type Inventory struct {
@@ -151,17 +176,17 @@ func scan(dir string, opts Options) (Inventory, int, error) {
 
 	self := opts.self()
 	uid := os.Getuid()
-	owners := make(map[int]*Owner)
+	owners := make(map[names.Owner]*Owner)
 	for _, de := range des {
 		name := de.Name()
-		pid, kind, ok := Classify(name)
+		e, ok := names.Classify(name)
 		if !ok {
 			if !slices.Contains(KeepDirs, name) {
 				inv.Unknown = append(inv.Unknown, name)
 			}
 			continue
 		}
-		f := File{Name: name, Path: filepath.Join(dir, name), Kind: kind}
+		f := File{Name: name, Path: filepath.Join(dir, name), Kind: e.Kind, Instance: e.Instance}
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, unix.ENOENT) {
@@ -172,10 +197,10 @@ func scan(dir string, opts Options) (Inventory, int, error) {
 			f.Type, f.UID, f.ino = fileType(st.Mode), int(st.Uid), st.Ino
 			f.Problem = removable(f, uid)
 		}
-		o := owners[pid]
+		o := owners[e.Owner]
 		if o == nil {
-			o = &Owner{PID: pid}
-			owners[pid] = o
+			o = &Owner{PID: e.Owner.PID, StartTime: e.Owner.StartTime}
+			owners[e.Owner] = o
 		}
 		o.Files = append(o.Files, f)
 	}
@@ -189,21 +214,32 @@ func scan(dir string, opts Options) (Inventory, int, error) {
 			}
 			return strings.Compare(a.Name, b.Name)
 		})
-		if o.PID == self {
+		switch {
+		case isSelf(o.Owner(), self):
 			o.Self, o.Why = true, "this process"
-		} else {
+		case o.PID == self.PID:
+			// This process never makes another's names, nor PID-only
+			// ones: an earlier process that had our PID left them.
+			judge(fd, o, uid)
+			o.Dead, o.Why = true, "dead (an earlier process with this server's own pid "+strconv.Itoa(o.PID)+")"
+		default:
 			judge(fd, o, uid)
 		}
 		inv.Owners = append(inv.Owners, *o)
 	}
-	slices.SortFunc(inv.Owners, func(a, b Owner) int { return a.PID - b.PID })
+	slices.SortFunc(inv.Owners, func(a, b Owner) int {
+		if a.PID != b.PID {
+			return a.PID - b.PID
+		}
+		return cmp.Compare(a.StartTime, b.StartTime)
+	})
 	return inv, fd, nil
 }
 
 // judge decides whether o's server is dead, reading /proc once for its PID.
 func judge(dirfd int, o *Owner, uid int) {
 	for _, f := range o.Files {
-		if f.Kind != Record {
+		if f.Kind != names.Record {
 			continue
 		}
 		if f.Problem != "" {
@@ -211,44 +247,59 @@ func judge(dirfd int, o *Owner, uid int) {
 			break
 		}
 		rec, err := registry.ReadAt(dirfd, f.Name, f.Path)
-		switch {
-		case err != nil:
+		if err == nil {
+			err = rec.Names(o.Owner())
+		}
+		if err != nil {
 			o.RecordErr = err.Error()
-		case rec.PID != o.PID:
-			o.RecordErr = fmt.Sprintf("record names pid %d, not %d: not trusted", rec.PID, o.PID)
-		default:
+		} else {
 			o.Record = &rec
 		}
 	}
-	if o.Record != nil {
-		live, info, err := proc.Check(o.Record.Identity())
+	switch {
+	case !o.Owner().Legacy():
+		// The names carry the start time: they are their own proof.
+		judgeIdentity(o, proc.Identity{PID: o.PID, StartTime: o.StartTime}, "its names")
+	case o.Record != nil:
+		if o.Record.StartTime == 0 {
+			live, _, err := proc.Check(o.Record.Identity())
+			if err == nil && live == proc.Alive {
+				o.Why = "record has no start time and a process has pid " + strconv.Itoa(o.PID) + ": left alone"
+				return
+			}
+		}
+		judgeIdentity(o, o.Record.Identity(), "its record")
+	default:
+		live, _, err := proc.Check(proc.Identity{PID: o.PID})
 		switch {
 		case err != nil:
 			o.Why = "cannot tell: " + err.Error()
-		case live == proc.Alive && o.Record.StartTime == 0:
-			o.Why = "record has no start time and a process has pid " + strconv.Itoa(o.PID) + ": left alone"
 		case live == proc.Alive:
-			o.Why = "alive (pid and start time match its record)"
-		case live == proc.Reused:
-			o.Dead = true
-			o.reusedBy = proc.StartedAt(info.StartTime)
-			o.Why = fmt.Sprintf("dead (pid %d now belongs to another process, started %s)",
-				o.PID, o.reusedBy.Format(time.RFC3339))
+			o.Why = "no record, and a process has pid " + strconv.Itoa(o.PID) + ": cannot tell whether it is the owner, left alone"
 		default:
 			o.Dead = true
-			o.Why = "dead (" + live.String() + ")"
+			o.Why = "no record, and no process has pid " + strconv.Itoa(o.PID) + " (" + live.String() + ")"
 		}
-		return
 	}
-	live, _, err := proc.Check(proc.Identity{PID: o.PID})
+}
+
+// judgeIdentity judges o by the identity that from (its names or record)
+// gives.
+func judgeIdentity(o *Owner, id proc.Identity, from string) {
+	live, info, err := proc.Check(id)
 	switch {
 	case err != nil:
 		o.Why = "cannot tell: " + err.Error()
 	case live == proc.Alive:
-		o.Why = "no record, and a process has pid " + strconv.Itoa(o.PID) + ": cannot tell whether it is the owner, left alone"
+		o.Why = "alive (pid and start time match " + from + ")"
+	case live == proc.Reused:
+		o.Dead = true
+		o.reusedBy = proc.StartedAt(info.StartTime)
+		o.Why = fmt.Sprintf("dead (pid %d now belongs to another process, started %s)",
+			o.PID, o.reusedBy.Format(time.RFC3339))
 	default:
 		o.Dead = true
-		o.Why = "no record, and no process has pid " + strconv.Itoa(o.PID) + " (" + live.String() + ")"
+		o.Why = "dead (" + live.String() + ")"
 	}
 }
 
@@ -270,11 +321,11 @@ func fileType(mode uint32) FileType {
 
 // removable says why f may not be removed whoever owns it; "" if it may.
 func removable(f File, uid int) string {
-	if f.Type != f.Kind.Want() {
+	if f.Type != Want(f.Kind) {
 		if f.Type == TypeSymlink {
-			return "is a symlink where a " + string(f.Kind.Want()) + " belongs: not followed, not removed"
+			return "is a symlink where a " + string(Want(f.Kind)) + " belongs: not followed, not removed"
 		}
-		return "is a " + string(f.Type) + ", not a " + string(f.Kind.Want()) + ": not removed"
+		return "is a " + string(f.Type) + ", not a " + string(Want(f.Kind)) + ": not removed"
 	}
 	if f.UID != uid {
 		return fmt.Sprintf("owned by uid %d, not by this user (uid %d): not removed", f.UID, uid)
@@ -396,22 +447,31 @@ func (r *reaper) reapOwner(o *Owner) {
 	r.rep.DeadServers = append(r.rep.DeadServers, o.PID)
 	keepRecord := false
 	if rec := o.Record; rec != nil {
-		if rec.QEMU != nil && !r.qemuGone(o.PID, *rec.QEMU) {
-			// Its QEMU may still run: leave everything, the record is the
+		gone := true
+		for _, c := range rec.Children() {
+			gone = r.qemuGone(o.PID, c) && gone
+		}
+		if !gone {
+			// A QEMU may still run: leave everything, the record is the
 			// only way to find that process again.
 			for _, f := range o.Files {
-				r.skip(f.Path, "the QEMU of this dead server may still run: kept")
+				r.skip(f.Path, "a QEMU of this dead server may still run: kept")
 			}
 			return
 		}
-		if rec.TAP != "" && !r.deleteTAP(o.PID, rec.TAP) {
+		if rec.TAP != "" && !r.deleteTAP(o.PID, rec.TAP, names.LegacyTAP(o.PID)) {
 			keepRecord = true
+		}
+		for _, in := range rec.Instances {
+			if in.TAP != "" && !r.deleteTAP(o.PID, in.TAP, names.TAP(rec.Owner(), in.Name)) {
+				keepRecord = true
+			}
 		}
 	}
 	// The record goes last (Files are sorted by kind), so an interrupted
 	// reap leaves it to be found again.
 	for _, f := range o.Files {
-		if f.Kind == Record && keepRecord {
+		if f.Kind == names.Record && keepRecord {
 			r.skip(f.Path, "kept: the TAP it names could not be deleted")
 			continue
 		}
@@ -447,9 +507,10 @@ func (r *reaper) remove(o *Owner, f File) {
 		r.skip(f.Path, "replaced while reaping: left alone")
 		return
 	}
-	if !o.reusedBy.IsZero() && !time.Unix(st.Ctim.Unix()).Before(o.reusedBy.Add(-reusedSlack)) {
-		// A process now has the PID and the file is not older than it:
-		// it may be a new server's, created after we read the old record.
+	if o.Owner().Legacy() && !o.reusedBy.IsZero() && !time.Unix(st.Ctim.Unix()).Before(o.reusedBy.Add(-reusedSlack)) {
+		// A process now has the PID and a PID-only name is not older
+		// than it: it may be that process's, made after we read the old
+		// record. (A name with a start time cannot be.)
 		r.skip(f.Path, "not older than the process that now has pid "+strconv.Itoa(o.PID)+": left alone")
 		return
 	}
@@ -463,10 +524,10 @@ func (r *reaper) remove(o *Owner, f File) {
 	r.log.Debug("reaper: removed", "path", f.Path, "owner", o.PID)
 }
 
-// deleteTAP deletes the TAP a dead server recorded. It reports whether the
-// record may go (deleted, or nothing that can be done).
-func (r *reaper) deleteTAP(pid int, name string) bool {
-	want := "qmcp" + strconv.Itoa(pid)
+// deleteTAP deletes the TAP a dead server recorded, if it has the name that
+// server would have given it (want). It reports whether the record may go
+// (deleted, or nothing that can be done).
+func (r *reaper) deleteTAP(pid int, name, want string) bool {
 	if name != want {
 		r.skip("tap:"+name, fmt.Sprintf("record of pid %d names TAP %q, not %q: not deleted", pid, name, want))
 		return true

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
@@ -21,12 +22,18 @@ import (
 )
 
 // serverFiles creates the FIFOs, the socket and (if rec is not nil) the
-// record of server pid in dir, and returns their paths.
+// record of server pid in dir, and returns their paths. With a record, the
+// names carry its start time and the instance "default"; without, they are
+// the PID-only names of older versions.
 func serverFiles(t *testing.T, dir string, pid int, rec *registry.Record) []string {
 	t.Helper()
-	in := filepath.Join(dir, reaper.Name(reaper.SerialIn, pid))
-	out := filepath.Join(dir, reaper.Name(reaper.SerialOut, pid))
-	sock := filepath.Join(dir, reaper.Name(reaper.QMPSocket, pid))
+	o := names.Owner{PID: pid}
+	if rec != nil {
+		o = rec.Owner()
+	}
+	in := filepath.Join(dir, names.Name(names.SerialIn, o, "default"))
+	out := filepath.Join(dir, names.Name(names.SerialOut, o, "default"))
+	sock := filepath.Join(dir, names.Name(names.QMPSocket, o, "default"))
 	registrytest.Mkfifo(t, in)
 	registrytest.Mkfifo(t, out)
 	registrytest.Mksock(t, sock)
@@ -35,7 +42,7 @@ func serverFiles(t *testing.T, dir string, pid int, rec *registry.Record) []stri
 		if err := registry.Write(dir, *rec); err != nil {
 			t.Fatal(err)
 		}
-		paths = append(paths, registry.Path(dir, pid))
+		paths = append(paths, registry.Path(dir, o))
 	}
 	return paths
 }
@@ -108,7 +115,7 @@ func TestReapDeadServerKillsItsQEMU(t *testing.T) {
 	rec := registrytest.DeadRecord(dead, "stdio")
 	rec.QEMU = &child
 	paths := serverFiles(t, dir, dead.PID, &rec)
-	tmp := filepath.Join(dir, ".server-"+strconv.Itoa(dead.PID)+".json.0123abcd.tmp")
+	tmp := filepath.Join(dir, names.TempName(rec.Owner(), "0123abcd"))
 	registrytest.Mkfile(t, tmp, "{")
 	paths = append(paths, tmp)
 
@@ -192,7 +199,7 @@ func TestReapRecordNamingAnotherPIDNotTrusted(t *testing.T) {
 	rec.PID = dead.PID + 100000 // written under the other name below
 	rec.QEMU = &registry.Child{PID: victim.ID.PID, StartTime: victim.ID.StartTime, Executable: victim.Exe}
 	b, _ := registry.Marshal(rec)
-	p := registry.Path(dir, dead.PID)
+	p := registry.Path(dir, names.Owner{PID: dead.PID})
 	registrytest.Mkfile(t, p, string(b))
 	rep := reap(t, dir, reaper.Options{})
 	time.Sleep(50 * time.Millisecond)
@@ -232,7 +239,7 @@ func TestReapWithoutRecord(t *testing.T) {
 	live := registrytest.StartSleep(t, 30)
 	deadPaths := serverFiles(t, dir, dead.PID, nil)
 	livePaths := serverFiles(t, dir, live.ID.PID, nil)
-	garbage := registry.Path(dir, dead.PID)
+	garbage := registry.Path(dir, names.Owner{PID: dead.PID})
 	registrytest.Mkfile(t, garbage, "not json")
 	deadPaths = append(deadPaths, garbage)
 	rep := reap(t, dir, reaper.Options{})
@@ -243,14 +250,29 @@ func TestReapWithoutRecord(t *testing.T) {
 	}
 }
 
-// A record of a dead server whose PID a newer process has: entries not older
-// than that process may be a new server's and are left alone.
+// A record of a dead server of an older version (PID-only names) whose PID
+// a newer process has: entries not older than that process may be a new
+// server's and are left alone. Names that carry the start time say whose
+// they are, so the same files with such names go.
 func TestReapReusedServerPIDKeepsNewerFiles(t *testing.T) {
 	dir := runtimeDir(t)
 	holder := registrytest.StartSleep(t, 30)
 	rec := registrytest.RecordOf(t, holder, "stdio")
 	rec.StartTime++ // the recorded server was another process
-	paths := serverFiles(t, dir, holder.ID.PID, &rec)
+	named := serverFiles(t, dir, holder.ID.PID, &rec)
+	if rep := reap(t, dir, reaper.Options{}); len(rep.Removed) != len(named) {
+		t.Errorf("report %+v", rep)
+	}
+	assertGone(t, named...)
+
+	paths := serverFiles(t, dir, holder.ID.PID, nil)
+	b, err := registry.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacyRecord := registry.Path(dir, names.Owner{PID: holder.ID.PID})
+	registrytest.Mkfile(t, legacyRecord, string(b))
+	paths = append(paths, legacyRecord)
 	rep := reap(t, dir, reaper.Options{})
 	assertKept(t, paths...)
 	if len(rep.Removed) != 0 || len(rep.Skipped) != len(paths) {
@@ -271,17 +293,17 @@ func TestReapSymlinkAndWrongTypes(t *testing.T) {
 	target := filepath.Join(outside, "precious")
 	registrytest.Mkfile(t, target, "keep me")
 	dead := registrytest.DeadProcess(t)
-	link := filepath.Join(dir, reaper.Name(reaper.SerialIn, dead.PID))
+	link := filepath.Join(dir, names.Name(names.SerialIn, names.Owner{PID: dead.PID}, ""))
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	regular := filepath.Join(dir, reaper.Name(reaper.SerialOut, dead.PID))
+	regular := filepath.Join(dir, names.Name(names.SerialOut, names.Owner{PID: dead.PID}, ""))
 	registrytest.Mkfile(t, regular, "not a fifo")
-	sockDir := filepath.Join(dir, reaper.Name(reaper.QMPSocket, dead.PID))
+	sockDir := filepath.Join(dir, names.Name(names.QMPSocket, names.Owner{PID: dead.PID}, ""))
 	if err := os.Mkdir(sockDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	fifoRecord := registry.Path(dir, dead.PID)
+	fifoRecord := registry.Path(dir, names.Owner{PID: dead.PID})
 	registrytest.Mkfifo(t, fifoRecord)
 
 	done := make(chan reaper.Report)
@@ -384,7 +406,6 @@ func TestReapNeverTouchesSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.StartTime++ // even if the record looked dead
 	own := serverFiles(t, dir, os.Getpid(), &rec)
 	rep := reap(t, dir, reaper.Options{})
 	assertKept(t, own...)
@@ -392,9 +413,24 @@ func TestReapNeverTouchesSelf(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 
+	// What an earlier process with this PID left (a container restarted
+	// with a persistent runtime dir): names with another start time, and
+	// the PID-only names of older versions, with or without a record. It
+	// is reaped, and ours is kept.
+	earlier := rec
+	earlier.StartTime--
+	old := serverFiles(t, dir, os.Getpid(), &earlier)
+	legacy := serverFiles(t, dir, os.Getpid(), nil)
+	rep = reap(t, dir, reaper.Options{})
+	assertGone(t, append(old, legacy...)...)
+	assertKept(t, own...)
+	if len(rep.DeadServers) != 2 || rep.Kept != len(own) {
+		t.Errorf("report %+v", rep)
+	}
+
 	dead := registrytest.DeadProcess(t)
 	other := serverFiles(t, dir, dead.PID, nil)
-	rep = reap(t, dir, reaper.Options{Self: dead.PID})
+	rep = reap(t, dir, reaper.Options{Self: names.Owner{PID: dead.PID}})
 	assertKept(t, other...)
 	if len(rep.Removed) != 0 {
 		t.Errorf("report %+v", rep)
@@ -447,6 +483,25 @@ func TestReapTAP(t *testing.T) {
 	if !strings.Contains(skippedReason(rep, "tap:"+rec.TAP), "no TAP deletion") {
 		t.Errorf("report %+v", rep)
 	}
+
+	// The instances of a server: each TAP with the name that server gave
+	// that instance is deleted; another name is not.
+	calls, hookErr = nil, nil
+	rec.TAP = ""
+	rec.Instances = []registry.Instance{
+		{Name: "a", TAP: names.TAP(rec.Owner(), "a")},
+		{Name: "b", TAP: names.TAP(rec.Owner(), "b")},
+		{Name: "c", TAP: names.TAP(rec.Owner(), "a")}, // a's name under c: not c's
+	}
+	paths = serverFiles(t, dir, dead.PID, &rec)
+	rep = reap(t, dir, reaper.Options{DeleteTAP: hook})
+	if want := []string{rec.Instances[0].TAP, rec.Instances[1].TAP}; !slices.Equal(calls, want) {
+		t.Errorf("calls %v, want %v", calls, want)
+	}
+	if !strings.Contains(skippedReason(rep, "tap:"+rec.Instances[2].TAP), "not deleted") {
+		t.Errorf("report %+v", rep)
+	}
+	assertGone(t, paths...)
 }
 
 func TestReapMissingDirAndSymlinkedDir(t *testing.T) {
@@ -486,68 +541,4 @@ func TestReportJSONAndString(t *testing.T) {
 	if s := empty.String(); !strings.Contains(s, "nothing to reap") {
 		t.Errorf("String = %q", s)
 	}
-}
-
-func TestClassify(t *testing.T) {
-	type c struct {
-		pid  int
-		kind reaper.Kind
-	}
-	for name, want := range map[string]c{
-		"serial-12.in":                     {12, reaper.SerialIn},
-		"serial-12.out":                    {12, reaper.SerialOut},
-		"qmp-4194304.sock":                 {4194304, reaper.QMPSocket},
-		"server-7.json":                    {7, reaper.Record},
-		".server-7.json.00ff.tmp":          {7, reaper.RecordTemp},
-		"serial-012.in":                    {},
-		"serial-0.in":                      {},
-		"serial-4194305.in":                {},
-		"serial-12.in.x":                   {},
-		"serial-12.log":                    {},
-		"serial-+12.in":                    {},
-		"serial- 12.in":                    {},
-		"qmp-12.sock/":                     {},
-		"server-7.json.tmp":                {},
-		".server-7.json..tmp":              {},
-		".server-7.json.00FF.tmp":          {},
-		"captures":                         {},
-		"images":                           {},
-		"serial-99999999999999999999.in":   {},
-		"serial-\u0661\u0662.in":           {},
-		".server-7.json.00ff.tmp.json.tmp": {},
-	} {
-		pid, kind, ok := reaper.Classify(name)
-		if ok != (want.pid != 0) || pid != want.pid || kind != want.kind {
-			t.Errorf("Classify(%q) = %d %v %v, want %+v", name, pid, kind, ok, want)
-		}
-	}
-}
-
-// FuzzClassify: a name is accepted only if it is exactly the canonical name
-// of what it is classified as.
-func FuzzClassify(f *testing.F) {
-	for _, s := range []string{"serial-12.in", "serial-12.out", "qmp-3.sock", "server-9.json", ".server-9.json.ab12.tmp", "serial-01.in", "x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		pid, kind, ok := reaper.Classify(name)
-		if !ok {
-			if kind != reaper.Unknown || pid != 0 {
-				t.Fatalf("rejected %q but returned %d %v", name, pid, kind)
-			}
-			return
-		}
-		if pid <= 0 || pid > registry.MaxPID {
-			t.Fatalf("Classify(%q) pid %d", name, pid)
-		}
-		if kind == reaper.RecordTemp {
-			if !strings.HasPrefix(name, ".server-"+strconv.Itoa(pid)+".json.") || !strings.HasSuffix(name, ".tmp") {
-				t.Fatalf("Classify(%q) = temp record of %d", name, pid)
-			}
-			return
-		}
-		if got := reaper.Name(kind, pid); got != name {
-			t.Fatalf("Classify(%q) = %d %v, whose name is %q", name, pid, kind, got)
-		}
-	})
 }

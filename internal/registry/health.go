@@ -76,8 +76,9 @@ type Health struct {
 	// Orphaned is set for a live stdio server whose client is gone: the
 	// recorded parent no longer runs, or the server was reparented.
 	Orphaned bool `json:"orphaned"`
-	// QEMU is the state of the recorded QEMU child, nil if none recorded.
-	QEMU *ChildHealth `json:"qemu,omitempty"`
+	// QEMU is the state of each recorded QEMU child, in the order of
+	// Record.Children.
+	QEMU []ChildHealth `json:"qemu,omitempty"`
 }
 
 // Verified tells whether the record verifiably names a running process:
@@ -122,9 +123,8 @@ func Assess(rec Record) Health {
 	}
 	h.Orphaned = h.Alive && rec.Transport == TransportStdio && rec.PPID > 0 &&
 		(h.ParentAlive == No || h.ParentNow != rec.PPID)
-	if rec.QEMU != nil {
-		c := AssessChild(*rec.QEMU)
-		h.QEMU = &c
+	for _, c := range rec.Children() {
+		h.QEMU = append(h.QEMU, AssessChild(c))
 	}
 	return h
 }

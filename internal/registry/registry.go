@@ -1,5 +1,6 @@
 // Package registry keeps the record a running qemu-mcp server writes about
-// itself (and only itself) in the runtime directory: server-<pid>.json.
+// itself (and only itself) in the runtime directory: server-<pid>-<start
+// time>.json (see package names).
 //
 // A record names its process by PID and start time, so that a later reader
 // (the reaper before a boot, or `qemu-mcp doctor`) can tell a server that
@@ -11,6 +12,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -20,11 +22,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"golang.org/x/sys/unix"
 )
@@ -37,7 +39,7 @@ const (
 
 // MaxPID is PID_MAX_LIMIT: no Linux process has a larger PID, so a record or
 // file name naming one is garbage.
-const MaxPID = 1 << 22
+const MaxPID = names.MaxPID
 
 // MaxRecordSize bounds what Read accepts: a record is a few hundred bytes,
 // anything much larger is not one of ours.
@@ -85,12 +87,44 @@ type Record struct {
 	Address   string    `json:"address,omitempty"`
 	Version   string    `json:"version"`
 	Started   time.Time `json:"started"`
-	// QEMU is the running QEMU child, nil when none runs.
-	QEMU *Child `json:"qemu"`
-	// TAP is the name of the TAP device the server created, if any.
-	TAP string `json:"tap,omitempty"`
-	// Lock is the path of the repository lock the server holds, if any.
+	// Instances are the guests the server runs, each with what it made.
+	Instances []Instance `json:"instances,omitempty"`
+
+	// QEMU, TAP and Lock are what older versions, with one guest per
+	// server, recorded; they are read so that their leftovers are reaped,
+	// and never written.
+	QEMU *Child `json:"qemu,omitempty"`
+	TAP  string `json:"tap,omitempty"`
 	Lock string `json:"lock,omitempty"`
+}
+
+// Instance is one guest of a server and what it made: recorded as each part
+// is made, so that if the server is killed the next one can undo it.
+type Instance struct {
+	Name string `json:"name"`
+	// QEMU is the running QEMU, nil while it is not started.
+	QEMU *Child `json:"qemu,omitempty"`
+	// TAP is the name of the TAP device made for the guest, if any.
+	TAP string `json:"tap,omitempty"`
+	// Lock is the path of the repository lock held for it, if any.
+	Lock string `json:"lock,omitempty"`
+}
+
+// Owner is the identity the record's file name carries.
+func (r Record) Owner() names.Owner { return names.Owner{PID: r.PID, StartTime: r.StartTime} }
+
+// Children lists every QEMU the record names.
+func (r Record) Children() []Child {
+	var out []Child
+	if r.QEMU != nil {
+		out = append(out, *r.QEMU)
+	}
+	for _, in := range r.Instances {
+		if in.QEMU != nil {
+			out = append(out, *in.QEMU)
+		}
+	}
+	return out
 }
 
 // Identity returns the server's PID and start time.
@@ -98,19 +132,11 @@ func (r Record) Identity() proc.Identity {
 	return proc.Identity{PID: r.PID, StartTime: r.StartTime}
 }
 
-// FileName returns the base name of the record of the server with that PID.
-func FileName(pid int) string { return "server-" + strconv.Itoa(pid) + ".json" }
+// FileName returns the base name of the record of the server o.
+func FileName(o names.Owner) string { return names.Name(names.Record, o, "") }
 
-// Path returns where the record of the server with that PID lives in dir.
-func Path(dir string, pid int) string { return filepath.Join(dir, FileName(pid)) }
-
-// TempPrefix and TempSuffix frame the temporary file Write creates before the
-// rename: ".server-<pid>.json.<hex>.tmp". A server killed in between leaves
-// one; the reaper recognises the name and removes it with the rest.
-const (
-	TempPrefix = ".server-"
-	TempSuffix = ".tmp"
-)
+// Path returns where the record of the server o lives in dir.
+func Path(dir string, o names.Owner) string { return filepath.Join(dir, FileName(o)) }
 
 // Self returns a record describing the calling process: PID, start time,
 // executable (path and identity), working directory, parent and its start
@@ -213,8 +239,10 @@ func (r Record) validate() error {
 	if r.PPID < 0 || r.PPID > MaxPID {
 		return fmt.Errorf("record ppid %d out of range", r.PPID)
 	}
-	if r.QEMU != nil && (r.QEMU.PID <= 0 || r.QEMU.PID > MaxPID) {
-		return fmt.Errorf("record qemu pid %d out of range", r.QEMU.PID)
+	for _, c := range r.Children() {
+		if c.PID <= 0 || c.PID > MaxPID {
+			return fmt.Errorf("record qemu pid %d out of range", c.PID)
+		}
 	}
 	return nil
 }
@@ -256,7 +284,7 @@ func parse(b []byte) (Record, error) {
 	return rec, nil
 }
 
-// Write stores rec as dir/server-<pid>.json atomically: it writes a new file
+// Write stores rec as dir/server-<pid>-<start time>.json atomically: it writes a new file
 // in dir (O_EXCL|O_NOFOLLOW, mode 0600), syncs it and renames it over the
 // old record, so a reader sees the old record or the new one, never half of
 // one. Call it again to update the record (QEMU started or stopped, TAP).
@@ -265,7 +293,7 @@ func Write(dir string, rec Record) error {
 	if err != nil {
 		return err
 	}
-	f, tmp, err := createTemp(dir, rec.PID)
+	f, tmp, err := createTemp(dir, rec.Owner())
 	if err != nil {
 		return err
 	}
@@ -290,20 +318,20 @@ func Write(dir string, rec Record) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("registry: close record: %w", err)
 	}
-	if err := os.Rename(tmp, Path(dir, rec.PID)); err != nil {
+	if err := os.Rename(tmp, Path(dir, rec.Owner())); err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
 	ok = true
 	return nil
 }
 
-func createTemp(dir string, pid int) (*os.File, string, error) {
+func createTemp(dir string, o names.Owner) (*os.File, string, error) {
 	for range 10 {
 		var rnd [8]byte
 		if _, err := rand.Read(rnd[:]); err != nil {
 			return nil, "", fmt.Errorf("registry: %w", err)
 		}
-		name := TempPrefix + strconv.Itoa(pid) + ".json." + hex.EncodeToString(rnd[:]) + TempSuffix
+		name := names.TempName(o, hex.EncodeToString(rnd[:]))
 		p := filepath.Join(dir, name)
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 		if errors.Is(err, os.ErrExist) {
@@ -317,12 +345,11 @@ func createTemp(dir string, pid int) (*os.File, string, error) {
 	return nil, "", errors.New("registry: create record: no free temporary name")
 }
 
-// Remove deletes the record of the server with that PID. It removes only a
-// regular file owned by this user (never a symlink, never what one points
-// to); a missing record is not an error. A server calls it for itself on
-// shutdown.
-func Remove(dir string, pid int) error {
-	p := Path(dir, pid)
+// Remove deletes the record of the server o. It removes only a regular file
+// owned by this user (never a symlink, never what one points to); a missing
+// record is not an error. A server calls it for itself on shutdown.
+func Remove(dir string, o names.Owner) error {
+	p := Path(dir, o)
 	fi, err := os.Lstat(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -398,38 +425,14 @@ func readOpen(f *os.File, path string) (Record, error) {
 	return rec, nil
 }
 
-// ParseFileName returns the PID a record file name carries: "server-<pid>.json"
-// with a canonical decimal PID (no sign, no leading zero) in 1..MaxPID.
-func ParseFileName(name string) (int, bool) {
-	s, ok := strings.CutPrefix(name, "server-")
-	if !ok {
-		return 0, false
+// ParseFileName returns the owner a record file name carries (see package
+// names), legacy "server-<pid>.json" included.
+func ParseFileName(name string) (names.Owner, bool) {
+	e, ok := names.Classify(name)
+	if !ok || e.Kind != names.Record {
+		return names.Owner{}, false
 	}
-	s, ok = strings.CutSuffix(s, ".json")
-	if !ok {
-		return 0, false
-	}
-	return ParsePID(s)
-}
-
-// ParsePID parses a canonical decimal PID: digits only, no leading zero,
-// 1..MaxPID.
-func ParsePID(s string) (int, bool) {
-	if s == "" || len(s) > 7 || s[0] == '0' {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	if n > MaxPID {
-		return 0, false
-	}
-	return n, true
+	return e.Owner, true
 }
 
 // Entry is one record file found by List: its record, or why it could not
@@ -438,16 +441,17 @@ type Entry struct {
 	// Name is the file name, Path the full path.
 	Name string
 	Path string
-	// PID is the PID in the file name.
-	PID int
+	// Owner is the identity in the file name; PID its PID.
+	Owner names.Owner
+	PID   int
 	// Record is valid when Err is nil.
 	Record Record
 	Err    error
 }
 
-// List reads every record in dir (files named server-<pid>.json), sorted by
-// PID. A record that cannot be read or parsed, or whose pid field differs
-// from its file name, is returned with Err set: List fails only if dir
+// List reads every record in dir, sorted by PID. A record that cannot be
+// read or parsed, or whose pid or start time differs from its file name
+// (a legacy name carries no start time), is returned with Err set: List fails only if dir
 // cannot be read. A missing dir has no records.
 func List(dir string) ([]Entry, error) {
 	des, err := os.ReadDir(dir)
@@ -459,18 +463,34 @@ func List(dir string) ([]Entry, error) {
 	}
 	var out []Entry
 	for _, de := range des {
-		pid, ok := ParseFileName(de.Name())
+		o, ok := ParseFileName(de.Name())
 		if !ok {
 			continue
 		}
-		e := Entry{Name: de.Name(), Path: filepath.Join(dir, de.Name()), PID: pid}
+		e := Entry{Name: de.Name(), Path: filepath.Join(dir, de.Name()), Owner: o, PID: o.PID}
 		e.Record, e.Err = Read(e.Path)
-		if e.Err == nil && e.Record.PID != pid {
-			e.Err = fmt.Errorf("registry: %s names pid %d, not %d", e.Path, e.Record.PID, pid)
+		if e.Err == nil {
+			e.Err = e.Record.Names(o)
+		}
+		if e.Err != nil && e.Record.PID != 0 {
 			e.Record = Record{}
 		}
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return a.PID - b.PID })
+	slices.SortFunc(out, func(a, b Entry) int {
+		if a.PID != b.PID {
+			return a.PID - b.PID
+		}
+		return cmp.Compare(a.Owner.StartTime, b.Owner.StartTime)
+	})
 	return out, nil
+}
+
+// Names checks that the record is the one a file named for owner o should
+// hold: the same PID and, unless the name is legacy, the same start time.
+func (r Record) Names(o names.Owner) error {
+	if r.PID != o.PID || (!o.Legacy() && r.StartTime != o.StartTime) {
+		return fmt.Errorf("registry: record names pid %d (start time %d), its file name %s: not trusted", r.PID, r.StartTime, o)
+	}
+	return nil
 }

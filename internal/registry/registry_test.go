@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
@@ -62,8 +63,8 @@ func TestWriteReadUpdateRemove(t *testing.T) {
 	if err := registry.Write(dir, rec); err != nil {
 		t.Fatal(err)
 	}
-	p := registry.Path(dir, rec.PID)
-	if p != filepath.Join(dir, "server-"+strconv.Itoa(rec.PID)+".json") {
+	p := registry.Path(dir, rec.Owner())
+	if p != filepath.Join(dir, "server-"+strconv.Itoa(rec.PID)+"-"+strconv.FormatUint(rec.StartTime, 10)+".json") {
 		t.Fatalf("Path = %s", p)
 	}
 	fi, err := os.Lstat(p)
@@ -83,21 +84,23 @@ func TestWriteReadUpdateRemove(t *testing.T) {
 	}
 	raw, _ := os.ReadFile(p)
 	for _, key := range []string{`"pid"`, `"start_time"`, `"executable"`, `"exe_identity"`, `"cwd"`, `"ppid"`,
-		`"parent_start_time"`, `"transport": "stdio"`, `"version"`, `"started"`, `"qemu": null`} {
+		`"parent_start_time"`, `"transport": "stdio"`, `"version"`, `"started"`} {
 		if !strings.Contains(string(raw), key) {
 			t.Errorf("record lacks %s:\n%s", key, raw)
 		}
 	}
 
-	// Update: write again with a QEMU child and a TAP.
-	rec.QEMU = &registry.Child{PID: 4242, StartTime: 99, Executable: "/usr/bin/qemu-system-riscv64"}
-	rec.TAP = "qmcp" + strconv.Itoa(rec.PID)
-	rec.Lock = "/repo/.git/qemu-mcp.lock"
+	// Update: write again with two instances, a QEMU child and a TAP.
+	rec.Instances = []registry.Instance{
+		{Name: "default", QEMU: &registry.Child{PID: 4242, StartTime: 99, Executable: "/usr/bin/qemu-system-riscv64"},
+			TAP: "qm0123456789abc", Lock: "/repo/.git/qemu-mcp.lock"},
+		{Name: "b", Lock: "/repo/.git/qemu-mcp.lock"},
+	}
 	if err := registry.Write(dir, rec); err != nil {
 		t.Fatal(err)
 	}
 	got, err = registry.Read(p)
-	if err != nil || got.QEMU == nil || *got.QEMU != *rec.QEMU || got.TAP != rec.TAP || got.Lock != rec.Lock {
+	if err != nil || !reflect.DeepEqual(got.Instances, rec.Instances) || len(got.Children()) != 1 {
 		t.Fatalf("updated record %+v, %v", got, err)
 	}
 	des, _ := os.ReadDir(dir)
@@ -105,20 +108,20 @@ func TestWriteReadUpdateRemove(t *testing.T) {
 		t.Errorf("dir holds %d entries, want only the record (no temp files)", len(des))
 	}
 
-	if err := registry.Remove(dir, rec.PID); err != nil {
+	if err := registry.Remove(dir, rec.Owner()); err != nil {
 		t.Fatal(err)
 	}
 	if registrytest.Exists(p) {
 		t.Fatal("record still there")
 	}
-	if err := registry.Remove(dir, rec.PID); err != nil {
+	if err := registry.Remove(dir, rec.Owner()); err != nil {
 		t.Fatalf("removing a missing record: %v", err)
 	}
 }
 
 func TestWriteRefusesBadRecord(t *testing.T) {
 	dir := t.TempDir()
-	for _, rec := range []registry.Record{{}, {PID: -1}, {PID: registry.MaxPID + 1}, {PID: 5, QEMU: &registry.Child{}}} {
+	for _, rec := range []registry.Record{{}, {PID: -1}, {PID: registry.MaxPID + 1}, {PID: 5, QEMU: &registry.Child{}}, {PID: 5, Instances: []registry.Instance{{Name: "a", QEMU: &registry.Child{PID: -2}}}}} {
 		if err := registry.Write(dir, rec); err == nil {
 			t.Errorf("Write(%+v) succeeded", rec)
 		}
@@ -134,7 +137,7 @@ func TestWriteDoesNotFollowSymlink(t *testing.T) {
 	dir, outside := t.TempDir(), t.TempDir()
 	target := filepath.Join(outside, "victim")
 	registrytest.Mkfile(t, target, "precious")
-	if err := os.Symlink(target, registry.Path(dir, 77)); err != nil {
+	if err := os.Symlink(target, registry.Path(dir, names.Owner{PID: 77})); err != nil {
 		t.Fatal(err)
 	}
 	if err := registry.Write(dir, registry.Record{PID: 77, Transport: "stdio"}); err != nil {
@@ -143,7 +146,7 @@ func TestWriteDoesNotFollowSymlink(t *testing.T) {
 	if b, _ := os.ReadFile(target); string(b) != "precious" {
 		t.Fatalf("target now %q", b)
 	}
-	if fi, err := os.Lstat(registry.Path(dir, 77)); err != nil || !fi.Mode().IsRegular() {
+	if fi, err := os.Lstat(registry.Path(dir, names.Owner{PID: 77})); err != nil || !fi.Mode().IsRegular() {
 		t.Fatalf("record %v %v", fi, err)
 	}
 }
@@ -152,15 +155,15 @@ func TestRemoveOnlyRegularFiles(t *testing.T) {
 	dir, outside := t.TempDir(), t.TempDir()
 	target := filepath.Join(outside, "victim")
 	registrytest.Mkfile(t, target, "precious")
-	if err := os.Symlink(target, registry.Path(dir, 10)); err != nil {
+	if err := os.Symlink(target, registry.Path(dir, names.Owner{PID: 10})); err != nil {
 		t.Fatal(err)
 	}
-	registrytest.Mkfifo(t, registry.Path(dir, 11))
+	registrytest.Mkfifo(t, registry.Path(dir, names.Owner{PID: 11}))
 	for _, pid := range []int{10, 11} {
-		if err := registry.Remove(dir, pid); err == nil {
+		if err := registry.Remove(dir, names.Owner{PID: pid}); err == nil {
 			t.Errorf("Remove(%d) succeeded", pid)
 		}
-		if !registrytest.Exists(registry.Path(dir, pid)) {
+		if !registrytest.Exists(registry.Path(dir, names.Owner{PID: pid})) {
 			t.Errorf("entry of %d removed", pid)
 		}
 	}
@@ -210,14 +213,14 @@ func TestParse(t *testing.T) {
 }
 
 func TestParseFileName(t *testing.T) {
-	for name, want := range map[string]int{
-		"server-1.json": 1, "server-4194304.json": 4194304,
-		"server-0.json": 0, "server-01.json": 0, "server-4194305.json": 0, "server-+1.json": 0,
-		"server-1.json.tmp": 0, "server-.json": 0, "xserver-1.json": 0, "server-1a.json": 0,
+	for name, want := range map[string]names.Owner{
+		"server-1.json": {PID: 1}, "server-4194304.json": {PID: 4194304}, "server-7-123.json": {PID: 7, StartTime: 123},
+		"server-0.json": {}, "server-01.json": {}, "server-4194305.json": {}, "server-+1.json": {}, "server-7-0123.json": {},
+		"server-1.json.tmp": {}, "server-.json": {}, "xserver-1.json": {}, "server-1a.json": {}, "server-7-.json": {},
 	} {
 		got, ok := registry.ParseFileName(name)
-		if ok != (want != 0) || got != want {
-			t.Errorf("ParseFileName(%q) = %d, %v", name, got, ok)
+		if ok != (want.PID != 0) || got != want {
+			t.Errorf("ParseFileName(%q) = %v, %v", name, got, ok)
 		}
 	}
 }
@@ -229,9 +232,11 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	registrytest.Mkfile(t, registry.Path(dir, 50), "garbage{")
-	registrytest.Mkfile(t, registry.Path(dir, 60), `{"pid": 61}`)
-	registrytest.Mkfifo(t, registry.Path(dir, 70))
+	registrytest.Mkfile(t, registry.Path(dir, names.Owner{PID: 50}), "garbage{")
+	registrytest.Mkfile(t, registry.Path(dir, names.Owner{PID: 60}), `{"pid": 61}`)
+	registrytest.Mkfifo(t, registry.Path(dir, names.Owner{PID: 70}))
+	registrytest.Mkfile(t, filepath.Join(dir, "server-80-5.json"), `{"pid": 80, "start_time": 6}`)
+	registrytest.Mkfile(t, filepath.Join(dir, "server-90-5.json"), `{"pid": 90, "start_time": 5}`)
 	registrytest.Mkfile(t, filepath.Join(dir, "server-x.json"), `{"pid": 1}`)
 	registrytest.Mkfile(t, filepath.Join(dir, "notes.json"), `{"pid": 1}`)
 	entries, err := registry.List(dir)
@@ -248,7 +253,7 @@ func TestList(t *testing.T) {
 		}
 		got = append(got, s)
 	}
-	if want := []string{"20", "50!", "60!", "70!", "300", "1000"}; !reflect.DeepEqual(got, want) {
+	if want := []string{"20", "50!", "60!", "70!", "80!", "90", "300", "1000"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("List = %v, want %v", got, want)
 	}
 	if entries, err := registry.List(filepath.Join(dir, "missing")); err != nil || len(entries) != 0 {
@@ -315,7 +320,7 @@ func TestAssessQEMU(t *testing.T) {
 	rec := registrytest.DeadRecord(registrytest.DeadProcess(t), "stdio")
 	rec.QEMU = &child
 	h := registry.Assess(rec)
-	if h.QEMU == nil || !h.QEMU.Alive || h.QEMU.ExeMatch != registry.Yes {
+	if len(h.QEMU) != 1 || !h.QEMU[0].Alive || h.QEMU[0].ExeMatch != registry.Yes {
 		t.Fatalf("qemu: %+v", h.QEMU)
 	}
 	c := child

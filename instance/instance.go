@@ -1,0 +1,620 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
+	"github.com/qemu-mcp/qemu-mcp/pcap"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/tap"
+)
+
+// State is where an instance is in its life.
+type State string
+
+// The states, in the order an instance goes through them. An instance that
+// fails to boot goes from Booting to Stopped.
+const (
+	Booting  State = "booting"
+	Running  State = "running"
+	Stopping State = "stopping"
+	Stopped  State = "stopped"
+)
+
+var (
+	// ErrStopped is the cause of an instance's context once a stop began:
+	// a boot or a wait that it ends fails with it.
+	ErrStopped = errors.New("the guest was stopped")
+	// ErrExited is returned for a guest that has exited.
+	ErrExited = errors.New("the guest has exited")
+)
+
+// Spec is what to boot.
+type Spec struct {
+	// Name is the instance's name (see names.CheckInstance).
+	Name string
+	// Root is the project root: it names the repository lock.
+	Root string
+	// QEMU is the command line. For a TAP, leave Network empty and set TAP:
+	// the instance names the device and the guest's MAC itself.
+	QEMU qemu.Config
+	// TAP, if set, makes a TAP device for the guest before QEMU starts.
+	TAP *TAPSpec
+	// Capture, if set, captures on the TAP from before QEMU starts, so the
+	// guest's first frame is in it.
+	Capture *CaptureSpec
+	// Restart stops a live instance of the same name first.
+	Restart bool
+	// Profile, Prompt and Panics come from the boot profile: its name, the
+	// prompt later sends wait for by default, and panic patterns added to
+	// the defaults.
+	Profile string
+	Prompt  string
+	Panics  []*regexp.Regexp
+}
+
+// TAPSpec says how to make the guest's TAP: a host address, or a bridge to
+// join.
+type TAPSpec struct {
+	CIDR   string
+	Bridge string
+}
+
+// CaptureSpec is a capture started at boot.
+type CaptureSpec struct {
+	Filter string
+}
+
+func (s Spec) check() error {
+	if s.Capture != nil && s.TAP == nil {
+		return errors.New(`a capture at boot needs a TAP (network: "tap")`)
+	}
+	if s.TAP != nil && s.QEMU.Network != "" && s.QEMU.Network != "tap" {
+		return fmt.Errorf("network %q and a TAP: choose one", s.QEMU.Network)
+	}
+	return nil
+}
+
+// Instance is one named guest of a server.
+type Instance struct {
+	name    string
+	mgr     *Manager
+	spec    Spec
+	boot    int // boot number of this name in this server
+	created time.Time
+
+	// ctx ends when a stop begins (or the server closes): a boot or wait
+	// in progress ends with it at once.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	booted chan struct{} // closed when the boot returned, done or not
+	done   chan struct{} // closed when every cleanup has run
+
+	teardownOnce sync.Once
+
+	mu          sync.Mutex // guards the fields below
+	state       State
+	machine     *qemu.Machine
+	dev         *tap.Device
+	capture     *pcap.Capture
+	lastCapture *pcap.Stats
+	transcript  string
+	lockPath    string
+	cleanups    []cleanup
+	ending      *qemu.Ending
+	cleanupErr  error
+	readCursor  int64
+	stoppedAt   time.Time
+}
+
+type cleanup struct {
+	what string
+	do   func() error
+}
+
+func newInstance(m *Manager, spec Spec, boot int) *Instance {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Instance{
+		name: spec.Name, mgr: m, spec: spec, boot: boot, created: time.Now(),
+		ctx: ctx, cancel: cancel, booted: make(chan struct{}), done: make(chan struct{}),
+		state: Booting,
+	}
+}
+
+// push adds the undo of a step that just succeeded.
+func (i *Instance) push(what string, do func() error) {
+	i.mu.Lock()
+	i.cleanups = append(i.cleanups, cleanup{what, do})
+	i.mu.Unlock()
+}
+
+// run performs the boot's steps: reap, lock, drives, TAP, capture, QEMU,
+// record. Any failure, an end of ctx, or a stop unwinds what was done.
+func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
+	defer close(i.booted)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(i.ctx, func() { cancel(context.Cause(i.ctx)) })
+	defer stop()
+	defer func() {
+		if err == nil {
+			return
+		}
+		if cause := context.Cause(i.ctx); cause != nil {
+			err = fmt.Errorf("boot of %q: %w while it started (%v)", i.name, cause, err)
+		}
+		i.teardown(nil)
+	}()
+
+	m := i.mgr
+	rep = m.reap()
+
+	path, release, err := m.acquireLock(i.spec.Root, i.name)
+	if err != nil {
+		return rep, err
+	}
+	i.mu.Lock()
+	i.lockPath = path
+	i.mu.Unlock()
+	i.push("repository lock", release)
+	m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = path })
+	i.push("lock in record", func() error {
+		m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = "" })
+		return nil
+	})
+
+	releaseDrives, err := m.claimDrives(i.name, i.spec.QEMU.Drives)
+	if err != nil {
+		return rep, err
+	}
+	i.push("drive claims", releaseDrives)
+
+	cfg := i.spec.QEMU
+	if t := i.spec.TAP; t != nil {
+		if err := i.makeTAP(*t); err != nil {
+			return rep, err
+		}
+		cfg.Network, cfg.TAPName, cfg.MAC = "tap", i.dev.Name, i.dev.GuestMAC.String()
+	}
+	if c := i.spec.Capture; c != nil {
+		if _, err := i.StartCapture("", c.Filter, 0); err != nil {
+			return rep, fmt.Errorf("capture at boot: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, context.Cause(ctx)
+	}
+
+	dir := m.cfg.RuntimeDir
+	// Every attempt gets its own transcript: a failed start keeps what
+	// QEMU printed, and the next attempt must not collide with it. It
+	// outlives the server, kept with the captures.
+	transcript := filepath.Join(runtimedir.CapturesDir(dir), names.Transcript(m.owner, i.name, i.boot))
+	i.mu.Lock()
+	i.transcript = transcript
+	i.mu.Unlock()
+	mch, err := qemu.Start(ctx, qemu.Runtime{
+		SerialBase: filepath.Join(dir, names.SerialBase(m.owner, i.name)),
+		QMPSocket:  filepath.Join(dir, names.Name(names.QMPSocket, m.owner, i.name)),
+		Logger:     m.log.With("instance", i.name), Transcript: transcript, RingSize: m.cfg.RingSize,
+	}, cfg)
+	if err != nil {
+		return rep, fmt.Errorf("boot: %w", err)
+	}
+	i.push("qemu", mch.Close)
+	id := mch.Identity()
+	child, err := registry.NewChild(id.PID)
+	if err != nil || child.StartTime != id.StartTime {
+		// QEMU already exited; the record must still not name a stranger.
+		child = registry.Child{PID: id.PID, StartTime: id.StartTime, Executable: mch.Argv()[0]}
+	}
+	m.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = &child })
+	i.push("qemu in record", func() error {
+		m.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = nil })
+		return nil
+	})
+
+	i.mu.Lock()
+	i.machine = mch
+	stopping := i.state != Booting
+	if !stopping {
+		i.state = Running
+	}
+	i.mu.Unlock()
+	if stopping {
+		// A stop came in as QEMU started: it waits for this boot and
+		// then stops the machine itself.
+		return rep, ErrStopped
+	}
+	go i.watch(mch)
+	return rep, nil
+}
+
+func (i *Instance) makeTAP(t TAPSpec) error {
+	m := i.mgr
+	dev, err := tap.Create(tap.Options{
+		Name: names.TAP(m.owner, i.name), GuestMAC: names.GuestMAC(m.owner, i.name),
+		CIDR: t.CIDR, Bridge: t.Bridge, UID: os.Getuid(), GID: os.Getgid(),
+		// A name is unique to this process and instance, so a link of that
+		// name can only be a TAP this instance left at an earlier boot.
+		Replace: true,
+	})
+	if err != nil {
+		return fmt.Errorf("network tap: %w", err)
+	}
+	// Recorded right after it exists, so that if we are killed the next
+	// server's reaper deletes it.
+	m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = dev.Name })
+	i.mu.Lock()
+	i.dev = dev
+	i.mu.Unlock()
+	i.push("tap", func() error {
+		// The capture ends with its interface: stop it first, and keep
+		// its counts for status.
+		i.StopCapture()
+		i.mu.Lock()
+		i.dev = nil
+		i.mu.Unlock()
+		err := dev.Close()
+		m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = "" })
+		return err
+	})
+	return nil
+}
+
+// watch undoes everything when QEMU stops by itself (guest poweroff), not
+// only when it is stopped.
+func (i *Instance) watch(mch *qemu.Machine) {
+	<-mch.Done()
+	exit, _ := mch.Exited()
+	i.teardown(&qemu.Ending{How: "exited", Exit: exit})
+}
+
+// teardown runs the cleanup stack, newest first, exactly once; later
+// callers wait until it has run. end says how QEMU stopped, if it ran.
+func (i *Instance) teardown(end *qemu.Ending) {
+	i.teardownOnce.Do(func() {
+		i.mu.Lock()
+		if i.state != Stopping {
+			i.state = Stopping
+		}
+		cl := i.cleanups
+		i.cleanups = nil
+		if i.ending == nil {
+			i.ending = end
+		}
+		i.mu.Unlock()
+		var errs []error
+		for k := len(cl) - 1; k >= 0; k-- {
+			if err := cl[k].do(); err != nil {
+				i.mgr.log.Warn("cleanup", "instance", i.name, "step", cl[k].what, "err", err)
+				errs = append(errs, fmt.Errorf("%s: %w", cl[k].what, err))
+			}
+		}
+		i.mu.Lock()
+		i.state = Stopped
+		i.stoppedAt = time.Now()
+		i.cleanupErr = errors.Join(errs...)
+		i.mu.Unlock()
+		close(i.done)
+	})
+}
+
+// Stop stops the instance: it ends a boot or wait in progress at once, asks
+// QEMU to stop (method, within wait, then SIGTERM and SIGKILL of the exact
+// process), and undoes every step of the boot. Stopping a stopped instance
+// reports how it ended. Concurrent stops wait for the first.
+func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Duration) (qemu.Ending, error) {
+	i.mu.Lock()
+	first := i.state == Booting || i.state == Running
+	if first {
+		i.state = Stopping
+	}
+	i.mu.Unlock()
+	if !first {
+		select {
+		case <-i.done:
+			return i.result()
+		case <-ctx.Done():
+			return qemu.Ending{}, fmt.Errorf("stop %q: %w", i.name, ctx.Err())
+		}
+	}
+	i.cancel(ErrStopped)
+	select {
+	case <-i.booted:
+	case <-ctx.Done():
+		return qemu.Ending{}, fmt.Errorf("stop %q while it booted: %w", i.name, ctx.Err())
+	}
+	mch := i.Machine()
+	end := qemu.Ending{How: "stopped-while-booting"}
+	var err error
+	if i.State() == Stopped {
+		// The boot unwound itself (it kills a QEMU that had started).
+		if mch != nil {
+			end.Exit, _ = mch.Exited()
+		}
+	} else if mch != nil {
+		end, err = mch.Shutdown(ctx, method, wait)
+	}
+	i.mu.Lock()
+	if i.ending == nil || i.ending.How == "exited" || i.ending.How == "" {
+		// A shutdown's own account says more than the watcher's.
+		e := end
+		i.ending = &e
+	}
+	i.mu.Unlock()
+	i.teardown(nil)
+	got, cerr := i.result()
+	return got, errors.Join(err, cerr)
+}
+
+func (i *Instance) result() (qemu.Ending, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	var e qemu.Ending
+	if i.ending != nil {
+		e = *i.ending
+	}
+	return e, i.cleanupErr
+}
+
+// Name is the instance's name.
+func (i *Instance) Name() string { return i.name }
+
+// Spec is what the instance was booted with.
+func (i *Instance) Spec() Spec { return i.spec }
+
+// Boot is the instance's boot number in this server (1 for its first).
+func (i *Instance) Boot() int { return i.boot }
+
+// State is where the instance is in its life.
+func (i *Instance) State() State {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.state
+}
+
+// Machine is the QEMU process, nil until it started.
+func (i *Instance) Machine() *qemu.Machine {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.machine
+}
+
+// Running returns the machine if the instance runs, or an error that says
+// what to do.
+func (i *Instance) Running() (*qemu.Machine, error) {
+	i.mu.Lock()
+	st, mch := i.state, i.machine
+	i.mu.Unlock()
+	switch {
+	case st == Booting:
+		return nil, fmt.Errorf("guest %q is still booting: wait for its qemu_boot to return", i.name)
+	case st == Stopping:
+		return nil, fmt.Errorf("guest %q is stopping", i.name)
+	case mch == nil:
+		return nil, fmt.Errorf("guest %q did not start: call qemu_boot again", i.name)
+	}
+	if exit, ok := mch.Exited(); ok {
+		return nil, fmt.Errorf("%w: guest %q %s; call qemu_boot to start it again, serial_read still returns its output", ErrExited, i.name, exit)
+	}
+	if st == Stopped {
+		return nil, fmt.Errorf("guest %q was stopped: call qemu_boot to start it again", i.name)
+	}
+	return mch, nil
+}
+
+func (i *Instance) busyError() error {
+	i.mu.Lock()
+	st, mch := i.state, i.machine
+	i.mu.Unlock()
+	if mch != nil {
+		return fmt.Errorf("guest %q is already %s (qemu pid %d, up %s): call qemu_shutdown for it first, boot another instance name, or pass restart: true",
+			i.name, st, mch.PID(), time.Since(mch.Started()).Round(time.Second))
+	}
+	return fmt.Errorf("guest %q is already %s: call qemu_shutdown for it first, boot another instance name, or pass restart: true", i.name, st)
+}
+
+// Console is the serial console, nil until QEMU started.
+func (i *Instance) Console() *serial.Console {
+	if mch := i.Machine(); mch != nil {
+		return mch.Console()
+	}
+	return nil
+}
+
+// Transcript is the file holding the complete console output of this boot.
+func (i *Instance) Transcript() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.transcript
+}
+
+// LockPath is the repository lock held for the instance.
+func (i *Instance) LockPath() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.lockPath
+}
+
+// Ending says how QEMU stopped, once it has.
+func (i *Instance) Ending() (qemu.Ending, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.ending == nil {
+		return qemu.Ending{}, false
+	}
+	return *i.ending, true
+}
+
+// Done is closed once the instance is stopped and every cleanup has run.
+func (i *Instance) Done() <-chan struct{} { return i.done }
+
+// ReadCursor is where the next read without an explicit cursor starts.
+func (i *Instance) ReadCursor() int64 {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.readCursor
+}
+
+// SetReadCursor records where a read or wait ended.
+func (i *Instance) SetReadCursor(c int64) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.readCursor = c
+}
+
+// Wait runs a console wait from since. It ends at once, with an error
+// wrapping ErrStopped, when the instance is stopped meanwhile.
+func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (serial.Result, error) {
+	con := i.Console()
+	if con == nil {
+		return serial.Result{}, fmt.Errorf("guest %q has no console yet", i.name)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(i.ctx, func() { cancel(context.Cause(i.ctx)) })
+	defer stop()
+	res, err := con.Buffer().WaitFor(ctx, since, spec)
+	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
+			return res, fmt.Errorf("guest %q: %w (qemu_shutdown) while this call waited; its output stays readable with serial_read", i.name, ErrStopped)
+		}
+		return res, err
+	}
+	if res.Finished {
+		// The buffer is finished just before the machine's Done closes.
+		<-i.Machine().Done()
+	}
+	return res, nil
+}
+
+// Context ends when a stop of the instance begins.
+func (i *Instance) Context() context.Context { return i.ctx }
+
+// TAP is the guest's TAP device while it has one.
+func (i *Instance) TAP() *tap.Device {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.dev
+}
+
+// StartCapture captures the guest's traffic on its TAP into path (or a new
+// file in the captures directory).
+func (i *Instance) StartCapture(path, filter string, snaplen int) (*pcap.Capture, error) {
+	i.mu.Lock()
+	dev, running := i.dev, i.capture
+	i.mu.Unlock()
+	if dev == nil {
+		return nil, fmt.Errorf(`guest %q has no TAP to capture on: boot it with network: "tap" (captures see the guest's own TAP from the host side)`, i.name)
+	}
+	if running != nil {
+		return nil, fmt.Errorf("a capture of guest %q is already running into %s: call qemu_pcap_stop first", i.name, running.Path())
+	}
+	m := i.mgr
+	c, err := pcap.Start(dev.Name, pcap.Options{
+		Path: path, Dir: runtimedir.CapturesDir(m.cfg.RuntimeDir),
+		Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot,
+		Snaplen: snaplen, Filter: filter,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture on %s: %w", dev.Name, err)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.dev != dev || i.capture != nil {
+		// The guest stopped, or another capture started, meanwhile: do
+		// not leave this one running.
+		go c.Stop()
+		return nil, fmt.Errorf("guest %q changed while the capture started: try again", i.name)
+	}
+	i.capture = c
+	return c, nil
+}
+
+// StopCapture stops the running capture and returns its counts; false if
+// none runs.
+func (i *Instance) StopCapture() (pcap.Stats, bool) {
+	i.mu.Lock()
+	c := i.capture
+	i.capture = nil
+	i.mu.Unlock()
+	if c == nil {
+		return pcap.Stats{}, false
+	}
+	st, err := c.Stop()
+	if err != nil {
+		i.mgr.log.Warn("stop capture", "instance", i.name, "path", st.Path, "err", err)
+	}
+	i.mu.Lock()
+	i.lastCapture = &st
+	i.mu.Unlock()
+	return st, true
+}
+
+// CaptureStats reports the running capture, or else the last one.
+func (i *Instance) CaptureStats() (pcap.Stats, bool, bool) {
+	i.mu.Lock()
+	c, last := i.capture, i.lastCapture
+	i.mu.Unlock()
+	if c != nil {
+		return c.Stats(), true, true
+	}
+	if last != nil {
+		return *last, false, true
+	}
+	return pcap.Stats{}, false, false
+}
+
+// Info is a snapshot of an instance for listings.
+type Info struct {
+	Name        string
+	State       State
+	PID         int
+	Started     time.Time
+	Uptime      time.Duration
+	Kernel      string
+	TAP         string
+	Capture     string
+	SerialBytes int64
+	Exit        *qemu.Exit
+}
+
+// Info takes a snapshot of the instance.
+func (i *Instance) Info() Info {
+	i.mu.Lock()
+	in := Info{Name: i.name, State: i.state, Kernel: i.spec.QEMU.Kernel}
+	mch, dev, c, stoppedAt := i.machine, i.dev, i.capture, i.stoppedAt
+	i.mu.Unlock()
+	if dev != nil {
+		in.TAP = dev.Name
+	}
+	if c != nil {
+		in.Capture = c.Path()
+	}
+	if mch == nil {
+		return in
+	}
+	in.PID, in.Started = mch.PID(), mch.Started()
+	in.SerialBytes = mch.Console().Buffer().End()
+	if exit, ok := mch.Exited(); ok {
+		in.Exit = &exit
+		in.Uptime = exit.At.Sub(in.Started)
+	} else if !stoppedAt.IsZero() {
+		in.Uptime = stoppedAt.Sub(in.Started)
+	} else {
+		in.Uptime = time.Since(in.Started)
+	}
+	return in
+}

@@ -1,0 +1,476 @@
+// Package instance runs a server's named QEMU guests. One guest's whole life
+// (reap, repository lock, TAP, capture, QEMU, record) is one cleanup stack:
+// each step of a boot pushes the function that undoes it, and the stack is
+// unwound in reverse, once, from one place, whether the boot fails half-way,
+// the guest is stopped, it powers itself off, or the server closes. Each
+// instance has an explicit state (booting, running, stopping, stopped), and a
+// stop ends a boot or a console wait in progress at once.
+//
+// A Manager holds the instances of one server and what they share: the
+// runtime directory, the server's registry record (which names every
+// instance's QEMU and TAP, so that a killed server's leftovers can be
+// reaped), the repository lock (held while any instance of the repository
+// runs), and the claims on writable disk images. It knows nothing of MCP.
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
+	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/tap"
+)
+
+// DefaultMaxInstances is how many guests a server runs at once by default.
+const DefaultMaxInstances = 4
+
+// ErrClosed is returned by boots asked for after Close began.
+var ErrClosed = errors.New("qemu-mcp is shutting down: no new guest is started")
+
+// Config is what a Manager needs from the server that hosts it.
+type Config struct {
+	// RuntimeDir holds the FIFOs, QMP sockets and the record; it must
+	// exist and be private (see internal/runtimedir). Transcripts and
+	// captures go to its captures directory.
+	RuntimeDir string
+	// Record describes the server; New writes it, and every change to an
+	// instance rewrites it. Its PID and start time name every file.
+	Record registry.Record
+	// LockFile overrides the repository lock's path (see lock.Path).
+	LockFile string
+	// MaxInstances bounds the guests that run at once; 0 means
+	// DefaultMaxInstances.
+	MaxInstances int
+	// RingSize is each console's in-memory buffer; 0 means serial's
+	// default. Older output is read back from the transcript.
+	RingSize int
+	// Logger receives what nobody else would see; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Manager runs the named instances of one server.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	owner names.Owner
+
+	// reapMu serialises reaps: two boots reaping at once would each try to
+	// remove the same leftovers.
+	reapMu sync.Mutex
+
+	mu        sync.Mutex // guards the fields below
+	closed    bool
+	instances map[string]*Instance
+	boots     map[string]int // boot attempts per instance name
+	locks     map[string]*lockRef
+	drives    map[string][]driveClaim // by real path
+	rec       registry.Record
+	recGone   bool // the record was removed at Close: never written again
+}
+
+type lockRef struct {
+	l     *lock.Lock
+	users []string // instance names, in boot order
+}
+
+type driveClaim struct {
+	instance string
+	writable bool
+}
+
+// New writes the server's record and returns a Manager with no instances.
+// The record comes first: it is what lets the next server reap after this
+// one if it is killed.
+func New(cfg Config) (*Manager, error) {
+	if cfg.RuntimeDir == "" {
+		return nil, errors.New("instance: RuntimeDir is required")
+	}
+	if cfg.Record.PID == 0 {
+		return nil, errors.New("instance: the server's Record is required")
+	}
+	if cfg.MaxInstances <= 0 {
+		cfg.MaxInstances = DefaultMaxInstances
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(runtimedir.CapturesDir(cfg.RuntimeDir), 0o700); err != nil {
+		return nil, fmt.Errorf("instance: captures directory: %w", err)
+	}
+	if err := registry.Write(cfg.RuntimeDir, cfg.Record); err != nil {
+		return nil, fmt.Errorf("instance: write registry record: %w", err)
+	}
+	return &Manager{
+		cfg: cfg, log: cfg.Logger, owner: cfg.Record.Owner(),
+		instances: map[string]*Instance{}, boots: map[string]int{},
+		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record,
+	}, nil
+}
+
+// Owner is the identity every name the server gives carries.
+func (m *Manager) Owner() names.Owner { return m.owner }
+
+// MaxInstances is the most guests that run at once.
+func (m *Manager) MaxInstances() int { return m.cfg.MaxInstances }
+
+// Record returns the server's record as last written.
+func (m *Manager) Record() registry.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rec
+	r.Instances = slices.Clone(r.Instances)
+	return r
+}
+
+// Get returns the instance of that name, running or not.
+func (m *Manager) Get(name string) (*Instance, error) {
+	if err := names.CheckInstance(name); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i := m.instances[name]; i != nil {
+		return i, nil
+	}
+	return nil, m.noSuchLocked(name)
+}
+
+func (m *Manager) noSuchLocked(name string) error {
+	var known []string
+	for n := range m.instances {
+		known = append(known, n)
+	}
+	slices.Sort(known)
+	if len(known) == 0 {
+		return fmt.Errorf("no guest named %q has been booted: call qemu_boot first", name)
+	}
+	return fmt.Errorf("no guest named %q has been booted (instances: %s): call qemu_boot with instance %q first", name, strings.Join(known, ", "), name)
+}
+
+// List returns every instance, ordered by name.
+func (m *Manager) List() []*Instance {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*Instance, 0, len(m.instances))
+	for _, i := range m.instances {
+		out = append(out, i)
+	}
+	slices.SortFunc(out, func(a, b *Instance) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// Boot starts the instance spec.Name. A live instance of that name is an
+// error unless spec.Restart, which stops it first; a stopped one is
+// replaced. The boot's steps are undone if any fails, if ctx ends, or if
+// the instance is stopped meanwhile. The reaper's report is non-nil when it
+// found something of dead servers.
+func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Report, error) {
+	if err := names.CheckInstance(spec.Name); err != nil {
+		return nil, nil, err
+	}
+	if err := spec.check(); err != nil {
+		return nil, nil, err
+	}
+	i, err := m.admit(ctx, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	rep, err := i.run(ctx)
+	if err != nil {
+		return nil, rep, err
+	}
+	return i, rep, nil
+}
+
+// admit places a new booting instance in the table, stopping the previous
+// one first if spec.Restart says so.
+func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		prev := m.instances[spec.Name]
+		if prev != nil && prev.State() != Stopped {
+			m.mu.Unlock()
+			if !spec.Restart {
+				return nil, prev.busyError()
+			}
+			if _, err := prev.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+				return nil, fmt.Errorf("stop the running guest %q before the restart: %w", spec.Name, err)
+			}
+			continue // someone may have booted the name meanwhile: look again
+		}
+		if live := m.liveLocked(); len(live) >= m.cfg.MaxInstances {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("%d guests already run (%s), the most this server allows (--max-instances %d): stop one with qemu_shutdown and its instance, or reuse a name with restart: true",
+				len(live), strings.Join(live, ", "), m.cfg.MaxInstances)
+		}
+		m.boots[spec.Name]++
+		i := newInstance(m, spec, m.boots[spec.Name])
+		m.instances[spec.Name] = i
+		m.pruneLocked()
+		m.mu.Unlock()
+		return i, nil
+	}
+}
+
+func (m *Manager) liveLocked() []string {
+	var live []string
+	for n, i := range m.instances {
+		if i.State() != Stopped {
+			live = append(live, n)
+		}
+	}
+	slices.Sort(live)
+	return live
+}
+
+// pruneLocked forgets the oldest stopped instances once there are more than
+// MaxInstances of them: each holds its console's ring in memory, and its
+// transcript keeps the output on disk anyway.
+func (m *Manager) pruneLocked() {
+	var stopped []*Instance
+	for _, i := range m.instances {
+		if i.State() == Stopped {
+			stopped = append(stopped, i)
+		}
+	}
+	if len(stopped) <= m.cfg.MaxInstances {
+		return
+	}
+	slices.SortFunc(stopped, func(a, b *Instance) int { return a.created.Compare(b.created) })
+	for _, i := range stopped[:len(stopped)-m.cfg.MaxInstances] {
+		delete(m.instances, i.name)
+	}
+}
+
+// Close refuses new boots, stops every instance (QMP quit, then signals)
+// and removes the server's record. It waits for boots in progress to
+// unwind. Safe to call more than once.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	all := make([]*Instance, 0, len(m.instances))
+	for _, i := range m.instances {
+		all = append(all, i)
+	}
+	m.mu.Unlock()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for k, i := range all {
+		wg.Go(func() {
+			if _, err := i.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+				errs[k] = fmt.Errorf("stop %q: %w", i.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	m.mu.Lock()
+	m.recGone = true
+	m.mu.Unlock()
+	if err := registry.Remove(m.cfg.RuntimeDir, m.owner); err != nil {
+		errs = append(errs, fmt.Errorf("remove registry record: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// recordInstance changes the record's entry for instance name (adding it
+// if needed) and writes the record.
+func (m *Manager) recordInstance(name string, f func(*registry.Instance)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := slices.IndexFunc(m.rec.Instances, func(in registry.Instance) bool { return in.Name == name })
+	if k < 0 {
+		m.rec.Instances = append(m.rec.Instances, registry.Instance{Name: name})
+		k = len(m.rec.Instances) - 1
+	}
+	f(&m.rec.Instances[k])
+	if in := m.rec.Instances[k]; in.QEMU == nil && in.TAP == "" && in.Lock == "" {
+		m.rec.Instances = slices.Delete(m.rec.Instances, k, k+1)
+	}
+	m.writeRecordLocked()
+}
+
+func (m *Manager) writeRecordLocked() {
+	if m.recGone {
+		return
+	}
+	if err := registry.Write(m.cfg.RuntimeDir, m.rec); err != nil {
+		m.log.Warn("update registry record", "err", err)
+	}
+}
+
+// reap removes what dead servers left. Failing to reap is not a reason to
+// refuse a boot: it is reported instead.
+func (m *Manager) reap() *reaper.Report {
+	m.reapMu.Lock()
+	defer m.reapMu.Unlock()
+	rep, err := reaper.Reap(m.cfg.RuntimeDir, reaper.Options{Self: m.owner, Logger: m.log, DeleteTAP: m.deleteDeadTAP})
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 {
+		return nil
+	}
+	m.log.Info("reaped leftovers of dead servers", "report", rep.String())
+	return &rep
+}
+
+// deleteDeadTAP deletes a dead server's TAP; a name one of our instances
+// uses is never deleted, whatever a record says.
+func (m *Manager) deleteDeadTAP(name string) error {
+	m.mu.Lock()
+	for _, in := range m.rec.Instances {
+		if in.TAP == name {
+			m.mu.Unlock()
+			return fmt.Errorf("TAP %s belongs to this server's instance %q: not deleted", name, in.Name)
+		}
+	}
+	m.mu.Unlock()
+	return DeleteTAP(name)
+}
+
+// DeleteTAP deletes a TAP of that name if it is a tun/tap link; a missing one
+// is fine. It is the reaper's hook, for doctor too.
+func DeleteTAP(name string) error {
+	_, err := tap.DeleteIfTAP(name)
+	return err
+}
+
+// LockPath is the repository lock for a project root.
+func (m *Manager) LockPath(root string) (string, error) {
+	if m.cfg.LockFile != "" {
+		return m.cfg.LockFile, nil
+	}
+	return lock.Path(root, m.cfg.RuntimeDir)
+}
+
+// acquireLock adds instance name to the holders of root's repository lock,
+// taking the lock if no instance holds it yet. The returned function undoes
+// that.
+func (m *Manager) acquireLock(root, name string) (string, func() error, error) {
+	path, err := m.LockPath(root)
+	if err != nil {
+		return "", nil, fmt.Errorf("find the repository lock for %s: %w", root, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref := m.locks[path]
+	if ref == nil {
+		l, err := lock.Acquire(path, lock.Record{Target: root, Instances: []string{name}})
+		if err != nil {
+			var held *lock.HeldError
+			if errors.As(err, &held) {
+				return "", nil, fmt.Errorf("cannot boot: %w", err)
+			}
+			return "", nil, fmt.Errorf("take the repository lock: %w", err)
+		}
+		if r := l.Reclaimed(); r != nil {
+			m.log.Info("reclaimed a stale repository lock", "path", path, "stale_pid", r.Stale.PID, "why", r.Liveness.String())
+		}
+		ref = &lockRef{l: l}
+		m.locks[path] = ref
+	}
+	ref.users = append(ref.users, name)
+	if len(ref.users) > 1 {
+		m.setLockInstancesLocked(ref)
+	}
+	return path, func() error { return m.releaseLock(path, name) }, nil
+}
+
+func (m *Manager) setLockInstancesLocked(ref *lockRef) {
+	if err := ref.l.SetInstances(ref.users); err != nil {
+		m.log.Warn("update repository lock record", "err", err)
+	}
+}
+
+func (m *Manager) releaseLock(path, name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref := m.locks[path]
+	if ref == nil {
+		return nil
+	}
+	ref.users = slices.DeleteFunc(ref.users, func(u string) bool { return u == name })
+	if len(ref.users) > 0 {
+		m.setLockInstancesLocked(ref)
+		return nil
+	}
+	delete(m.locks, path)
+	if err := ref.l.Release(); err != nil {
+		return fmt.Errorf("release repository lock %s: %w", path, err)
+	}
+	return nil
+}
+
+// HoldsLock tells whether this server holds the lock at path, and for which
+// instances.
+func (m *Manager) HoldsLock(path string) ([]string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref := m.locks[path]
+	if ref == nil {
+		return nil, false
+	}
+	return slices.Clone(ref.users), true
+}
+
+// claimDrives makes sure no other live instance uses a drive that one of
+// these writes, nor writes one these use. The returned function releases
+// the claims.
+func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, error) {
+	claims := make(map[string]driveClaim, len(drives))
+	shown := make(map[string]string, len(drives))
+	for _, d := range drives {
+		key := d.Path
+		if real, err := filepath.EvalSymlinks(d.Path); err == nil {
+			key = real
+		}
+		c := claims[key]
+		claims[key] = driveClaim{instance: name, writable: c.writable || !d.ReadOnly}
+		shown[key] = d.Path
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, w := range claims {
+		for _, c := range m.drives[key] {
+			if c.instance != name && (w.writable || c.writable) {
+				how := "read-only"
+				if c.writable {
+					how = "writable"
+				}
+				return nil, fmt.Errorf("drive %s is in use (%s) by the running instance %q: a writable image backs one running guest at a time; stop %q first, or attach the image readonly in both",
+					shown[key], how, c.instance, c.instance)
+			}
+		}
+	}
+	for key, w := range claims {
+		m.drives[key] = append(m.drives[key], w)
+	}
+	return func() error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for key := range claims {
+			m.drives[key] = slices.DeleteFunc(m.drives[key], func(c driveClaim) bool { return c.instance == name })
+			if len(m.drives[key]) == 0 {
+				delete(m.drives, key)
+			}
+		}
+		return nil
+	}, nil
+}

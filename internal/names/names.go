@@ -1,0 +1,321 @@
+// Package names makes and parses the names a qemu-mcp server gives what it
+// creates: the FIFOs, QMP socket and record in the runtime directory, the
+// transcripts in the captures directory, and TAP devices and guest MACs.
+//
+// Every name carries the server's identity, its PID and its start time
+// (field 22 of /proc/<pid>/stat), and the instance's name where there is one.
+// PIDs repeat (a container with a persistent runtime directory starts its
+// server with the same PID every time); a PID with its start time does not.
+// So a server never finds its own name taken by an earlier process, and a
+// reader can tell from a name alone whether its owner still runs.
+//
+// The names of older versions (serial-<pid>.in, qmp-<pid>.sock,
+// server-<pid>.json) are still recognised, with a zero start time, so that
+// their leftovers are reaped too; nothing here makes them any more.
+package names
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// MaxPID is PID_MAX_LIMIT: no Linux process has a larger PID, so a name
+// carrying one is not ours.
+const MaxPID = 1 << 22
+
+// Owner is the server a name belongs to. StartTime is zero for the names of
+// older versions, which carried the PID alone.
+type Owner struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time,omitempty"`
+}
+
+// Tag is the owner's part of a name: "<pid>-<start time>", or "<pid>" for a
+// legacy owner.
+func (o Owner) Tag() string {
+	if o.StartTime == 0 {
+		return strconv.Itoa(o.PID)
+	}
+	return strconv.Itoa(o.PID) + "-" + strconv.FormatUint(o.StartTime, 10)
+}
+
+// Legacy reports whether the owner comes from a name of an older version.
+func (o Owner) Legacy() bool { return o.StartTime == 0 }
+
+func (o Owner) String() string { return "pid " + o.Tag() }
+
+// DefaultInstance is the instance a tool call means when it names none.
+const DefaultInstance = "default"
+
+// MaxInstanceLen bounds instance names: they appear in file names, and a
+// unix socket path has at most 107 bytes.
+const MaxInstanceLen = 16
+
+var instanceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// CheckInstance says what is wrong with an instance name, or nil: 1 to 16
+// characters of lower-case letters, digits, '-' and '_', starting with a
+// letter or digit.
+func CheckInstance(name string) error {
+	if len(name) == 0 || len(name) > MaxInstanceLen || !instanceRE.MatchString(name) {
+		return fmt.Errorf("instance name %q: want 1 to %d characters of a-z, 0-9, '-' and '_', starting with a letter or digit", clip(name), MaxInstanceLen)
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// Kind is what a runtime-directory entry is, judged by its exact name.
+type Kind int
+
+// The kinds of entries a server leaves. Every other name is Unknown and is
+// never touched.
+const (
+	Unknown    Kind = iota
+	SerialIn        // serial-<tag>-<instance>.in: FIFO
+	SerialOut       // serial-<tag>-<instance>.out: FIFO
+	QMPSocket       // qmp-<tag>-<instance>.sock: unix socket
+	Record          // server-<tag>.json: regular file
+	RecordTemp      // .server-<tag>.json.<hex>.tmp: regular file (a write cut short)
+)
+
+func (k Kind) String() string {
+	switch k {
+	case SerialIn:
+		return "serial-in"
+	case SerialOut:
+		return "serial-out"
+	case QMPSocket:
+		return "qmp-socket"
+	case Record:
+		return "record"
+	case RecordTemp:
+		return "record-temp"
+	}
+	return "unknown"
+}
+
+// MarshalText names the kind in JSON.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote; anything else is Unknown.
+func (k *Kind) UnmarshalText(b []byte) error {
+	*k = Unknown
+	for c := SerialIn; c <= RecordTemp; c++ {
+		if c.String() == string(b) {
+			*k = c
+		}
+	}
+	return nil
+}
+
+// Record temporary files are ".server-<tag>.json.<hex>.tmp".
+const (
+	TempPrefix = ".server-"
+	TempSuffix = ".tmp"
+)
+
+// Name returns the file name of the entry of kind k of owner o's instance
+// (instance is ignored for records, and for a legacy owner, whose names had
+// none). RecordTemp and Unknown have no fixed name: "".
+func Name(k Kind, o Owner, instance string) string {
+	t := o.Tag()
+	if !o.Legacy() && k != Record {
+		t += "-" + instance
+	}
+	switch k {
+	case SerialIn:
+		return "serial-" + t + ".in"
+	case SerialOut:
+		return "serial-" + t + ".out"
+	case QMPSocket:
+		return "qmp-" + t + ".sock"
+	case Record:
+		return "server-" + o.Tag() + ".json"
+	}
+	return ""
+}
+
+// SerialBase is the FIFOs' common name without ".in"/".out", as QEMU's
+// "-chardev pipe,path=" wants it.
+func SerialBase(o Owner, instance string) string {
+	return strings.TrimSuffix(Name(SerialIn, o, instance), ".in")
+}
+
+// TempName is the name of a record being written, with rnd (lower-case hex)
+// making it unique.
+func TempName(o Owner, rnd string) string {
+	return TempPrefix + o.Tag() + ".json." + rnd + TempSuffix
+}
+
+// Transcript is the file name, in the captures directory, of the complete
+// console log of boot number boot of owner o's instance.
+func Transcript(o Owner, instance string, boot int) string {
+	return "serial-" + o.Tag() + "-" + instance + "-" + strconv.Itoa(boot) + ".log"
+}
+
+// Entry is what a runtime-directory name says.
+type Entry struct {
+	Owner    Owner
+	Kind     Kind
+	Instance string // "" for records and legacy names
+}
+
+// Classify parses an entry name: its owner, kind and instance, if the name
+// is exactly one of the patterns a server uses (canonical decimal numbers,
+// no leading zero, a PID in 1..MaxPID, a valid instance name). Anything
+// else is not ours.
+func Classify(name string) (Entry, bool) {
+	switch {
+	case strings.HasPrefix(name, "serial-"):
+		rest := name[len("serial-"):]
+		if s, ok := strings.CutSuffix(rest, ".in"); ok {
+			return instanceEntry(s, SerialIn)
+		}
+		if s, ok := strings.CutSuffix(rest, ".out"); ok {
+			return instanceEntry(s, SerialOut)
+		}
+	case strings.HasPrefix(name, "qmp-"):
+		if s, ok := strings.CutSuffix(name[len("qmp-"):], ".sock"); ok {
+			return instanceEntry(s, QMPSocket)
+		}
+	case strings.HasPrefix(name, "server-"):
+		if s, ok := strings.CutSuffix(name[len("server-"):], ".json"); ok {
+			if o, ok := ParseTag(s); ok {
+				return Entry{Owner: o, Kind: Record}, true
+			}
+		}
+	case strings.HasPrefix(name, TempPrefix):
+		rest, ok := strings.CutSuffix(name[len(TempPrefix):], TempSuffix)
+		if !ok {
+			break
+		}
+		s, rnd, ok := strings.Cut(rest, ".json.")
+		if !ok || !isLowerHex(rnd) {
+			break
+		}
+		if o, ok := ParseTag(s); ok {
+			return Entry{Owner: o, Kind: RecordTemp}, true
+		}
+	}
+	return Entry{}, false
+}
+
+// instanceEntry parses "<pid>-<start>-<instance>" or the legacy "<pid>".
+func instanceEntry(s string, k Kind) (Entry, bool) {
+	pidS, rest, ok := strings.Cut(s, "-")
+	if !ok {
+		pid, ok := ParsePID(s)
+		if !ok {
+			return Entry{}, false
+		}
+		return Entry{Owner: Owner{PID: pid}, Kind: k}, true
+	}
+	startS, inst, ok := strings.Cut(rest, "-")
+	if !ok || CheckInstance(inst) != nil {
+		return Entry{}, false
+	}
+	o, ok := parseOwner(pidS, startS)
+	if !ok {
+		return Entry{}, false
+	}
+	return Entry{Owner: o, Kind: k, Instance: inst}, true
+}
+
+// ParseTag is the inverse of Owner.Tag.
+func ParseTag(s string) (Owner, bool) {
+	pidS, startS, ok := strings.Cut(s, "-")
+	if !ok {
+		pid, ok := ParsePID(s)
+		if !ok {
+			return Owner{}, false
+		}
+		return Owner{PID: pid}, true
+	}
+	return parseOwner(pidS, startS)
+}
+
+func parseOwner(pidS, startS string) (Owner, bool) {
+	pid, ok := ParsePID(pidS)
+	if !ok || startS == "" || startS[0] == '0' || len(startS) > 20 || !isDigits(startS) {
+		return Owner{}, false
+	}
+	start, err := strconv.ParseUint(startS, 10, 64)
+	if err != nil {
+		return Owner{}, false
+	}
+	return Owner{PID: pid, StartTime: start}, true
+}
+
+// ParsePID parses a canonical decimal PID: digits only, no leading zero,
+// 1..MaxPID.
+func ParsePID(s string) (int, bool) {
+	if s == "" || len(s) > 7 || s[0] == '0' || !isDigits(s) {
+		return 0, false
+	}
+	n, _ := strconv.Atoi(s)
+	if n > MaxPID {
+		return 0, false
+	}
+	return n, true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLowerHex(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// TAPPrefix starts every TAP name a server makes.
+const TAPPrefix = "qm"
+
+// LegacyTAP is the TAP name older versions gave the one guest of server pid.
+func LegacyTAP(pid int) string { return "qmcp" + strconv.Itoa(pid) }
+
+var tapEncoding = base32.NewEncoding("0123456789abcdefghijklmnopqrstuv").WithPadding(base32.NoPadding)
+
+// TAP is the name of the TAP device of owner o's instance: "qm" and 13
+// characters of a hash of the owner and the instance. An interface name has
+// at most 15 characters, too few for a PID, a start time and an instance,
+// and a name must not collide with the TAP of an earlier process that had
+// the same PID (a reaper deleting that one would take ours). The server
+// reports the name wherever the TAP appears.
+func TAP(o Owner, instance string) string {
+	sum := sha256.Sum256([]byte("tap\x00" + o.Tag() + "\x00" + instance))
+	return TAPPrefix + tapEncoding.EncodeToString(sum[:])[:13]
+}
+
+// GuestMAC is the MAC address of the NIC of owner o's instance: QEMU's own
+// locally administered prefix 52:54:00 and three bytes of a hash of the
+// owner and the instance, so guests of several instances and servers on one
+// bridge do not clash.
+func GuestMAC(o Owner, instance string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("mac\x00" + o.Tag() + "\x00" + instance))
+	return net.HardwareAddr{0x52, 0x54, 0x00, sum[0], sum[1], sum[2]}
+}
