@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,17 +174,65 @@ func TestSeed000KilledServerLeavesNothingThatBlocks(t *testing.T) {
 	s.call(t, "qemu_shutdown", nil, nil)
 	s.cs.Close()
 	<-s.done
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		for _, pid := range append(dead, s.cmd.Process.Pid) {
-			if strings.Contains(e.Name(), "-"+strconv.Itoa(pid)+".") {
-				t.Errorf("left behind: %s", e.Name())
-			}
-		}
-	}
+	assertNoEntriesOf(t, dir, append(dead, s.cmd.Process.Pid)...)
 	if _, err := os.Lstat(filepath.Join(repo, ".git", ".qemu.lock")); err == nil {
 		t.Errorf("lock file still there after the last server exited")
 	}
+}
+
+// assertNoEntriesOf fails if dir holds a runtime entry of any of pids.
+func assertNoEntriesOf(t *testing.T, dir string, pids ...int) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if n, ok := names.Classify(e.Name()); ok && slices.Contains(pids, n.Owner.PID) {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// A server with two guests is killed: both QEMUs go within 2 s, and the
+// next server reaps everything of both (FIFOs, sockets, record).
+func TestKilledServerWithTwoInstances(t *testing.T) {
+	needQEMU(t)
+	dir := runtimeDir(t)
+	s := startServer(t, dir, t.TempDir())
+	var qemus []proc.Identity
+	for _, name := range []string{"a", "b"} {
+		var b bootWithReap
+		if res := s.call(t, "qemu_boot", map[string]any{"instance": name, "wait_for": `tiny> $`, "timeout": 30}, &b); res.IsError || !b.Matched {
+			t.Fatalf("boot %s: %s", name, resultText(res))
+		}
+		info, err := proc.Stat(b.PID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qemus = append(qemus, proc.Identity{PID: info.PID, StartTime: info.StartTime})
+	}
+	owner := s.owner(t)
+	s.cmd.Process.Kill()
+	<-s.done
+	for _, q := range qemus {
+		waitGone(t, q, 2*time.Second)
+	}
+	left := append(files(owner, "a"), files(owner, "b")[1:]...)
+	for _, f := range left {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err != nil {
+			t.Fatalf("the killed server's %s is not there to reap: %v", f, err)
+		}
+	}
+	next := startServer(t, dir, t.TempDir())
+	var b bootWithReap
+	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &b); res.IsError || !b.Matched {
+		t.Fatalf("boot after the kill: %s", resultText(res))
+	}
+	if b.Reaped == nil || !slices.Equal(b.Reaped.DeadServers, []int{owner.PID}) || len(b.Reaped.Removed) != len(left) {
+		t.Errorf("reaped %+v, want the %d entries of pid %d", b.Reaped, len(left), owner.PID)
+	}
+	assertNoEntriesOf(t, dir, owner.PID)
 }
 
 // waitGone waits until the process id names is no longer running. A
@@ -216,8 +265,10 @@ func TestSecondServerSameRepoAndWorktree(t *testing.T) {
 		t.Fatalf("git worktree add: %v\n%s", err, out)
 	}
 	a := startServer(t, runtimeDir(t), repo, "QEMU_MCP_LOCK_FILE=")
-	if res := a.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("first boot: %s", resultText(res))
+	for _, name := range []string{"default", "router"} {
+		if res := a.call(t, "qemu_boot", map[string]any{"instance": name, "wait_for": `tiny> $`}, nil); res.IsError {
+			t.Fatalf("boot of %s: %s", name, resultText(res))
+		}
 	}
 	lockPath := filepath.Join(repo, ".git", ".qemu.lock")
 	for _, cwd := range []string{repo, wt} {
@@ -227,7 +278,8 @@ func TestSecondServerSameRepoAndWorktree(t *testing.T) {
 		if !res.IsError {
 			t.Fatalf("second server in %s booted while the lock is held", cwd)
 		}
-		for _, want := range []string{lockPath, "process " + strconv.Itoa(a.cmd.Process.Pid), "kill -TERM " + strconv.Itoa(a.cmd.Process.Pid), "qemu_shutdown"} {
+		for _, want := range []string{lockPath, "process " + strconv.Itoa(a.cmd.Process.Pid), "kill -TERM " + strconv.Itoa(a.cmd.Process.Pid), "qemu_shutdown",
+			"instance(s) default, router"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("from %s: error %q lacks %q", cwd, msg, want)
 			}
@@ -242,9 +294,14 @@ func TestSecondServerSameRepoAndWorktree(t *testing.T) {
 			t.Errorf("server_info from %s: %+v", cwd, info)
 		}
 	}
-	// Once the first server shuts its guest down, the lock is free again.
+	// Once the first server shuts its guests down, the lock is free again;
+	// not before.
 	a.call(t, "qemu_shutdown", nil, nil)
 	b := startServer(t, runtimeDir(t), wt, "QEMU_MCP_LOCK_FILE=")
+	if res := b.call(t, "qemu_boot", nil, nil); !res.IsError || !strings.Contains(resultText(res), "instance(s) router since") {
+		t.Fatalf("boot while router still runs: %s", resultText(res))
+	}
+	a.call(t, "qemu_shutdown", map[string]any{"instance": "router"}, nil)
 	if res := b.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
 		t.Fatalf("boot from the worktree after release: %s", resultText(res))
 	}
