@@ -158,7 +158,9 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	}()
 
 	m := i.mgr
+	t0 := time.Now()
 	rep = m.reap()
+	tReap := time.Since(t0)
 
 	path, release, err := m.acquireLock(i.spec.Root, i.name)
 	if err != nil {
@@ -195,6 +197,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	if err := ctx.Err(); err != nil {
 		return rep, context.Cause(ctx)
 	}
+	tPrep := time.Since(t0)
 
 	dir := m.cfg.RuntimeDir
 	// Every attempt gets its own transcript: a failed start keeps what
@@ -238,6 +241,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		return rep, ErrStopped
 	}
 	go i.watch(mch)
+	m.log.Debug("booted", "instance", i.name, "reap", tReap, "lock+drives+tap+capture", tPrep-tReap, "qemu", time.Since(t0)-tPrep)
 	return rep, nil
 }
 

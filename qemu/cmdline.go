@@ -218,10 +218,11 @@ func checkFile(what, path string) error {
 // with a comma cannot inject suboptions.
 func escapeOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
-// Argv returns the full command line, binary first. serialBase and qmpSocket
-// are the server-managed FIFO base path and QMP socket path. The guest starts
-// paused (-S) so the server can attach to everything before it runs.
-func (c Config) Argv(serialBase, qmpSocket string) []string {
+// Argv returns the full command line, binary first. serialBase is the
+// server-managed FIFO base path, and qmpFD the descriptor of the listening
+// QMP socket QEMU inherits. The guest starts paused (-S) so the server can
+// attach to everything before it runs.
+func (c Config) Argv(serialBase string, qmpFD int) []string {
 	bin := c.Binary
 	if bin == "" {
 		bin = DefaultBinary
@@ -280,7 +281,8 @@ func (c Config) Argv(serialBase, qmpSocket string) []string {
 	argv = append(argv,
 		"-chardev", "pipe,id=serial0,path="+escapeOpt(serialBase),
 		"-serial", "chardev:serial0",
-		"-qmp", "unix:"+escapeOpt(qmpSocket)+",server=on,wait=off",
+		"-chardev", "socket,id=qmp0,fd="+strconv.Itoa(qmpFD)+",server=on,wait=off",
+		"-mon", "chardev=qmp0,mode=control",
 	)
 	return append(argv, c.ExtraArgs...)
 }

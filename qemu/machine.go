@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -92,6 +93,10 @@ type Runtime struct {
 // maxSocketPath is sun_path's size less its terminating NUL.
 const maxSocketPath = 107
 
+// qmpFD is the descriptor QEMU finds its listening QMP socket on: the first
+// of exec.Cmd.ExtraFiles.
+const qmpFD = 3
+
 // Start creates the serial FIFOs, starts QEMU paused, connects QMP and
 // resumes the guest, so not a byte of its output can be missed. On any
 // failure everything already set up is undone before returning.
@@ -135,10 +140,27 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	}
 	m.addCleanup(m.console.Close)
 
-	if _, err := os.Lstat(sock); err == nil {
-		return fmt.Errorf("qmp socket %s already exists: a previous server left it behind; remove it or let the reaper run", sock)
+	// The server listens on the QMP socket and hands QEMU the listening
+	// descriptor: the connect below then succeeds at once and the greeting
+	// comes as soon as QEMU's main loop runs, where polling for a socket
+	// QEMU makes itself costs up to one back-off step per boot (tens of
+	// milliseconds when many guests start at once). Binding also fails
+	// on anything already at the path, which is never taken over.
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("qmp socket %s already exists: a previous server left it behind; remove it or let the reaper run", sock)
+		}
+		return fmt.Errorf("listen on qmp socket: %w", err)
 	}
+	ln.SetUnlinkOnClose(false)
 	m.addCleanup(func() error { return removeSocket(sock) })
+	qmpFile, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return fmt.Errorf("qmp socket descriptor: %w", err)
+	}
+	defer qmpFile.Close() // QEMU has its own copy once started
 	m.paths = Paths{SerialIn: m.console.InPath(), SerialOut: m.console.OutPath(), QMPSocket: sock}
 
 	// Every cleanup is registered before QEMU starts: once it runs, the
@@ -146,9 +168,10 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	m.mon = qmp.New(sock, qmp.WithLogger(log))
 	m.addCleanup(m.mon.Disconnect)
 
-	m.argv = cfg.Argv(m.console.Base(), sock)
+	m.argv = cfg.Argv(m.console.Base(), qmpFD)
 	m.argv[0] = bin
 	cmd := exec.Command(bin, m.argv[1:]...)
+	cmd.ExtraFiles = []*os.File{qmpFile} // descriptor 3 == qmpFD
 	cmd.Stdout = m.stderr
 	cmd.Stderr = m.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{

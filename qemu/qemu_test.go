@@ -27,11 +27,11 @@ func TestArgv(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Join(cfg.Argv("/r/serial-1", "/r/qmp-1.sock"), " ")
+	got := strings.Join(cfg.Argv("/r/serial-1", 3), " ")
 	want := "qemu-system-riscv64 -machine virt -nodefaults -display none -S -m 256M -smp 2 -bios default -kernel " + k +
 		" -append console=ttyS0 -drive file=" + strings.ReplaceAll(img, ",", ",,") + ",format=raw,if=none,id=drive0,readonly=on" +
 		" -device virtio-blk-device,drive=drive0 -chardev pipe,id=serial0,path=/r/serial-1 -serial chardev:serial0" +
-		" -qmp unix:/r/qmp-1.sock,server=on,wait=off -device virtio-rng-device"
+		" -chardev socket,id=qmp0,fd=3,server=on,wait=off -mon chardev=qmp0,mode=control -device virtio-rng-device"
 	if got != want {
 		t.Errorf("argv\n got %s\nwant %s", got, want)
 	}

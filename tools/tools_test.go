@@ -498,3 +498,21 @@ func ownRecord(t *testing.T) string {
 	}
 	return registry.FileName(names.Owner{PID: self.PID, StartTime: self.StartTime})
 }
+
+// Every turn of the model pays for tools/list: it stays within the budget
+// of 32,000 characters, whatever tools are added.
+func TestToolListBudget(t *testing.T) {
+	s := newSession(t)
+	res, err := s.cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(res.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d tools, %d characters", len(res.Tools), len(b))
+	if len(b) > 32000 {
+		t.Errorf("tools/list is %d characters, over the 32,000 budget", len(b))
+	}
+}

@@ -32,6 +32,7 @@ var (
 	soak      = flag.Duration("soak", time.Minute, "how long the guest floods while memory is sampled (0 skips)")
 	boots     = flag.Int("boots", 10, "boots per side")
 	floodRuns = flag.Int("flood-runs", 3, "flood runs per side, alternating")
+	instances = flag.Int("instances", 8, "guests booted at once in one server (0 skips)")
 )
 
 const banner = "qemu-mcp tiny kernel 1.0"
@@ -101,6 +102,28 @@ func main() {
 	rows = append(rows, row{fmt.Sprintf("flood %d bytes, every byte checked, median of %d alternating runs", *floodSize, *floodRuns), rate(ourRate), rate(rawRate),
 		fmt.Sprintf("%.1f%%", 100*ourRate/rawRate), ">= 95% of raw"})
 
+	if *instances > 0 {
+		together, oneByOne, err := mcpInstances(ctx, *instances)
+		if err != nil {
+			fail("instances", err)
+		}
+		rawTogether, err := rawInstances(*instances)
+		if err != nil {
+			fail("raw instances", err)
+		}
+		time.Sleep(11 * time.Second) // the raw QEMUs are gone
+		rows = append(rows, row{fmt.Sprintf("%d instances booted at once in one server, until all are at their prompt (raw: %d QEMUs alone at once)", *instances, *instances),
+			ms(together), ms(rawTogether), ratio(together, rawTogether), ""})
+		rows = append(rows, row{fmt.Sprintf("the same %d boots one after another, sum (raw: %d at once through qemu-mcp)", *instances, *instances),
+			ms(oneByOne), ms(together), ratio(oneByOne, together), ""})
+		busy, flooded, err := mcpEchoBesideFloods(ctx, *instances, *echoes)
+		if err != nil {
+			fail("echo beside floods", err)
+		}
+		rows = append(rows, row{fmt.Sprintf("echo round trip of one instance while %d others flood (%s flooded), median (raw: the same echo alone)", *instances-1, mib(flooded)),
+			ms(median(busy)), ms(median(ours)), ratio(median(busy), median(ours)), ""})
+	}
+
 	if *soak > 0 {
 		peak, idle, n, err := soakMemory(ctx, *soak)
 		if err != nil {
@@ -168,12 +191,12 @@ type server struct {
 	dir string
 }
 
-func startServer(ctx context.Context) (*server, error) {
+func startServer(ctx context.Context, args ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "qmb")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(*binary, "-log-level", "warn")
+	cmd := exec.Command(*binary, append([]string{"-log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock")
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -224,10 +247,14 @@ func (s *server) call(ctx context.Context, name string, args map[string]any, out
 }
 
 func (s *server) boot(ctx context.Context, waitFor string) error {
+	return s.bootInstance(ctx, "default", waitFor)
+}
+
+func (s *server) bootInstance(ctx context.Context, name, waitFor string) error {
 	var b struct {
 		Matched bool `json:"matched"`
 	}
-	if err := s.call(ctx, "qemu_boot", map[string]any{"wait_for": waitFor, "timeout": 60, "restart": true}, &b); err != nil {
+	if err := s.call(ctx, "qemu_boot", map[string]any{"instance": name, "wait_for": waitFor, "timeout": 60, "restart": true}, &b); err != nil {
 		return err
 	}
 	if !b.Matched {
@@ -272,6 +299,12 @@ func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
 		return nil, err
 	}
 	defer s.close()
+	return s.echoes(ctx, "default", n)
+}
+
+// echoes times n echo round trips on one instance's console, after ten
+// for warm-up.
+func (s *server) echoes(ctx context.Context, instance string, n int) ([]time.Duration, error) {
 	var ds []time.Duration
 	for i := 0; i < n+10; i++ {
 		tok := "e" + strconv.Itoa(i)
@@ -279,7 +312,7 @@ func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
 			Matched bool `json:"matched"`
 		}
 		t := time.Now()
-		if err := s.call(ctx, "serial_send", map[string]any{"data": "echo " + tok, "wait_for": tok + `\r\ntiny> $`, "timeout": 10}, &w); err != nil {
+		if err := s.call(ctx, "serial_send", map[string]any{"instance": instance, "data": "echo " + tok, "wait_for": tok + `\r\ntiny> $`, "timeout": 10}, &w); err != nil {
 			return nil, err
 		}
 		d := time.Since(t)
@@ -291,6 +324,74 @@ func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
 		}
 	}
 	return ds, nil
+}
+
+// mcpInstances boots n instances of the tiny kernel in one server: all at
+// once (the time until every one is at its prompt), against n boots one
+// after another (the sum of their times).
+func mcpInstances(ctx context.Context, n int) (together, oneByOne time.Duration, err error) {
+	s, err := startServer(ctx, "-max-instances", strconv.Itoa(n))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.close()
+	for i := range n {
+		name := "s" + strconv.Itoa(i)
+		t := time.Now()
+		if err := s.bootInstance(ctx, name, `tiny> $`); err != nil {
+			return 0, 0, err
+		}
+		oneByOne += time.Since(t)
+		if err := s.call(ctx, "qemu_shutdown", map[string]any{"instance": name}, nil); err != nil {
+			return 0, 0, err
+		}
+	}
+	errs := make(chan error, n)
+	t := time.Now()
+	for i := range n {
+		go func() { errs <- s.bootInstance(ctx, "p"+strconv.Itoa(i), `tiny> $`) }()
+	}
+	for range n {
+		if e := <-errs; e != nil {
+			err = e
+		}
+	}
+	return time.Since(t), oneByOne, err
+}
+
+// mcpEchoBesideFloods times echoes on one instance while n-1 others of the
+// same server flood their consoles without pause.
+func mcpEchoBesideFloods(ctx context.Context, n, echoes int) ([]time.Duration, int64, error) {
+	s, err := startServer(ctx, "-max-instances", strconv.Itoa(n))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.close()
+	for i := range n {
+		if err := s.bootInstance(ctx, "g"+strconv.Itoa(i), `tiny> $`); err != nil {
+			return nil, 0, err
+		}
+	}
+	for i := 1; i < n; i++ {
+		if err := s.call(ctx, "serial_send", map[string]any{"instance": "g" + strconv.Itoa(i), "data": "flood 100000000000"}, nil); err != nil {
+			return nil, 0, err
+		}
+	}
+	ds, err := s.echoes(ctx, "g0", echoes)
+	if err != nil {
+		return nil, 0, err
+	}
+	var flooded int64
+	for i := 1; i < n; i++ {
+		var st struct {
+			SerialBytes int64 `json:"serial_bytes"`
+		}
+		if err := s.call(ctx, "qemu_status", map[string]any{"instance": "g" + strconv.Itoa(i)}, &st); err != nil {
+			return nil, 0, err
+		}
+		flooded += st.SerialBytes
+	}
+	return ds, flooded, nil
 }
 
 // mcpFloor is the cost of one tool call through the stdio transport that
@@ -491,6 +592,33 @@ func (q *rawQEMU) readUntil(s string) ([]byte, error) {
 		acc = append(acc, buf[:n]...)
 	}
 	return acc, nil
+}
+
+// rawInstances starts n QEMUs alone at once and waits until every one is at
+// its prompt: the ceiling for n instances booted together.
+func rawInstances(n int) (time.Duration, error) {
+	errs := make(chan error, n)
+	t := time.Now()
+	for range n {
+		go func() {
+			q, err := startRaw()
+			if err != nil {
+				errs <- err
+				return
+			}
+			_, err = q.readUntil("tiny> ")
+			errs <- err
+			// Keep it running until all are up, as ours do.
+			go func() { time.Sleep(10 * time.Second); q.close() }()
+		}()
+	}
+	var err error
+	for range n {
+		if e := <-errs; e != nil {
+			err = e
+		}
+	}
+	return time.Since(t), err
 }
 
 func rawEcho(n int) ([]time.Duration, error) {
