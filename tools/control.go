@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -123,7 +124,7 @@ func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in Shutdo
 // StatusOutput is qemu_status's result.
 type StatusOutput struct {
 	Instance    string        `json:"instance"`
-	State       string        `json:"state" jsonschema:"booting, running, stopping or stopped"`
+	State       string        `json:"state" jsonschema:"none (never booted), booting, running, stopping or stopped"`
 	Running     bool          `json:"running"`
 	Booted      bool          `json:"booted" jsonschema:"QEMU was started for this instance (it may have exited since)"`
 	PID         int           `json:"pid,omitempty"`
@@ -161,9 +162,14 @@ func captureState(in *instance.Instance) *CaptureState {
 type empty struct{}
 
 func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, t Target) (*mcp.CallToolResult, StatusOutput, error) {
+	if err := names.CheckInstance(t.name()); err != nil {
+		return nil, StatusOutput{}, err
+	}
 	inst, err := s.instance(t)
 	if err != nil {
-		return nil, StatusOutput{}, err
+		// Asking about a guest that was never booted is a question with
+		// an answer, not a failure.
+		return textResult(err.Error()), StatusOutput{Instance: t.name(), State: "none"}, nil
 	}
 	info := inst.Info()
 	out := StatusOutput{Instance: inst.Name(), State: string(info.State), Boots: inst.Boot(), ReadCursor: inst.ReadCursor(),

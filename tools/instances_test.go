@@ -104,6 +104,13 @@ func TestTwoInstancesEchoIndependently(t *testing.T) {
 	}
 	s.wantError("serial_read", map[string]any{"instance": "nope"}, `no guest named "nope"`, "a, b")
 	s.wantError("qemu_status", map[string]any{"instance": "Bad Name"}, "instance name")
+	var st struct {
+		State  string `json:"state"`
+		Booted bool   `json:"booted"`
+	}
+	if res := s.call("qemu_status", map[string]any{"instance": "c"}, &st); res.IsError || st.State != "none" || st.Booted {
+		t.Errorf("status of a guest never booted: %s %+v", text(res), st)
+	}
 	s.mustCall("qemu_shutdown", map[string]any{"instance": "a"}, nil)
 	assertEmptyRuntimeDir(t, s.dir)
 }
