@@ -34,6 +34,10 @@ type Config struct {
 	BIOS string
 	// Kernel is the -kernel image; may be empty when firmware boots alone.
 	Kernel string
+	// Initrd is the -initrd image (an initramfs), DTB a -dtb device tree
+	// replacing the one QEMU generates; both need a kernel.
+	Initrd string
+	DTB    string
 	// Memory is the -m value, such as "128M".
 	Memory string
 	// SMP is the number of harts.
@@ -69,6 +73,12 @@ func WithBIOS(bios string) Option { return func(c *Config) { c.BIOS = bios } }
 
 // WithKernel sets the -kernel image.
 func WithKernel(path string) Option { return func(c *Config) { c.Kernel = path } }
+
+// WithInitrd sets the -initrd image.
+func WithInitrd(path string) Option { return func(c *Config) { c.Initrd = path } }
+
+// WithDTB sets the -dtb device tree blob.
+func WithDTB(path string) Option { return func(c *Config) { c.DTB = path } }
 
 // WithMemory sets the guest RAM size, such as "256M".
 func WithMemory(m string) Option { return func(c *Config) { c.Memory = m } }
@@ -180,6 +190,17 @@ func (c Config) Validate() error {
 	} else if c.BIOS == "none" {
 		return errors.New(`bios "none" needs a kernel: nothing would run`)
 	}
+	for _, f := range []struct{ what, path string }{{"initrd", c.Initrd}, {"dtb", c.DTB}} {
+		if f.path == "" {
+			continue
+		}
+		if c.Kernel == "" {
+			return fmt.Errorf("%s needs a kernel: QEMU loads it for the kernel", f.what)
+		}
+		if err := checkFile(f.what, f.path); err != nil {
+			return err
+		}
+	}
 	for i, d := range c.Drives {
 		if d.Path == "" {
 			return fmt.Errorf("drives[%d]: path is empty", i)
@@ -243,6 +264,12 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	}
 	if c.Kernel != "" {
 		argv = append(argv, "-kernel", c.Kernel)
+	}
+	if c.Initrd != "" {
+		argv = append(argv, "-initrd", c.Initrd)
+	}
+	if c.DTB != "" {
+		argv = append(argv, "-dtb", c.DTB)
 	}
 	if c.Append != "" {
 		argv = append(argv, "-append", c.Append)

@@ -24,6 +24,8 @@ import (
 // BootInput is qemu_boot's arguments.
 type BootInput struct {
 	Kernel      string       `json:"kernel,omitempty" jsonschema:"kernel image path, relative to project_root; omitted: the built-in tiny kernel (prompt 'tiny> ')"`
+	Initrd      string       `json:"initrd,omitempty" jsonschema:"initramfs image (-initrd), relative to project_root"`
+	DTB         string       `json:"dtb,omitempty" jsonschema:"device tree blob (-dtb) replacing QEMU's own, relative to project_root"`
 	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (QEMU's OpenSBI), 'none', or a path relative to project_root; default 'default'"`
 	Memory      string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
 	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
@@ -198,6 +200,8 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 		}
 	}
 	set(&in.Kernel, p.Kernel)
+	set(&in.Initrd, p.Initrd)
+	set(&in.DTB, p.DTB)
 	set(&in.BIOS, p.BIOS)
 	set(&in.Memory, p.Memory)
 	set(&in.Append, p.Append)
@@ -242,6 +246,12 @@ func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
 			return qemu.Config{}, err
 		}
 		opts = append(opts, qemu.WithKernel(k))
+	}
+	if in.Initrd != "" {
+		opts = append(opts, qemu.WithInitrd(rel(in.Initrd)))
+	}
+	if in.DTB != "" {
+		opts = append(opts, qemu.WithDTB(rel(in.DTB)))
 	}
 	switch in.BIOS {
 	case "", "default":

@@ -17,6 +17,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -245,4 +246,47 @@ func TestInstanceLimits(t *testing.T) {
 	}
 	s.mustCall("qemu_shutdown", map[string]any{"instance": "b"}, nil)
 	s.bootInstance("c")
+}
+
+// The README's Linux profile: the guest of testdata/linux inside the
+// project boots to its shell, answers, and a kernel panic ends a wait.
+func TestLinuxProfile(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "linux"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"Image", "initramfs.cpio.gz"} {
+		b, err := os.ReadFile(filepath.Join(lin.Dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "linux", f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	profile := `{"default": "linux", "profiles": {"linux": {"kernel": "linux/Image", "initrd": "linux/initramfs.cpio.gz",
+		"append": "console=ttyS0 earlycon=sbi", "memory": "256M", "prompt": "qemu-mcp-linux# $"}}}`
+	if err := os.WriteFile(filepath.Join(root, ".qemu-mcp.json"), []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = root }, nil)
+	var b bootOut
+	s.mustCall("qemu_boot", nil, &b)
+	if !b.Matched || !strings.Contains(b.Output, testguest.LinuxReady) {
+		t.Fatalf("boot: %+v", b)
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "uname -sr"}, &w)
+	if !w.Matched || !strings.Contains(w.Output, "Linux 6.1") {
+		t.Errorf("uname: %+v", w)
+	}
+	var p struct {
+		Panicked   bool   `json:"panicked"`
+		PanicMatch string `json:"panic_match"`
+	}
+	s.mustCall("serial_send", map[string]any{"data": "echo c > /proc/sysrq-trigger", "timeout": 30}, &p)
+	if !p.Panicked || !strings.Contains(p.PanicMatch, "Kernel panic - not syncing: sysrq triggered crash") {
+		t.Errorf("panic: %+v", p)
+	}
 }

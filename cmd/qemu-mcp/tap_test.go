@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
 
 // netns makes a network namespace for one test and deletes it afterwards.
@@ -216,5 +217,77 @@ func TestTAPWithoutPrivilege(t *testing.T) {
 	s.call(t, "qemu_status", nil, &st)
 	if st.Booted {
 		t.Error("a failed tap boot left a guest")
+	}
+}
+
+// Two Linux guests of one server on one bridge ping each other; the
+// capture on one guest's TAP sees the echo requests and replies. The
+// bridge, the TAPs and all traffic stay inside the test's namespace.
+func TestTwoGuestsOnABridge(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	ns := netns(t)
+	for _, args := range [][]string{{"link", "add", "br0", "type", "bridge"}, {"link", "set", "br0", "up"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	s := startServerIn(t, ns, runtimeDir(t))
+	taps := map[string]string{}
+	for _, g := range []struct{ name, addr string }{{"a", "192.0.2.11"}, {"b", "192.0.2.12"}} {
+		var b struct {
+			TAP     string `json:"tap"`
+			Matched bool   `json:"matched"`
+		}
+		res := s.call(t, "qemu_boot", map[string]any{
+			"instance": g.name, "kernel": lin.Kernel, "initrd": lin.Initrd, "append": testguest.LinuxAppend, "memory": "256M",
+			"network": "tap", "bridge": "br0", "pcap": g.name == "b", "wait_for": testguest.LinuxPrompt, "timeout": 60,
+		}, &b)
+		if res.IsError || !b.Matched || !linkExists(ns, b.TAP) {
+			t.Fatalf("boot %s: %s", g.name, resultText(res))
+		}
+		taps[g.name] = b.TAP
+		var w struct {
+			Matched bool `json:"matched"`
+		}
+		if res := s.call(t, "serial_send", map[string]any{"instance": g.name, "data": "ip addr add " + g.addr + "/24 dev eth0 && ip link set eth0 up",
+			"wait_for": testguest.LinuxPrompt, "timeout": 10}, &w); res.IsError || !w.Matched {
+			t.Fatalf("configure %s: %s", g.name, resultText(res))
+		}
+	}
+	if taps["a"] == taps["b"] {
+		t.Fatalf("both guests have TAP %s", taps["a"])
+	}
+	var w struct {
+		Matched bool   `json:"matched"`
+		Output  string `json:"output"`
+	}
+	res := s.call(t, "serial_send", map[string]any{"instance": "a", "data": "ping -c 3 -W 2 192.0.2.12",
+		"wait_for": `packets received`, "timeout": 30}, &w)
+	if res.IsError || !strings.Contains(w.Output, "3 packets transmitted, 3 packets received") {
+		t.Fatalf("ping from a to b: %s", resultText(res))
+	}
+	var p struct {
+		Packets []struct {
+			Text string `json:"text"`
+		} `json:"packets"`
+	}
+	s.call(t, "qemu_pcap_read", map[string]any{"instance": "b"}, &p)
+	var requests, replies int
+	for _, pk := range p.Packets {
+		switch {
+		case strings.Contains(pk.Text, "192.0.2.11 > 192.0.2.12: ICMP echo request"):
+			requests++
+		case strings.Contains(pk.Text, "192.0.2.12 > 192.0.2.11: ICMP echo reply"):
+			replies++
+		}
+	}
+	if requests != 3 || replies != 3 {
+		t.Errorf("capture on b's TAP: %d echo requests, %d replies, want 3 and 3: %+v", requests, replies, p.Packets)
+	}
+	for _, name := range []string{"a", "b"} {
+		s.call(t, "qemu_shutdown", map[string]any{"instance": name}, nil)
+		if linkExists(ns, taps[name]) {
+			t.Errorf("TAP %s of %s still there after its shutdown", taps[name], name)
+		}
 	}
 }

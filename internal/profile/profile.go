@@ -33,6 +33,8 @@ var Schema []byte
 type Profile struct {
 	Description   string       `json:"description,omitempty"`
 	Kernel        string       `json:"kernel,omitempty"`
+	Initrd        string       `json:"initrd,omitempty"`
+	DTB           string       `json:"dtb,omitempty"`
 	BIOS          string       `json:"bios,omitempty"`
 	Memory        string       `json:"memory,omitempty"`
 	SMP           int          `json:"smp,omitempty"`
