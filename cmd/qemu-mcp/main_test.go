@@ -157,6 +157,21 @@ func exitCode(t *testing.T, err error) int {
 	return 0
 }
 
+// startPiped starts the server on pipes the test holds, and kills it at the
+// end of the test if it still runs.
+func startPiped(t *testing.T, dir string) (*exec.Cmd, io.WriteCloser, io.ReadCloser) {
+	t.Helper()
+	cmd := serverCmd(dir)
+	cmd.Stderr = &logWriter{t: t}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, stdin, stdout
+}
+
 // The client closing stdin is the normal end of a stdio session.
 func TestStdinEOF(t *testing.T) {
 	needQEMU(t)
@@ -187,14 +202,7 @@ func TestSignals(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run(unix.SignalName(sig), func(t *testing.T) {
 			dir := runtimeDir(t)
-			cmd := serverCmd(dir)
-			cmd.Stderr = &logWriter{t: t}
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer cmd.Process.Kill()
+			cmd, stdin, stdout := startPiped(t, dir)
 			cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: stdin}, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -315,14 +323,7 @@ var _ io.Writer = (*logWriter)(nil)
 func TestStdoutClosed(t *testing.T) {
 	needQEMU(t)
 	dir := runtimeDir(t)
-	cmd := serverCmd(dir)
-	cmd.Stderr = &logWriter{t: t}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdin, stdout := startPiped(t, dir)
 	// The client's end of stdin stays open when the client goes: the
 	// server must notice its stdout, not its stdin.
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: keepOpen{stdin}}, nil)
