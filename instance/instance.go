@@ -190,7 +190,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		cfg.Network, cfg.TAPName, cfg.MAC = "tap", i.dev.Name, i.dev.GuestMAC.String()
 	}
 	if c := i.spec.Capture; c != nil {
-		if _, err := i.StartCapture("", c.Filter, 0); err != nil {
+		if _, err := i.StartCapture(nil, c.Filter, 0); err != nil {
 			return rep, fmt.Errorf("capture at boot: %w", err)
 		}
 	}
@@ -514,26 +514,36 @@ func (i *Instance) TAP() *tap.Device {
 	return i.dev
 }
 
-// StartCapture captures the guest's traffic on its TAP into path (or a new
-// file in the captures directory).
-func (i *Instance) StartCapture(path, filter string, snaplen int) (*pcap.Capture, error) {
+// StartCapture captures the guest's traffic on its TAP into f, a new empty
+// file the caller created (and checked), or with f nil into a new file in
+// the captures directory. A capture that fails to start leaves f closed
+// and removed.
+func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.Capture, error) {
+	fail := func(err error) (*pcap.Capture, error) {
+		if f != nil {
+			f.Close()
+			os.Remove(f.Name()) // new, empty and ours
+		}
+		return nil, err
+	}
 	i.mu.Lock()
 	dev, running := i.dev, i.capture
 	i.mu.Unlock()
 	if dev == nil {
-		return nil, fmt.Errorf(`guest %q has no TAP to capture on: boot it with network: "tap" (captures see the guest's own TAP from the host side)`, i.name)
+		return fail(fmt.Errorf(`guest %q has no TAP to capture on: boot it with network: "tap" (captures see the guest's own TAP from the host side)`, i.name))
 	}
 	if running != nil {
-		return nil, fmt.Errorf("a capture of guest %q is already running into %s: call qemu_pcap_stop first", i.name, running.Path())
+		return fail(fmt.Errorf("a capture of guest %q is already running into %s: call qemu_pcap_stop first", i.name, running.Path()))
 	}
 	m := i.mgr
-	c, err := pcap.Start(dev.Name, pcap.Options{
-		Path: path, Dir: runtimedir.CapturesDir(m.cfg.RuntimeDir),
-		Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot,
-		Snaplen: snaplen, Filter: filter,
-	})
+	opts := pcap.Options{Dir: runtimedir.CapturesDir(m.cfg.RuntimeDir),
+		Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot, Snaplen: snaplen, Filter: filter}
+	if f != nil {
+		opts.File, opts.Path = f, f.Name()
+	}
+	c, err := pcap.Start(dev.Name, opts)
 	if err != nil {
-		return nil, fmt.Errorf("capture on %s: %w", dev.Name, err)
+		return fail(fmt.Errorf("capture on %s: %w", dev.Name, err))
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()

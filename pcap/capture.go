@@ -63,6 +63,10 @@ var (
 
 // Options say where a capture goes and what it keeps.
 type Options struct {
+	// File, if set, is the capture file, new and empty, already created by
+	// the caller (who checked where it is); the capture owns it from
+	// Start on, and Path must then name it.
+	File *os.File
 	// Path is the capture file. It must not exist yet: a capture never
 	// overwrites a file. Its directory is created (0700) if missing. If
 	// empty, a new file is made in Dir.
@@ -145,7 +149,7 @@ func Start(ifname string, opts Options) (*Capture, error) {
 	if snaplen < 0 || snaplen > MaxSnaplen {
 		return nil, fmt.Errorf("pcap: snap length %d out of range 1..%d", opts.Snaplen, MaxSnaplen)
 	}
-	if opts.Path == "" && opts.Dir == "" {
+	if opts.Path == "" && opts.Dir == "" && opts.File == nil {
 		return nil, errors.New("pcap: neither a capture file nor a directory for it was given")
 	}
 	ifi, err := net.InterfaceByName(ifname)
@@ -161,10 +165,13 @@ func Start(ifname string, opts Options) (*Capture, error) {
 	}
 	// The handle keeps reading whole frames (MaxSnaplen) so that the
 	// filter sees all of each one; the file gets snaplen bytes.
-	f, path, err := createFile(ifname, opts)
-	if err != nil {
-		h.Close()
-		return nil, err
+	f, path := opts.File, opts.Path
+	if f == nil {
+		f, path, err = createFile(ifname, opts)
+		if err != nil {
+			h.Close()
+			return nil, err
+		}
 	}
 	c := &Capture{
 		ifname:  ifname,

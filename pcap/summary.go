@@ -73,6 +73,20 @@ func ReadSummaries(path string, from, max int) ([]Summary, int, error) {
 		return nil, from, fmt.Errorf("pcap: %w", err)
 	}
 	defer f.Close()
+	return ReadSummariesFrom(f, path, from, max)
+}
+
+// ReadSummariesFrom is ReadSummaries of a capture file the caller opened.
+func ReadSummariesFrom(f io.Reader, path string, from, max int) ([]Summary, int, error) {
+	if from < 1 {
+		from = 1
+	}
+	if max <= 0 {
+		max = DefaultSummaries
+	}
+	if max > MaxSummaries {
+		max = MaxSummaries
+	}
 	r, err := pcapgo.NewReader(f)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {

@@ -59,6 +59,24 @@ type Config struct {
 	TAPName string
 	// MAC is the guest NIC's address; empty lets QEMU choose.
 	MAC string
+	// Files are host files the server opened and checked itself (see
+	// package internal/hostpath), keyed by the path a field above uses:
+	// QEMU gets each through an inherited descriptor (/proc/self/fd/N), so
+	// it uses exactly the file that was checked, whatever happens to the
+	// path meanwhile. Start closes them once QEMU has its copies.
+	Files map[string]*os.File
+
+	// fds numbers the Files as QEMU inherits them (set by Start).
+	fds map[string]int
+}
+
+// ref is how QEMU is told about path: its inherited descriptor if the
+// server opened it, else the path itself.
+func (c Config) ref(path string) string {
+	if fd, ok := c.fds[path]; ok {
+		return "/proc/self/fd/" + strconv.Itoa(fd)
+	}
+	return path
 }
 
 // Option changes a Config: the functional-options style lets callers name
@@ -179,12 +197,12 @@ func (c Config) Validate() error {
 	case "":
 		return errors.New(`bios: want "default", "none" or a firmware path`)
 	default:
-		if err := checkFile("bios", c.BIOS); err != nil {
+		if err := c.checkFile("bios", c.BIOS); err != nil {
 			return err
 		}
 	}
 	if c.Kernel != "" {
-		if err := checkFile("kernel", c.Kernel); err != nil {
+		if err := c.checkFile("kernel", c.Kernel); err != nil {
 			return err
 		}
 	} else if c.BIOS == "none" {
@@ -197,7 +215,7 @@ func (c Config) Validate() error {
 		if c.Kernel == "" {
 			return fmt.Errorf("%s needs a kernel: QEMU loads it for the kernel", f.what)
 		}
-		if err := checkFile(f.what, f.path); err != nil {
+		if err := c.checkFile(f.what, f.path); err != nil {
 			return err
 		}
 	}
@@ -205,7 +223,7 @@ func (c Config) Validate() error {
 		if d.Path == "" {
 			return fmt.Errorf("drives[%d]: path is empty", i)
 		}
-		if err := checkFile(fmt.Sprintf("drives[%d]", i), d.Path); err != nil {
+		if err := c.checkFile(fmt.Sprintf("drives[%d]", i), d.Path); err != nil {
 			return err
 		}
 	}
@@ -219,6 +237,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("network %q: want none, user or tap", c.Network)
 	}
 	return CheckExtraArgs(c.ExtraArgs)
+}
+
+func (c Config) checkFile(what, path string) error {
+	if f, ok := c.Files[path]; ok {
+		fi, err := f.Stat()
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("%s %s: not a regular file", what, path)
+		}
+		return nil
+	}
+	return checkFile(what, path)
 }
 
 func checkFile(what, path string) error {
@@ -260,16 +292,16 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		"-S",
 		"-m", c.Memory,
 		"-smp", strconv.Itoa(c.SMP),
-		"-bios", c.BIOS,
+		"-bios", c.ref(c.BIOS),
 	}
 	if c.Kernel != "" {
-		argv = append(argv, "-kernel", c.Kernel)
+		argv = append(argv, "-kernel", c.ref(c.Kernel))
 	}
 	if c.Initrd != "" {
-		argv = append(argv, "-initrd", c.Initrd)
+		argv = append(argv, "-initrd", c.ref(c.Initrd))
 	}
 	if c.DTB != "" {
-		argv = append(argv, "-dtb", c.DTB)
+		argv = append(argv, "-dtb", c.ref(c.DTB))
 	}
 	if c.Append != "" {
 		argv = append(argv, "-append", c.Append)
@@ -280,7 +312,7 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 			format = "raw"
 		}
 		id := "drive" + strconv.Itoa(i)
-		spec := "file=" + escapeOpt(d.Path) + ",format=" + escapeOpt(format) + ",if=none,id=" + id
+		spec := "file=" + escapeOpt(c.ref(d.Path)) + ",format=" + escapeOpt(format) + ",if=none,id=" + id
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}

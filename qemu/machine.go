@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,8 +101,15 @@ const qmpFD = 3
 
 // Start creates the serial FIFOs, starts QEMU paused, connects QMP and
 // resumes the guest, so not a byte of its output can be missed. On any
-// failure everything already set up is undone before returning.
+// failure everything already set up is undone before returning. Start
+// closes cfg.Files, whatever happens.
 func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
+	// QEMU holds its own copies once it runs; the server needs none.
+	defer func() {
+		for _, f := range cfg.Files {
+			f.Close()
+		}
+	}()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -168,10 +177,19 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	m.mon = qmp.New(sock, qmp.WithLogger(log))
 	m.addCleanup(m.mon.Disconnect)
 
+	// QMP is descriptor 3; the host files follow, in the order of their
+	// paths, so the command line is the same for the same files.
+	extra := []*os.File{qmpFile}
+	cfg.fds = make(map[string]int, len(cfg.Files))
+	for _, p := range slices.Sorted(maps.Keys(cfg.Files)) {
+		cfg.fds[p] = qmpFD + len(extra)
+		extra = append(extra, cfg.Files[p])
+	}
+	m.cfg.fds = cfg.fds
 	m.argv = cfg.Argv(m.console.Base(), qmpFD)
 	m.argv[0] = bin
 	cmd := exec.Command(bin, m.argv[1:]...)
-	cmd.ExtraFiles = []*os.File{qmpFile} // descriptor 3 == qmpFD
+	cmd.ExtraFiles = extra
 	cmd.Stdout = m.stderr
 	cmd.Stderr = m.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -298,6 +316,23 @@ func (m *Machine) Argv() []string { return append([]string(nil), m.argv...) }
 
 // Paths are the FIFOs and socket in use.
 func (m *Machine) Paths() Paths { return m.paths }
+
+// File is a host file QEMU got as an inherited descriptor: the command line
+// names it /proc/self/fd/FD.
+type File struct {
+	FD   int    `json:"fd"`
+	Path string `json:"path"`
+}
+
+// Files lists the host files QEMU got as descriptors, by descriptor.
+func (m *Machine) Files() []File {
+	out := make([]File, 0, len(m.cfg.fds))
+	for p, fd := range m.cfg.fds {
+		out = append(out, File{FD: fd, Path: p})
+	}
+	slices.SortFunc(out, func(a, b File) int { return a.FD - b.FD })
+	return out
+}
 
 // Started is when QEMU was started.
 func (m *Machine) Started() time.Time { return m.started }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 
 func TestArgv(t *testing.T) {
@@ -236,6 +238,41 @@ func TestShutdownEscalates(t *testing.T) {
 	end, err = m.Shutdown(context.Background(), Kill, 0)
 	if err != nil || end.How != "sigkill" || end.Exit.Signal != "SIGKILL" || end.Exit.Code != 137 {
 		t.Fatalf("Shutdown(kill) = %+v, %v", end, err)
+	}
+}
+
+// A host file handed as a descriptor is what QEMU uses, whatever its name
+// says: the name here names nothing, and the guest still boots from the
+// file the server opened; Start closes the server's copy.
+func TestStartHandsFiles(t *testing.T) {
+	k := needQEMU(t)
+	f, err := os.Open(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortDir(t)
+	name := filepath.Join(dir, "no-such-kernel.bin")
+	cfg := NewConfig(WithKernel(name))
+	cfg.Files = map[string]*os.File{name: f}
+	m, err := Start(context.Background(), Runtime{SerialBase: testSerial(dir, 4), QMPSocket: testSocket(dir, 4)}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if got := strings.Join(m.Argv(), " "); !strings.Contains(got, "-kernel /proc/self/fd/4") {
+		t.Errorf("argv %s", got)
+	}
+	if files := m.Files(); len(files) != 1 || files[0] != (File{FD: 4, Path: name}) {
+		t.Errorf("Files() = %+v", files)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := m.Console().Buffer().WaitFor(ctx, 0, serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile(`tiny> $`)}, Timeout: 10 * time.Second})
+	if err != nil || !res.Matched {
+		t.Fatalf("the guest did not boot from the handed file: %+v %v", res, err)
+	}
+	if _, err := f.Stat(); err == nil {
+		t.Error("Start left the server's copy of the file open")
 	}
 }
 

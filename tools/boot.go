@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/profile"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
@@ -49,12 +50,13 @@ type BootInput struct {
 
 // BootOutput is qemu_boot's result.
 type BootOutput struct {
-	Instance string     `json:"instance" jsonschema:"the guest's name"`
-	PID      int        `json:"pid" jsonschema:"QEMU's process ID"`
-	Argv     []string   `json:"argv" jsonschema:"the exact QEMU command line"`
-	Paths    qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
-	Kernel   string     `json:"kernel" jsonschema:"the kernel image booted"`
-	Lock     string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
+	Instance string      `json:"instance" jsonschema:"the guest's name"`
+	PID      int         `json:"pid" jsonschema:"QEMU's process ID"`
+	Argv     []string    `json:"argv" jsonschema:"the exact QEMU command line"`
+	Files    []qemu.File `json:"files,omitempty" jsonschema:"host files QEMU got as descriptors, named /proc/self/fd/N in argv: the files the host-path policy checked"`
+	Paths    qemu.Paths  `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
+	Kernel   string      `json:"kernel" jsonschema:"the kernel image booted"`
+	Lock     string      `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
 	Reaped   *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
 	VNC      string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
@@ -80,10 +82,13 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if root == "" {
 		root = s.cfg.WorkDir
 	}
-	root, err := filepath.Abs(root)
+	// Every path of this boot is checked against the host-path policy
+	// before anything changes, a running guest included (restart).
+	scope, err := s.hostPolicy().Project(root)
 	if err != nil {
-		return nil, BootOutput{}, fmt.Errorf("project_root: %w", err)
+		return nil, BootOutput{}, err
 	}
+	root = scope.Dir()
 	prof, err := applyProfile(root, &in)
 	if err != nil {
 		return nil, BootOutput{}, err
@@ -96,10 +101,13 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	cfg, err := s.bootConfig(root, in)
+	cfg, err := s.bootConfig(scope, in)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
+	// The instance hands the files to QEMU, which closes them; on every
+	// other way out they are closed here.
+	defer closeFiles(cfg.Files)
 	if in.PCAP && in.Network != "tap" {
 		return nil, BootOutput{}, errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
 	}
@@ -119,7 +127,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		return nil, BootOutput{}, err
 	}
 	m := inst.Machine()
-	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel,
+	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Files: m.Files(), Paths: m.Paths(), Kernel: cfg.Kernel,
 		Lock: inst.LockPath(), Reaped: reaped, Profile: prof.name, Transcript: inst.Transcript()}
 	if dev := inst.TAP(); dev != nil {
 		out.TAP = dev.Name
@@ -222,43 +230,78 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 	return activeProfile{name: name, Prompt: p.Prompt, Panics: p.PanicPatterns}, nil
 }
 
-// bootConfig turns arguments into a QEMU configuration, resolving paths
-// against the project root.
-func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
+// bootConfig turns arguments into a QEMU configuration. Every host file it
+// names is opened here through the host-path policy (relative paths are
+// relative to the project root) and handed to QEMU as that descriptor; on
+// error nothing stays open.
+func (s *Server) bootConfig(scope *hostpath.Scope, in BootInput) (cfg qemu.Config, err error) {
 	if err := s.policy().ExtraArgs(in.ExtraArgs); err != nil {
 		return qemu.Config{}, err
+	}
+	files := map[string]*os.File{}
+	defer func() {
+		if err != nil {
+			closeFiles(files)
+		}
+	}()
+	// open checks one file and names it by its real path, which is what
+	// the result and QEMU's errors then show.
+	open := func(what, p string, write bool) (string, error) {
+		f, err := scope.Open(what, p, write)
+		if err != nil {
+			return "", err
+		}
+		real, err := hostpath.Real(f)
+		if err != nil {
+			f.Close()
+			return "", fmt.Errorf("%s %s: %w", what, p, err)
+		}
+		if _, dup := files[real]; dup {
+			f.Close()
+		} else {
+			files[real] = f
+		}
+		return real, nil
 	}
 	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
 	if s.cfg.QEMUBinary != "" {
 		opts = append(opts, qemu.WithBinary(s.cfg.QEMUBinary))
 	}
-	rel := func(p string) string {
-		if filepath.IsAbs(p) {
-			return filepath.Clean(p)
+	kernel := in.Kernel
+	if kernel == "" {
+		if kernel, err = s.builtinKernel(); err != nil {
+			return qemu.Config{}, err
 		}
-		return filepath.Join(root, p)
 	}
-	if in.Kernel != "" {
-		opts = append(opts, qemu.WithKernel(rel(in.Kernel)))
-	} else {
-		k, err := s.builtinKernel()
+	k, err := open("kernel", kernel, false)
+	if err != nil {
+		return qemu.Config{}, err
+	}
+	opts = append(opts, qemu.WithKernel(k))
+	if in.Initrd != "" {
+		p, err := open("initrd", in.Initrd, false)
 		if err != nil {
 			return qemu.Config{}, err
 		}
-		opts = append(opts, qemu.WithKernel(k))
-	}
-	if in.Initrd != "" {
-		opts = append(opts, qemu.WithInitrd(rel(in.Initrd)))
+		opts = append(opts, qemu.WithInitrd(p))
 	}
 	if in.DTB != "" {
-		opts = append(opts, qemu.WithDTB(rel(in.DTB)))
+		p, err := open("dtb", in.DTB, false)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithDTB(p))
 	}
 	switch in.BIOS {
 	case "", "default":
 	case "none":
 		opts = append(opts, qemu.WithBIOS("none"))
 	default:
-		opts = append(opts, qemu.WithBIOS(rel(in.BIOS)))
+		p, err := open("bios", in.BIOS, false)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithBIOS(p))
 	}
 	if in.Memory != "" {
 		opts = append(opts, qemu.WithMemory(in.Memory))
@@ -281,18 +324,28 @@ func (s *Server) bootConfig(root string, in BootInput) (qemu.Config, error) {
 	default:
 		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
 	}
-	for _, d := range in.Drives {
-		d.Path = rel(d.Path)
+	for i, d := range in.Drives {
+		what := fmt.Sprintf("drives[%d]", i)
+		if d.Path, err = open(what, d.Path, !d.ReadOnly); err != nil {
+			return qemu.Config{}, err
+		}
+		if err := scope.CheckImage(what+" "+d.Path, files[d.Path], d.Format); err != nil {
+			return qemu.Config{}, err
+		}
 		opts = append(opts, qemu.WithDrive(d))
 	}
-	cfg := qemu.NewConfig(opts...)
+	cfg = qemu.NewConfig(opts...)
+	cfg.Files = files
 	if err := cfg.Validate(); err != nil {
-		if in.Kernel != "" && strings.HasPrefix(err.Error(), "kernel ") {
-			return cfg, fmt.Errorf("%w (kernel paths are relative to project_root %s)", err, root)
-		}
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+func closeFiles(files map[string]*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // builtinKernel writes the embedded tiny kernel to the runtime directory,

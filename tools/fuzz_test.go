@@ -24,7 +24,12 @@ func FuzzBootArguments(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	s := &Server{cfg: Config{RuntimeDir: f.TempDir(), BuiltinKernel: []byte{1}}}
+	s := &Server{cfg: Config{RuntimeDir: f.TempDir(), BuiltinKernel: []byte{1}, WorkDir: root}}
+	scope, err := s.hostPolicy().Project(root)
+	if err != nil {
+		f.Fatal(err)
+	}
+	images := filepath.Join(s.cfg.RuntimeDir, "images")
 	for _, seed := range []string{
 		`{}`,
 		`{"kernel":"k.bin","memory":"256M","smp":2,"append":"console=ttyS0"}`,
@@ -58,19 +63,25 @@ func FuzzBootArguments(f *testing.F) {
 		if d, err := seconds("timeout", in.Timeout, time.Minute); err == nil && (d <= 0 || d > 24*time.Hour) {
 			t.Fatalf("seconds(%v) = %v without error", in.Timeout, d)
 		}
-		cfg, err := s.bootConfig(root, in)
+		cfg, err := s.bootConfig(scope, in)
 		if err != nil {
 			return
 		}
+		defer closeFiles(cfg.Files)
+		// Every host file QEMU gets was opened and checked, and lies in
+		// the project or the server's images.
 		for _, p := range append([]string{cfg.Kernel}, drivePaths(cfg)...) {
-			if !filepath.IsAbs(p) {
-				t.Fatalf("path %q is not absolute", p)
+			if _, ok := cfg.Files[p]; !ok {
+				t.Fatalf("path %q is not one of the checked files", p)
+			}
+			if !strings.HasPrefix(p, root+"/") && !strings.HasPrefix(p, images+"/") {
+				t.Fatalf("path %q is outside the project %s", p, root)
 			}
 		}
 		if cfg.Memory != "" && strings.ContainsAny(cfg.Memory, ", =") {
 			t.Fatalf("memory %q passed validation", cfg.Memory)
 		}
-		argv := cfg.Argv("/r/serial-1", "/r/qmp-1.sock")
+		argv := cfg.Argv("/r/serial-1", 3)
 		for i, a := range argv {
 			if a != "-drive" || i+1 >= len(argv) {
 				continue

@@ -226,8 +226,9 @@ func TestBootWithOwnPIDLeftovers(t *testing.T) {
 // --max-instances bounds the guests, a writable image backs one guest at a
 // time, and each error names what is in the way.
 func TestInstanceLimits(t *testing.T) {
-	s := newSessionWith(t, func(c *tools.Config) { c.MaxInstances = 2 }, nil)
-	disk := filepath.Join(t.TempDir(), "disk.img")
+	project := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) { c.MaxInstances = 2; c.WorkDir = project }, nil)
+	disk := filepath.Join(project, "disk.img")
 	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}

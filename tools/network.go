@@ -3,11 +3,12 @@ package tools
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"os"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 )
 
@@ -30,10 +31,19 @@ func (s *Server) pcapStart(_ context.Context, _ *mcp.CallToolRequest, in PcapSta
 	if err != nil {
 		return nil, PcapStartOutput{}, err
 	}
-	if in.Path != "" && !filepath.IsAbs(in.Path) {
-		in.Path = filepath.Join(s.cfg.WorkDir, in.Path)
+	var f *os.File
+	if in.Path != "" {
+		// Relative to the guest's project root, and created there or in
+		// the captures directory only.
+		scope, err := s.hostPolicy().Project(inst.Spec().Root)
+		if err != nil {
+			return nil, PcapStartOutput{}, err
+		}
+		if f, err = scope.Create("path", in.Path); err != nil {
+			return nil, PcapStartOutput{}, err
+		}
 	}
-	c, err := inst.StartCapture(in.Path, in.Filter, in.Snaplen)
+	c, err := inst.StartCapture(f, in.Filter, in.Snaplen)
 	if err != nil {
 		return nil, PcapStartOutput{}, err
 	}
@@ -66,7 +76,7 @@ func (s *Server) pcapStop(_ context.Context, _ *mcp.CallToolRequest, t Target) (
 
 // PcapReadInput is qemu_pcap_read's arguments.
 type PcapReadInput struct {
-	Path  string `json:"path,omitempty" jsonschema:"capture file; default the running or last capture"`
+	Path  string `json:"path,omitempty" jsonschema:"capture file, in the project or the captures directory; default the guest's running or last capture"`
 	From  int    `json:"from,omitempty" jsonschema:"first packet number (1-based); default where the last read of this file ended"`
 	Count int    `json:"count,omitempty" jsonschema:"most packets to return; default 100"`
 	Target
@@ -79,24 +89,40 @@ type PcapReadOutput struct {
 	Next    int            `json:"next" jsonschema:"packet number to read from next"`
 }
 
-func (s *Server) pcapRead(_ context.Context, _ *mcp.CallToolRequest, in PcapReadInput) (*mcp.CallToolResult, PcapReadOutput, error) {
+func (s *Server) pcapRead(_ context.Context, _ *mcp.CallToolRequest, in PcapReadInput) (_ *mcp.CallToolResult, _ PcapReadOutput, err error) {
 	if in.Count < 0 || in.Count > pcap.MaxSummaries {
 		return nil, PcapReadOutput{}, fmt.Errorf("count %d: want 1 to %d", in.Count, pcap.MaxSummaries)
 	}
 	path := in.Path
+	inst, ierr := s.instance(in.Target)
+	var f *os.File
 	if path == "" {
-		inst, err := s.instance(in.Target)
-		if err != nil {
-			return nil, PcapReadOutput{}, err
+		if ierr != nil {
+			return nil, PcapReadOutput{}, ierr
 		}
 		st, _, ok := inst.CaptureStats()
 		if !ok {
 			return nil, PcapReadOutput{}, fmt.Errorf("no capture of guest %q yet: boot it with pcap: true or call qemu_pcap_start, or give path", inst.Name())
 		}
 		path = st.Path
-	}
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(s.cfg.WorkDir, path)
+	} else {
+		// Any other file is read only where the host-path policy allows,
+		// relative to the guest's project root (or the server's).
+		root := s.cfg.WorkDir
+		if ierr == nil {
+			root = inst.Spec().Root
+		}
+		scope, err := s.hostPolicy().Project(root)
+		if err != nil {
+			return nil, PcapReadOutput{}, err
+		}
+		if f, err = scope.Open("path", path, false); err != nil {
+			return nil, PcapReadOutput{}, err
+		}
+		defer f.Close()
+		if path, err = hostpath.Real(f); err != nil {
+			return nil, PcapReadOutput{}, err
+		}
 	}
 	from := in.From
 	if from == 0 {
@@ -108,7 +134,13 @@ func (s *Server) pcapRead(_ context.Context, _ *mcp.CallToolRequest, in PcapRead
 	if count == 0 {
 		count = pcap.DefaultSummaries
 	}
-	sums, next, err := pcap.ReadSummaries(path, from, count)
+	var sums []pcap.Summary
+	var next int
+	if f != nil {
+		sums, next, err = pcap.ReadSummariesFrom(f, path, from, count)
+	} else {
+		sums, next, err = pcap.ReadSummaries(path, from, count)
+	}
 	if err != nil {
 		return nil, PcapReadOutput{}, fmt.Errorf("read capture: %w", err)
 	}

@@ -1,15 +1,20 @@
 package tools_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 func TestProfiles(t *testing.T) {
-	s := newSession(t)
-	root := t.TempDir()
+	// Project roots must be the server's working directory or below it.
+	ws := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = ws }, nil)
+	root := filepath.Join(ws, "project")
 	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
 	os.MkdirAll(filepath.Join(root, "out"), 0o755)
 	os.WriteFile(filepath.Join(root, "out", "k.bin"), kernel, 0o644)
@@ -26,11 +31,16 @@ func TestProfiles(t *testing.T) {
 		Profile string   `json:"profile"`
 		Matched bool     `json:"matched"`
 		Argv    []string `json:"argv"`
+		Files   []struct {
+			FD   int    `json:"fd"`
+			Path string `json:"path"`
+		} `json:"files"`
 	}
 	// The default profile: its prompt is the wait_for.
 	s.mustCall("qemu_boot", map[string]any{"project_root": root}, &b)
 	argv := strings.Join(b.Argv, " ")
-	if b.Profile != "dev" || !b.Matched || !strings.Contains(argv, "-m 64M") || !strings.Contains(argv, "disk.img,format=raw,if=none,id=drive0,readonly=on") {
+	if b.Profile != "dev" || !b.Matched || !strings.Contains(argv, "-m 64M") || len(b.Files) != 2 || b.Files[0].Path != filepath.Join(root, "disk.img") ||
+		!strings.Contains(argv, fmt.Sprintf("-drive file=/proc/self/fd/%d,format=raw,if=none,id=drive0,readonly=on", b.Files[0].FD)) {
 		t.Fatalf("default profile boot: %+v", b)
 	}
 	// serial_send waits for the profile's prompt by default.
@@ -46,7 +56,9 @@ func TestProfiles(t *testing.T) {
 		t.Errorf("big profile with override: %s", argv)
 	}
 	s.wantError("qemu_boot", map[string]any{"project_root": root, "profile": "nope", "restart": true}, ".qemu-mcp.json", `no profile "nope"`, "big, dev")
-	s.wantError("qemu_boot", map[string]any{"project_root": t.TempDir(), "profile": "dev", "restart": true}, "has no .qemu-mcp.json")
+	other := filepath.Join(ws, "other")
+	os.Mkdir(other, 0o755)
+	s.wantError("qemu_boot", map[string]any{"project_root": other, "profile": "dev", "restart": true}, "has no .qemu-mcp.json")
 	os.WriteFile(filepath.Join(root, ".qemu-mcp.json"), []byte(`{"profiles": {"dev": {"kernal": "x"}}}`), 0o644)
 	s.wantError("qemu_boot", map[string]any{"project_root": root, "restart": true}, ".qemu-mcp.json", `profile "dev"`, `unknown field "kernal"`)
 }

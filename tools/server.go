@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/boundary"
+	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
@@ -53,7 +56,10 @@ type Config struct {
 	// MaxInstances bounds the guests that run at once; 0 means
 	// instance.DefaultMaxInstances.
 	MaxInstances int
-	Logger       *slog.Logger
+	// AllowPaths are read-only directories added to the host-path policy
+	// (--allow-path, QEMU_MCP_ALLOW_PATHS).
+	AllowPaths []string
+	Logger     *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
@@ -116,6 +122,16 @@ func New(cfg Config) (*Server, error) {
 
 // Manager is the guests' manager, for the process that hosts the tools.
 func (s *Server) Manager() *instance.Manager { return s.mgr }
+
+// hostPolicy is the policy for every host path a tool takes; AllowHostAccess
+// lifts it too.
+func (s *Server) hostPolicy() hostpath.Policy {
+	return hostpath.Policy{
+		AllowAll: s.cfg.AllowHostAccess, WorkDir: s.cfg.WorkDir,
+		Captures: runtimedir.CapturesDir(s.cfg.RuntimeDir), Images: filepath.Join(s.cfg.RuntimeDir, "images"),
+		ReadOnly: append(slices.Clone(hostpath.FirmwareDirs), s.cfg.AllowPaths...),
+	}
+}
 
 // policy is the host-access boundary for QMP and extra_args.
 func (s *Server) policy() boundary.Policy {

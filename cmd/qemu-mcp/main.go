@@ -22,6 +22,7 @@ import (
 
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
 	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -47,12 +48,22 @@ func run(args []string, stderr io.Writer) int {
 		tokenFile   = fs.String("token-file", "", "file holding the bearer token HTTP clients must send; required for a non-loopback -http address")
 		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
 		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
+		allowPaths  []string
 	)
+	fs.Func("allow-path", "let the tools read host files in `DIR` (repeatable; adds to "+hostpath.EnvAllowPaths+", colon-separated)", func(v string) error {
+		allowPaths = append(allowPaths, v)
+		return nil
+	})
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n\nServes MCP over stdio. Flags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	allowed, err := hostpath.AllowPaths(append([]string{os.Getenv(hostpath.EnvAllowPaths)}, allowPaths...)...)
+	if err != nil {
+		fmt.Fprintf(stderr, "qemu-mcp: -allow-path: %v\n", err)
 		return 2
 	}
 	if *maxInst < 1 {
@@ -88,6 +99,7 @@ func run(args []string, stderr io.Writer) int {
 
 		AllowHostAccess: *allowHost,
 		MaxInstances:    *maxInst,
+		AllowPaths:      allowed,
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -34,9 +34,9 @@ func netns(t *testing.T) string {
 }
 
 // startServerIn runs the server inside namespace ns.
-func startServerIn(t *testing.T, ns, dir string) *server {
+func startServerIn(t *testing.T, ns, dir string, args ...string) *server {
 	t.Helper()
-	wrapped := serverCmd(dir)
+	wrapped := serverCmd(dir, args...)
 	s := startServerCmd(t, exec.Command("ip", append([]string{"netns", "exec", ns}, wrapped.Args...)...), wrapped.Env)
 	return s
 }
@@ -231,7 +231,8 @@ func TestTwoGuestsOnABridge(t *testing.T) {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
 		}
 	}
-	s := startServerIn(t, ns, runtimeDir(t))
+	// The guest lives outside the project: the server may read it.
+	s := startServerIn(t, ns, runtimeDir(t), "-allow-path", lin.Dir)
 	taps := map[string]string{}
 	for _, g := range []struct{ name, addr string }{{"a", "192.0.2.11"}, {"b", "192.0.2.12"}} {
 		var b struct {

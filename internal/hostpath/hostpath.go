@@ -1,0 +1,359 @@
+// Package hostpath is the host-path policy: which host files a tool may
+// have the server or QEMU read or write. Every path a tool takes (kernel,
+// firmware, initrd, device tree, drives, capture files, debug symbols) goes
+// through it, and so does the project root the paths are relative to.
+//
+// A file is allowed when its real path, after every symlink and "..", lies
+// inside an allowed root: the project root and the server's captures
+// directory (read and write), or, read-only, the server's own images, the
+// firmware directories of Debian's QEMU, OpenSBI and U-Boot packages, and the
+// directories the user adds (--allow-path, QEMU_MCP_ALLOW_PATHS). A project
+// root must be the server's working directory, a directory below it, or a
+// worktree of the same git repository, and is never "/". --allow-host-access
+// (Policy.AllowAll) lifts all of it.
+//
+// The check is made on the file the server has opened, not on a name: Open
+// opens the path, reads the real path of the open descriptor from
+// /proc/self/fd, checks that, and returns the descriptor, which the caller
+// hands on (QEMU gets /proc/self/fd/N). So no symlink swapped in after the
+// check can redirect the use, and what was checked is what is used.
+//
+// Mounts are taken as the kernel presents them: a directory bind-mounted
+// into the project is part of the project (only someone who can mount can
+// make one). Writes are refused to a file with more than one hard link, one
+// of which may lie outside the roots.
+package hostpath
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/lock"
+)
+
+// FirmwareDirs are the read-only roots of Debian's QEMU, OpenSBI and U-Boot
+// packages.
+var FirmwareDirs = []string{"/usr/share/qemu", "/usr/lib/riscv64-linux-gnu/opensbi", "/usr/share/opensbi", "/usr/lib/u-boot"}
+
+// EnvAllowPaths names the variable with more read-only roots, separated by
+// colons.
+const EnvAllowPaths = "QEMU_MCP_ALLOW_PATHS"
+
+// The rules a path can be allowed by.
+const (
+	RuleProject  = "project"
+	RuleCaptures = "captures"
+	RuleServer   = "server"
+	RuleFirmware = "firmware"
+	RuleAllowed  = "allow-path"
+)
+
+// hint is what every refusal says the user can do.
+const hint = "put the file inside the project root, or start qemu-mcp with --allow-path DIR (read-only; or " + EnvAllowPaths + "), or --allow-host-access to lift this policy"
+
+// Root is a directory files may be used from.
+type Root struct {
+	Dir      string // absolute, symlinks resolved
+	Writable bool
+	Rule     string
+}
+
+// Policy is the server's half of the rules: everything but the project.
+type Policy struct {
+	// AllowAll lifts the policy (--allow-host-access).
+	AllowAll bool
+	// WorkDir is the server's working directory: project roots must be
+	// inside it, or in a worktree of its repository.
+	WorkDir string
+	// Captures is the directory the server writes captures and
+	// transcripts to: readable and writable.
+	Captures string
+	// Images is the server's own read-only directory (the built-in kernel).
+	Images string
+	// ReadOnly are more read-only roots: FirmwareDirs and the allowed
+	// paths.
+	ReadOnly []string
+}
+
+// Scope is the policy for one project root.
+type Scope struct {
+	allowAll bool
+	project  string
+	roots    []Root
+}
+
+// Project returns the scope of the project root root, or an error naming
+// the rule it breaks.
+func (p Policy) Project(root string) (*Scope, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("project_root %s: %w", root, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("project_root %s: %w", root, unwrap(err))
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("project_root %s is not a directory", root)
+	}
+	s := &Scope{allowAll: p.AllowAll, project: real}
+	if !p.AllowAll {
+		if err := p.checkProject(real); err != nil {
+			return nil, fmt.Errorf("project_root %s is refused: %w", root, err)
+		}
+	}
+	s.roots = append(s.roots, Root{Dir: real, Writable: true, Rule: RuleProject})
+	add := func(dir string, writable bool, rule string) {
+		if dir == "" {
+			return
+		}
+		r, err := filepath.EvalSymlinks(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Not made yet (the server makes its own directories on
+			// first use): a path that is no symlink now.
+			r, err = filepath.Abs(dir)
+		}
+		if err == nil {
+			s.roots = append(s.roots, Root{Dir: r, Writable: writable, Rule: rule})
+		}
+	}
+	add(p.Captures, true, RuleCaptures)
+	add(p.Images, false, RuleServer)
+	for _, d := range p.ReadOnly {
+		rule := RuleAllowed
+		if slices.Contains(FirmwareDirs, d) {
+			rule = RuleFirmware
+		}
+		add(d, false, rule)
+	}
+	return s, nil
+}
+
+// checkProject: the server's working directory tree, or a worktree of the
+// same repository; never "/".
+func (p Policy) checkProject(real string) error {
+	if real == "/" {
+		return errors.New(`"/" would make every host file a project file; start qemu-mcp in your project directory, or use --allow-host-access`)
+	}
+	wd, err := filepath.EvalSymlinks(p.WorkDir)
+	if err != nil {
+		return fmt.Errorf("server working directory %s: %w", p.WorkDir, unwrap(err))
+	}
+	if real == wd || within(real, wd) {
+		return nil
+	}
+	if mine, err := lock.GitCommonDir(wd); err == nil {
+		if theirs, err := lock.GitCommonDir(real); err == nil && theirs == mine {
+			return nil
+		}
+	}
+	return fmt.Errorf("it is neither the server's working directory %s (or below it) nor a worktree of its repository (rule %s); %s",
+		wd, RuleProject, "start qemu-mcp in that project, or use --allow-host-access")
+}
+
+// Dir is the project root, symlinks resolved.
+func (s *Scope) Dir() string { return s.project }
+
+// Roots are the directories files may be used from.
+func (s *Scope) Roots() []Root { return slices.Clone(s.roots) }
+
+// Resolve makes a tool's path absolute: relative paths are relative to the
+// project root.
+func (s *Scope) Resolve(path string) string {
+	if filepath.IsAbs(path) {
+		return filepath.Clean(path)
+	}
+	return filepath.Join(s.project, path)
+}
+
+// Open opens a regular file for reading (write false) or reading and
+// writing, and checks the opened file's real path against the roots (a
+// root must be writable for write). what names the argument in errors.
+// The caller owns the returned file.
+func (s *Scope) Open(what, path string, write bool) (*os.File, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%s: empty path", what)
+	}
+	if strings.ContainsRune(path, 0) {
+		return nil, fmt.Errorf("%s: the path contains a NUL byte", what)
+	}
+	full := s.Resolve(path)
+	flags := unix.O_RDONLY
+	if write {
+		flags = unix.O_RDWR
+	}
+	// O_NONBLOCK: a FIFO planted at the path must not block the open; it
+	// is refused below as not a regular file.
+	fd, err := unix.Open(full, flags|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		if !filepath.IsAbs(path) {
+			return nil, fmt.Errorf("%s %s: %w (relative paths are relative to project_root %s)", what, path, err, s.project)
+		}
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	f := os.NewFile(uintptr(fd), full)
+	if err := s.check(what, path, f, write); err != nil {
+		f.Close()
+		return nil, err
+	}
+	// Back to blocking I/O for whoever reads the file in the server.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return f, nil
+}
+
+func (s *Scope) check(what, path string, f *os.File, write bool) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s %s is not a regular file (%v)", what, path, fi.Mode().Type())
+	}
+	if s.allowAll {
+		return nil
+	}
+	real, err := Real(f)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	if write {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			return fmt.Errorf("%s %s is refused for writing: it has %d hard links, and another may lie outside the allowed directories; copy it", what, path, st.Nlink)
+		}
+	}
+	r, ok := s.rootOf(real)
+	switch {
+	case !ok:
+		return fmt.Errorf("%s %s is refused: %s is outside the project root %s and the other allowed directories (rule host-path); %s",
+			what, path, describe(path, real), s.project, hint)
+	case write && !r.Writable:
+		return fmt.Errorf("%s %s is refused for writing: %s is in %s, which is read-only (rule %s); attach it with readonly: true, or copy it into the project",
+			what, path, describe(path, real), r.Dir, r.Rule)
+	}
+	return nil
+}
+
+// describe names the real path, and says when a symlink led there.
+func describe(path, real string) string {
+	if filepath.Clean(path) == real {
+		return "it"
+	}
+	return "it resolves to " + real
+}
+
+// rootOf finds the root that holds real.
+func (s *Scope) rootOf(real string) (Root, bool) {
+	for _, r := range s.roots {
+		if real == r.Dir || within(real, r.Dir) {
+			return r, true
+		}
+	}
+	return Root{}, false
+}
+
+// Create makes a new file (it must not exist) in a writable root, for the
+// server to write. The directory is opened and checked first and the file
+// is created relative to it, not following a symlink, so nothing can
+// redirect the creation.
+func (s *Scope) Create(what, path string) (*os.File, error) {
+	if path == "" || strings.ContainsRune(path, 0) {
+		return nil, fmt.Errorf("%s: want a file name", what)
+	}
+	full := s.Resolve(path)
+	dir, base := filepath.Split(full)
+	if base == "" || base == "." || base == ".." {
+		return nil, fmt.Errorf("%s %s: want a file name, not a directory", what, path)
+	}
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: directory: %w", what, path, err)
+	}
+	defer unix.Close(dfd)
+	if !s.allowAll {
+		realDir, err := readlinkFD(dfd)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", what, path, err)
+		}
+		r, ok := s.rootOf(realDir)
+		if !ok || !r.Writable {
+			return nil, fmt.Errorf("%s %s is refused: its directory %s is not inside the project root %s or the captures directory (rule host-path); write it there, or use --allow-host-access",
+				what, path, realDir, s.project)
+		}
+	}
+	fd, err := unix.Openat(dfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("%s %s exists already; not overwriting it", what, path)
+		}
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	return os.NewFile(uintptr(fd), full), nil
+}
+
+// Real returns the real path of an open file, as the kernel names it.
+func Real(f *os.File) (string, error) {
+	return readlinkFD(int(f.Fd()))
+}
+
+func readlinkFD(fd int) (string, error) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return "", fmt.Errorf("real path of an open file: %w", err)
+	}
+	if strings.HasSuffix(p, " (deleted)") {
+		return "", errors.New("the file was deleted while it was opened")
+	}
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("the file has no path in this mount namespace (%s)", p)
+	}
+	return p, nil
+}
+
+// within reports whether path is strictly below dir; both are clean.
+func within(path, dir string) bool {
+	if dir == "/" {
+		return path != "/" && strings.HasPrefix(path, "/")
+	}
+	return strings.HasPrefix(path, dir+"/")
+}
+
+func unwrap(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// AllowPaths splits QEMU_MCP_ALLOW_PATHS-style lists and checks that every
+// entry is an absolute directory.
+func AllowPaths(lists ...string) ([]string, error) {
+	var out []string
+	for _, l := range lists {
+		for _, d := range strings.Split(l, ":") {
+			if d == "" {
+				continue
+			}
+			if !filepath.IsAbs(d) {
+				return nil, fmt.Errorf("allowed path %q is not absolute", d)
+			}
+			if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("allowed path %s is not a directory", d)
+			}
+			out = append(out, filepath.Clean(d))
+		}
+	}
+	return out, nil
+}
