@@ -210,6 +210,11 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 			if !spec.Restart {
 				return nil, prev.busyError()
 			}
+			// What would refuse the new boot refuses it before the
+			// running guest is stopped, not after.
+			if err := m.precheck(spec); err != nil {
+				return nil, err
+			}
 			if _, err := prev.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
 				return nil, fmt.Errorf("stop the running guest %q before the restart: %w", spec.Name, err)
 			}
@@ -430,12 +435,31 @@ func (m *Manager) HoldsLock(path string) ([]string, bool) {
 	return slices.Clone(ref.users), true
 }
 
-// claimDrives makes sure no other live instance uses a drive that one of
-// these writes, nor writes one these use. The returned function releases
-// the claims.
-func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, error) {
+// precheck tells whether a boot of spec would be refused by another
+// instance's drives or by a repository lock that another process holds.
+func (m *Manager) precheck(spec Spec) error {
+	m.mu.Lock()
+	err := m.drivesFreeLocked(spec.Name, driveClaims(spec.Name, spec.QEMU.Drives))
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	path, err := m.LockPath(spec.Root)
+	if err != nil {
+		return fmt.Errorf("find the repository lock for %s: %w", spec.Root, err)
+	}
+	if _, ours := m.HoldsLock(path); ours {
+		return nil
+	}
+	if st, err := lock.Inspect(path); err == nil && st.State == lock.Held {
+		return fmt.Errorf("cannot boot: the repository lock %s is held by process %d; the running guest was left alone", path, st.Record.PID)
+	}
+	return nil
+}
+
+// driveClaims are the claims instance name makes for drives, by real path.
+func driveClaims(name string, drives []qemu.Drive) map[string]driveClaim {
 	claims := make(map[string]driveClaim, len(drives))
-	shown := make(map[string]string, len(drives))
 	for _, d := range drives {
 		key := d.Path
 		if real, err := filepath.EvalSymlinks(d.Path); err == nil {
@@ -443,10 +467,12 @@ func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, e
 		}
 		c := claims[key]
 		claims[key] = driveClaim{instance: name, writable: c.writable || !d.ReadOnly}
-		shown[key] = d.Path
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	return claims
+}
+
+// drivesFreeLocked refuses claims that conflict with another instance's.
+func (m *Manager) drivesFreeLocked(name string, claims map[string]driveClaim) error {
 	for key, w := range claims {
 		for _, c := range m.drives[key] {
 			if c.instance != name && (w.writable || c.writable) {
@@ -454,10 +480,23 @@ func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, e
 				if c.writable {
 					how = "writable"
 				}
-				return nil, fmt.Errorf("drive %s is in use (%s) by the running instance %q: a writable image backs one running guest at a time; stop %q first, or attach the image readonly in both",
-					shown[key], how, c.instance, c.instance)
+				return fmt.Errorf("drive %s is in use (%s) by the running instance %q: a writable image backs one running guest at a time; stop %q first, or attach the image readonly in both",
+					key, how, c.instance, c.instance)
 			}
 		}
+	}
+	return nil
+}
+
+// claimDrives makes sure no other live instance uses a drive that one of
+// these writes, nor writes one these use. The returned function releases
+// the claims.
+func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, error) {
+	claims := driveClaims(name, drives)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.drivesFreeLocked(name, claims); err != nil {
+		return nil, err
 	}
 	for key, w := range claims {
 		m.drives[key] = append(m.drives[key], w)

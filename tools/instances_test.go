@@ -236,7 +236,16 @@ func TestInstanceLimits(t *testing.T) {
 	s.mustCall("qemu_boot", map[string]any{"instance": "a", "drives": []any{map[string]any{"path": disk}}, "wait_for": prompt}, &b)
 	s.wantError("qemu_boot", map[string]any{"instance": "b", "drives": []any{map[string]any{"path": disk, "readonly": true}}},
 		"disk.img", `instance "a"`, "writable")
-	s.bootInstance("b")
+	bb := s.bootInstance("b")
+	// A restart that the drive would refuse leaves the running b alone.
+	s.wantError("qemu_boot", map[string]any{"instance": "b", "restart": true, "drives": []any{map[string]any{"path": disk}}}, `instance "a"`)
+	var st struct {
+		State string `json:"state"`
+		PID   int    `json:"pid"`
+	}
+	if s.mustCall("qemu_status", map[string]any{"instance": "b"}, &st); st.State != "running" || st.PID != bb.PID {
+		t.Errorf("b after a refused restart: %+v, want running pid %d", st, bb.PID)
+	}
 	s.wantError("qemu_boot", map[string]any{"instance": "c"}, "2 guests already run (a, b)", "--max-instances 2")
 	s.wantError("qemu_boot", map[string]any{"instance": "a"}, `guest "a" is already running`, "restart: true")
 	// A restart of a name stays within the bound.
