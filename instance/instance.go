@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
@@ -116,6 +116,14 @@ type Instance struct {
 	cleanupErr  error
 	readCursor  int64
 	stoppedAt   time.Time
+	keptRemoved []kept.File
+}
+
+// KeptRemoved lists the kept files this boot removed to stay under the cap.
+func (i *Instance) KeptRemoved() []kept.File {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.keptRemoved
 }
 
 type cleanup struct {
@@ -203,9 +211,11 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	// Every attempt gets its own transcript: a failed start keeps what
 	// QEMU printed, and the next attempt must not collide with it. It
 	// outlives the server, kept with the captures.
-	transcript := filepath.Join(runtimedir.CapturesDir(dir), names.Transcript(m.owner, i.name, i.boot))
+	transcript := filepath.Join(m.cfg.Captures, names.Transcript(m.owner, i.name, i.boot))
+	removed := m.enforceCap() // before this boot adds to what is kept
 	i.mu.Lock()
 	i.transcript = transcript
+	i.keptRemoved = removed
 	i.mu.Unlock()
 	mch, err := qemu.Start(ctx, qemu.Runtime{
 		SerialBase: filepath.Join(dir, names.SerialBase(m.owner, i.name)),
@@ -536,7 +546,7 @@ func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.C
 		return fail(fmt.Errorf("a capture of guest %q is already running into %s: call qemu_pcap_stop first", i.name, running.Path()))
 	}
 	m := i.mgr
-	opts := pcap.Options{Dir: runtimedir.CapturesDir(m.cfg.RuntimeDir),
+	opts := pcap.Options{Dir: m.cfg.Captures,
 		Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot, Snaplen: snaplen, Filter: filter}
 	if f != nil {
 		opts.File, opts.Path = f, f.Name()

@@ -25,7 +25,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
@@ -57,6 +59,16 @@ type Config struct {
 	// RingSize is each console's in-memory buffer; 0 means serial's
 	// default. Older output is read back from the transcript.
 	RingSize int
+	// Captures is where transcripts and captures are kept (see package
+	// kept); empty means the runtime directory's captures directory.
+	Captures string
+	// KeepCap bounds the total size of what Captures keeps: the oldest
+	// files not in use go first, checked at every boot and every
+	// KeepInterval. 0 means kept.DefaultCap.
+	KeepCap int64
+	// KeepInterval is how often the cap is checked while the server runs;
+	// 0 means 30 s.
+	KeepInterval time.Duration
 	// Logger receives what nobody else would see; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -79,6 +91,10 @@ type Manager struct {
 	drives    map[string][]driveClaim // by real path
 	rec       registry.Record
 	recGone   bool // the record was removed at Close: never written again
+
+	keepMu   sync.Mutex // one cap enforcement at a time
+	stopKeep chan struct{}
+	stopOnce sync.Once
 }
 
 type lockRef struct {
@@ -107,17 +123,84 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := os.MkdirAll(runtimedir.CapturesDir(cfg.RuntimeDir), 0o700); err != nil {
+	if cfg.Captures == "" {
+		cfg.Captures = runtimedir.CapturesDir(cfg.RuntimeDir)
+	}
+	if cfg.KeepCap <= 0 {
+		cfg.KeepCap = kept.DefaultCap
+	}
+	if cfg.KeepInterval <= 0 {
+		cfg.KeepInterval = 30 * time.Second
+	}
+	if err := os.MkdirAll(cfg.Captures, 0o700); err != nil {
 		return nil, fmt.Errorf("instance: captures directory: %w", err)
 	}
 	if err := registry.Write(cfg.RuntimeDir, cfg.Record); err != nil {
 		return nil, fmt.Errorf("instance: write registry record: %w", err)
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, log: cfg.Logger, owner: cfg.Record.Owner(),
 		instances: map[string]*Instance{}, boots: map[string]int{},
 		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record,
-	}, nil
+		stopKeep: make(chan struct{}),
+	}
+	go m.keepLoop()
+	return m, nil
+}
+
+// Captures is where transcripts and captures are kept.
+func (m *Manager) Captures() string { return m.cfg.Captures }
+
+// keepLoop holds the kept files to their cap while the server runs: a
+// flooding guest's transcript grows between boots too.
+func (m *Manager) keepLoop() {
+	t := time.NewTicker(m.cfg.KeepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stopKeep:
+			return
+		case <-t.C:
+			m.enforceCap()
+		}
+	}
+}
+
+// enforceCap removes the oldest kept files, never the transcript or capture
+// of an instance that is not stopped, until the rest fits the cap.
+func (m *Manager) enforceCap() []kept.File {
+	m.keepMu.Lock()
+	defer m.keepMu.Unlock()
+	inUse := map[string]bool{}
+	for _, i := range m.List() {
+		if i.State() == Stopped {
+			continue
+		}
+		inUse[i.Transcript()] = true
+		if st, active, ok := i.CaptureStats(); ok && active {
+			inUse[st.Path] = true
+		}
+	}
+	removed, err := kept.Enforce(m.cfg.Captures, m.cfg.KeepCap, func(p string) bool {
+		if inUse[p] {
+			return true
+		}
+		// Another live server's files may be in use by it: never ours
+		// to remove.
+		o, ok := names.KeptOwner(filepath.Base(p))
+		if !ok || o == m.owner {
+			return false
+		}
+		live, _, err := proc.Check(proc.Identity{PID: o.PID, StartTime: o.StartTime})
+		return err != nil || live == proc.Alive
+	})
+	if err != nil {
+		m.log.Warn("hold kept files to their cap", "dir", m.cfg.Captures, "err", err)
+	}
+	for _, f := range removed {
+		m.log.Info("removed the oldest kept file: the kept files passed their cap", "path", f.Path, "size", f.Size, "cap", m.cfg.KeepCap)
+	}
+	return removed
 }
 
 // Owner is the identity every name the server gives carries.
@@ -268,6 +351,7 @@ func (m *Manager) pruneLocked() {
 // and removes the server's record. It waits for boots in progress to
 // unwind. Safe to call more than once.
 func (m *Manager) Close(ctx context.Context) error {
+	m.stopOnce.Do(func() { close(m.stopKeep) })
 	m.mu.Lock()
 	m.closed = true
 	all := make([]*Instance, 0, len(m.instances))

@@ -53,15 +53,16 @@ type BootOutput struct {
 	Instance string      `json:"instance" jsonschema:"the guest's name"`
 	PID      int         `json:"pid" jsonschema:"QEMU's process ID"`
 	Argv     []string    `json:"argv" jsonschema:"the exact QEMU command line"`
-	Files    []qemu.File `json:"files,omitempty" jsonschema:"host files QEMU got as descriptors, named /proc/self/fd/N in argv: the files the host-path policy checked"`
+	Files    []qemu.File `json:"files,omitempty" jsonschema:"checked host files QEMU got as descriptors (/proc/self/fd/N in argv)"`
 	Paths    qemu.Paths  `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
 	Kernel   string      `json:"kernel" jsonschema:"the kernel image booted"`
 	Lock     string      `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
-	Reaped   *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
-	VNC      string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
-	TAP      string         `json:"tap,omitempty" jsonschema:"the TAP device, with network tap"`
-	PCAPPath string         `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
+	Reaped      *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
+	KeptRemoved []string       `json:"kept_removed,omitempty" jsonschema:"old kept files removed to stay under --max-kept"`
+	VNC         string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
+	TAP         string         `json:"tap,omitempty" jsonschema:"the TAP device, with network tap"`
+	PCAPPath    string         `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
 	// Profile is the profile applied, if any.
 	Profile string `json:"profile,omitempty" jsonschema:"the .qemu-mcp.json profile applied"`
 	// Transcript is the complete console log of this boot.
@@ -131,6 +132,9 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		Lock: inst.LockPath(), Reaped: reaped, Profile: prof.name, Transcript: inst.Transcript()}
 	if dev := inst.TAP(); dev != nil {
 		out.TAP = dev.Name
+	}
+	for _, f := range inst.KeptRemoved() {
+		out.KeptRemoved = append(out.KeptRemoved, f.Path)
 	}
 	if st, active, ok := inst.CaptureStats(); ok && active {
 		out.PCAPPath = st.Path

@@ -13,7 +13,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
@@ -36,7 +35,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	if err != nil {
 		return nil, ScreenshotOutput{}, err
 	}
-	captures := runtimedir.CapturesDir(s.cfg.RuntimeDir)
+	captures := s.cfg.Captures
 	if err := os.MkdirAll(captures, 0o700); err != nil {
 		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
 	}

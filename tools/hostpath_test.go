@@ -2,11 +2,14 @@ package tools_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -125,4 +128,59 @@ func TestHostPathFlags(t *testing.T) {
 func atime(fi os.FileInfo) time.Time {
 	st := fi.Sys().(*syscall.Stat_t)
 	return time.Unix(st.Atim.Sec, st.Atim.Nsec)
+}
+
+// Kept files stay under their cap: a new boot removes the oldest transcript
+// of a stopped guest, never the running boot's, nor a file of another live
+// server.
+func TestKeptCap(t *testing.T) {
+	captures := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) { c.Captures = captures; c.KeepCap = 256 << 10 }, nil)
+	var b struct {
+		bootOut
+		Transcript  string   `json:"transcript"`
+		KeptRemoved []string `json:"kept_removed"`
+	}
+	s.mustCall("qemu_boot", map[string]any{"wait_for": prompt}, &b)
+	first := b.Transcript
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "flood 300000", "wait_for": `flood done 300000\r\n`, "max_bytes": 1}, &w)
+	if !w.Matched {
+		t.Fatalf("flood: %+v", w)
+	}
+	// Still running: its transcript is over the cap and stays.
+	s.mustCall("qemu_boot", map[string]any{"instance": "other", "wait_for": prompt}, nil)
+	if fi, err := os.Stat(first); err != nil || fi.Size() < 300000 {
+		t.Fatalf("the running guest's transcript: %v", err)
+	}
+	s.mustCall("qemu_shutdown", nil, nil)
+	s.mustCall("qemu_shutdown", map[string]any{"instance": "other"}, nil)
+
+	// Another live server's transcript, older still: never ours to remove.
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	info, err := proc.Stat(sleep.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(captures, names.Transcript(names.Owner{PID: info.PID, StartTime: info.StartTime}, "default", 1))
+	if err := os.WriteFile(theirs, make([]byte, 300000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(theirs, old, old)
+
+	s.mustCall("qemu_boot", map[string]any{"wait_for": prompt, "restart": true}, &b)
+	if _, err := os.Stat(first); err == nil || len(b.KeptRemoved) == 0 || b.KeptRemoved[0] != first {
+		t.Errorf("the stopped guest's transcript %s past the cap: removed %v", first, b.KeptRemoved)
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("another live server's transcript was removed: %v", err)
+	}
+	if _, err := os.Stat(b.Transcript); err != nil {
+		t.Errorf("the new boot's transcript: %v", err)
+	}
 }

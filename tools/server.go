@@ -59,6 +59,11 @@ type Config struct {
 	// AllowPaths are read-only directories added to the host-path policy
 	// (--allow-path, QEMU_MCP_ALLOW_PATHS).
 	AllowPaths []string
+	// Captures is where transcripts, captures and screenshots are kept
+	// (the state directory's, see package kept); empty means the runtime
+	// directory's. KeepCap bounds their total size (0: kept.DefaultCap).
+	Captures string
+	KeepCap  int64
 	Logger     *slog.Logger
 }
 
@@ -105,12 +110,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Transport == "" {
 		cfg.Transport = registry.TransportStdio
 	}
+	if cfg.Captures == "" {
+		cfg.Captures = runtimedir.CapturesDir(cfg.RuntimeDir)
+	}
 	rec, err := registry.Self(cfg.Transport, cfg.Address, cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
 	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
-		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger})
+		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
+		Captures: cfg.Captures, KeepCap: cfg.KeepCap})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
@@ -128,14 +137,14 @@ func (s *Server) Manager() *instance.Manager { return s.mgr }
 func (s *Server) hostPolicy() hostpath.Policy {
 	return hostpath.Policy{
 		AllowAll: s.cfg.AllowHostAccess, WorkDir: s.cfg.WorkDir,
-		Captures: runtimedir.CapturesDir(s.cfg.RuntimeDir), Images: filepath.Join(s.cfg.RuntimeDir, "images"),
+		Captures: s.cfg.Captures, Images: filepath.Join(s.cfg.RuntimeDir, "images"),
 		ReadOnly: append(slices.Clone(hostpath.FirmwareDirs), s.cfg.AllowPaths...),
 	}
 }
 
 // policy is the host-access boundary for QMP and extra_args.
 func (s *Server) policy() boundary.Policy {
-	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: runtimedir.CapturesDir(s.cfg.RuntimeDir)}
+	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: s.cfg.Captures}
 }
 
 // Close refuses new calls, ends the ones in flight, stops every guest and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/doctor"
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 )
@@ -40,6 +41,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	opts := doctor.Options{
+		Kept:             kept.Captures(kept.Dir(dir)),
 		Cleanup:          *cleanup,
 		TerminateOrphans: *terminate,
 		JSON:             *asJSON,

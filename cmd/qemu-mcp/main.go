@@ -23,6 +23,7 @@ import (
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -48,6 +49,7 @@ func run(args []string, stderr io.Writer) int {
 		tokenFile   = fs.String("token-file", "", "file holding the bearer token HTTP clients must send; required for a non-loopback -http address")
 		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
 		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
+		maxKept     = fs.String("max-kept", "2G", "total size of kept transcripts, captures and screenshots in the state directory ("+kept.Env+"); the oldest go first")
 		allowPaths  []string
 	)
 	fs.Func("allow-path", "let the tools read host files in `DIR` (repeatable; adds to "+hostpath.EnvAllowPaths+", colon-separated)", func(v string) error {
@@ -64,6 +66,11 @@ func run(args []string, stderr io.Writer) int {
 	allowed, err := hostpath.AllowPaths(append([]string{os.Getenv(hostpath.EnvAllowPaths)}, allowPaths...)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "qemu-mcp: -allow-path: %v\n", err)
+		return 2
+	}
+	keepCap, err := kept.ParseSize(*maxKept)
+	if err != nil {
+		fmt.Fprintf(stderr, "qemu-mcp: -max-kept: %v\n", err)
 		return 2
 	}
 	if *maxInst < 1 {
@@ -88,7 +95,14 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "qemu-mcp: %v\n", err)
 		return 1
 	}
+	state := kept.Dir(dir)
+	if err := kept.Ensure(state); err != nil {
+		fmt.Fprintf(stderr, "qemu-mcp: %v\n", err)
+		return 1
+	}
 	cfg := tools.Config{
+		Captures:      kept.Captures(state),
+		KeepCap:       keepCap,
 		RuntimeDir:    dir,
 		BuiltinKernel: qemumcp.TinyKernel,
 		QEMUBinary:    *qemuBin,

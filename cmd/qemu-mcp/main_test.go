@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 func serverCmd(dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append([]string{"-log-level", "debug"}, args...)...)
 	cmd.Env = append(os.Environ(), "QEMU_MCP_TEST_MAIN=server", "QEMU_MCP_RUNTIME_DIR="+dir,
-		"QEMU_MCP_LOCK_FILE="+dir+".lock")
+		"QEMU_MCP_LOCK_FILE="+dir+".lock", "QEMU_MCP_STATE_DIR="+dir+".state")
 	return cmd
 }
 
@@ -68,6 +68,7 @@ func runtimeDir(t *testing.T) string {
 	}
 	t.Cleanup(func() {
 		os.RemoveAll(d)
+		os.RemoveAll(d + ".state")
 		os.Remove(d + ".lock")
 		os.Remove(d + ".lock.guard")
 	})

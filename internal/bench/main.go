@@ -197,7 +197,7 @@ func startServer(ctx context.Context, args ...string) (*server, error) {
 		return nil, err
 	}
 	cmd := exec.Command(*binary, append([]string{"-log-level", "warn"}, args...)...)
-	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock")
+	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock", "QEMU_MCP_STATE_DIR="+dir+"/state")
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {

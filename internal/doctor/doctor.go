@@ -13,10 +13,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
@@ -46,6 +48,9 @@ type Options struct {
 	Now func() time.Time
 	// TermWait bounds the wait for a terminated orphan to exit; 0 means 2s.
 	TermWait time.Duration
+	// Kept is the directory of kept files (transcripts, captures,
+	// screenshots) to report; empty omits it.
+	Kept string
 }
 
 // Result is everything the doctor found and did.
@@ -64,6 +69,16 @@ type Result struct {
 	Cleanup *reaper.Report `json:"cleanup,omitempty"`
 	// Orphans lists the live orphaned stdio servers and what was done.
 	Orphans []Orphan `json:"orphans,omitempty"`
+	// Kept is what the state directory keeps.
+	Kept *Kept `json:"kept,omitempty"`
+}
+
+// Kept is the kept-files section: how much, and the files, oldest first.
+type Kept struct {
+	Dir   string      `json:"dir"`
+	Count int         `json:"count"`
+	Bytes int64       `json:"bytes"`
+	Files []kept.File `json:"files"`
 }
 
 // Lock is the lock section.
@@ -180,6 +195,14 @@ func Collect(dir string, opts Options) (Result, error) {
 		res.Cleanup = &rep
 	}
 
+	if opts.Kept != "" {
+		files, err := kept.List(opts.Kept)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		res.Kept = &Kept{Dir: opts.Kept, Count: len(files), Bytes: kept.Total(files), Files: files}
+	}
+
 	for _, s := range res.Servers {
 		if s.Health == nil || !s.Health.Orphaned {
 			continue
@@ -283,6 +306,12 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 	}
 	if len(res.Unknown) > 0 {
 		p.f("\nunknown entries (never touched): %s\n", strings.Join(res.Unknown, " "))
+	}
+	if k := res.Kept; k != nil {
+		p.f("\nkept in %s: %d file(s), %.1f MiB (the oldest go first past the server's --max-kept cap)\n", k.Dir, k.Count, float64(k.Bytes)/(1<<20))
+		for _, f := range k.Files {
+			p.f("  %s  %10d  %s\n", f.ModTime.Format(time.RFC3339), f.Size, filepath.Base(f.Path))
+		}
 	}
 
 	if r := res.Cleanup; r != nil {

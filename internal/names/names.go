@@ -164,6 +164,27 @@ func Transcript(o Owner, instance string, boot int) string {
 	return "serial-" + o.Tag() + "-" + instance + "-" + strconv.Itoa(boot) + ".log"
 }
 
+// KeptOwner returns the server whose kept file (transcript, capture,
+// screenshot: "<kind>-<pid>-<start>-...") base names, if it names one.
+func KeptOwner(base string) (Owner, bool) {
+	for _, prefix := range []string{"serial-", "capture-", "screenshot-"} {
+		rest, ok := strings.CutPrefix(base, prefix)
+		if !ok {
+			continue
+		}
+		pidS, rest, ok := strings.Cut(rest, "-")
+		if !ok {
+			return Owner{}, false
+		}
+		startS, _, ok := strings.Cut(rest, "-")
+		if !ok {
+			return Owner{}, false
+		}
+		return parseOwner(pidS, startS)
+	}
+	return Owner{}, false
+}
+
 // Entry is what a runtime-directory name says.
 type Entry struct {
 	Owner    Owner
