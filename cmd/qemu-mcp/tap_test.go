@@ -292,3 +292,26 @@ func TestTwoGuestsOnABridge(t *testing.T) {
 		}
 	}
 }
+
+// The Linux guest pings the host side of its TAP (192.0.2.1 inside the
+// test's namespace), which answers.
+func TestLinuxPingsHost(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	ns := netns(t)
+	s := startServerIn(t, ns, runtimeDir(t), "-allow-path", lin.Dir)
+	res := s.call(t, "qemu_boot", map[string]any{
+		"kernel": lin.Kernel, "initrd": lin.Initrd, "append": testguest.LinuxAppend, "memory": "256M",
+		"network": "tap", "tap_cidr": "192.0.2.1/24", "wait_for": testguest.LinuxPrompt, "timeout": 60,
+	}, nil)
+	if res.IsError {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	var w struct {
+		Output string `json:"output"`
+	}
+	res = s.call(t, "serial_send", map[string]any{"data": "ip addr add 192.0.2.15/24 dev eth0 && ip link set eth0 up && ping -c 3 -W 2 192.0.2.1",
+		"wait_for": `packets received`, "timeout": 30}, &w)
+	if res.IsError || !strings.Contains(w.Output, "3 packets transmitted, 3 packets received") {
+		t.Fatalf("ping the host: %s", resultText(res))
+	}
+}
