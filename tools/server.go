@@ -64,7 +64,7 @@ type Config struct {
 	// directory's. KeepCap bounds their total size (0: kept.DefaultCap).
 	Captures string
 	KeepCap  int64
-	Logger     *slog.Logger
+	Logger   *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
