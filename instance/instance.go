@@ -412,16 +412,19 @@ func (i *Instance) Running() (*qemu.Machine, error) {
 	i.mu.Lock()
 	st, mch := i.state, i.machine
 	i.mu.Unlock()
+	// How QEMU ended says more than the cleanup that is still running.
+	if mch != nil {
+		if exit, ok := mch.Exited(); ok {
+			return nil, fmt.Errorf("%w: guest %q %s; call qemu_boot to start it again, serial_read still returns its output", ErrExited, i.name, exit)
+		}
+	}
 	switch {
 	case st == Booting:
 		return nil, fmt.Errorf("guest %q is still booting: wait for its qemu_boot to return", i.name)
 	case st == Stopping:
-		return nil, fmt.Errorf("guest %q is stopping", i.name)
+		return nil, fmt.Errorf("guest %q is stopping: call qemu_boot to start it again once qemu_shutdown returns", i.name)
 	case mch == nil:
 		return nil, fmt.Errorf("guest %q did not start: call qemu_boot again", i.name)
-	}
-	if exit, ok := mch.Exited(); ok {
-		return nil, fmt.Errorf("%w: guest %q %s; call qemu_boot to start it again, serial_read still returns its output", ErrExited, i.name, exit)
 	}
 	if st == Stopped {
 		return nil, fmt.Errorf("guest %q was stopped: call qemu_boot to start it again", i.name)
