@@ -94,6 +94,17 @@ type Spec struct {
 	// before Result.Cursor, but never cuts into the match. 0 means all of
 	// it from since, read back from the transcript if it left the ring.
 	MaxOutput int
+	// Head, with MaxOutput, keeps up to Head of those bytes from the start
+	// (since) instead of the end, in Result.Head: the output is then a
+	// head and a tail, and the bytes between them are elided.
+	Head int
+	// Echo, if not empty, is the line just typed: when the output from
+	// since starts with these exact bytes (the guest echoing what it was
+	// sent), patterns are only searched after them, so a wait for what
+	// was typed finds the guest's answer, not its echo. As soon as the
+	// output differs from Echo, there is no echo and the search starts at
+	// since; while it is a strict prefix of Echo, nothing is searched yet.
+	Echo []byte
 	// Progress, if not nil, is called every ProgressInterval (default one
 	// second) while the wait waits, from the waiting goroutine with no lock
 	// held; it should return quickly.
@@ -129,6 +140,13 @@ type Result struct {
 	Cursor int64
 	// Output is a copy of the bytes [OutputStart, Cursor).
 	Output []byte
+	// Head is a copy of the bytes [Since, Since+len(Head)) when Spec.Head
+	// kept the start of an output longer than Spec.MaxOutput; the bytes
+	// [Since+len(Head), OutputStart) are elided. Nil otherwise.
+	Head []byte
+	// EchoEnd is where the guest's echo of Spec.Echo ended, or Since if
+	// there was none.
+	EchoEnd int64
 	// OutputStart is Since unless MaxOutput cut the front of Output, or
 	// the bytes after Since were lost (see Lost).
 	OutputStart int64
@@ -237,7 +255,7 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 	b.mu.Lock()
 	since = b.clampLocked(since)
 	b.mu.Unlock()
-	w := waiter{b: b, spec: &spec, since: since, winStart: since, ms: ms, npat: len(spec.Patterns)}
+	w := waiter{b: b, spec: &spec, since: since, winStart: since, ms: ms, npat: len(spec.Patterns), echoDone: len(spec.Echo) == 0}
 	idle := false
 	// A panic match waits up to panicLineGrace for the rest of its line.
 	var (
@@ -262,6 +280,9 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 		var window []byte
 		if !evicted {
 			window = b.st.view(w.winStart, end)
+			if !w.echoDone {
+				window = w.skipEcho(window)
+			}
 		}
 		finished := b.finished
 		var changed chan struct{}
@@ -277,6 +298,8 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 			if bytes.IndexByte(window[panicLoc[0]:], '\n') >= 0 || finished || final || idle || graceOver {
 				return w.result(window, panicI, w.rematch(window, panicI, panicLoc)), nil
 			}
+		} else if !w.echoDone {
+			// The echo may still be arriving: nothing to search yet.
 		} else if i, loc := w.scan(window); loc != nil {
 			if i < w.npat || bytes.IndexByte(window[loc[0]:], '\n') >= 0 || finished || final {
 				return w.result(window, i, loc), nil
@@ -335,6 +358,26 @@ type waiter struct {
 	winStart int64      // offset of the window's first byte
 	ms       []*matcher // Patterns, then panic patterns
 	npat     int        // len(Patterns)
+	echoDone bool       // the echo of Spec.Echo was skipped, or there is none
+	echoEnd  int64
+}
+
+// skipEcho decides, once the window tells, whether the output starts with
+// the echo of Spec.Echo, and moves the window past it. The matchers have
+// searched nothing yet, so the window can start later without them
+// shifting.
+func (w *waiter) skipEcho(window []byte) []byte {
+	echo := w.spec.Echo
+	n := min(len(window), len(echo))
+	switch {
+	case !bytes.Equal(window[:n], echo[:n]):
+		w.echoDone, w.echoEnd = true, w.winStart // no echo
+	case n == len(echo):
+		w.echoDone, w.echoEnd = true, w.winStart+int64(n)
+		w.winStart += int64(n)
+		return window[n:]
+	}
+	return window
 }
 
 // rebase moves the window start forward to off (a rune boundary) because
@@ -393,6 +436,27 @@ func (w *waiter) result(window []byte, i int, loc []int) Result {
 	}
 	if loc != nil {
 		outStart = min(outStart, r.Start)
+	}
+	r.EchoEnd = w.since
+	if w.echoEnd > 0 {
+		r.EchoEnd = w.echoEnd
+	}
+	if head := int64(w.spec.Head); head > 0 && outStart > w.since {
+		// Keep the start too, and elide the middle. The tail still holds
+		// the whole match, so it may be longer than MaxOutput-Head.
+		head = min(head, int64(w.spec.MaxOutput)-1)
+		tailStart := r.Cursor - (int64(w.spec.MaxOutput) - head)
+		if loc != nil {
+			tailStart = min(tailStart, r.Start)
+		}
+		if w.since+head < tailStart {
+			if h, hs, _ := w.b.collect(w.since, w.since+head); hs == w.since {
+				r.Head = h
+			}
+			outStart = tailStart
+		} else {
+			outStart = w.since // it all fits: nothing to elide
+		}
 	}
 	var out []byte
 	if outStart < w.winStart {

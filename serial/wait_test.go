@@ -502,3 +502,52 @@ func TestWaitForPanicLine(t *testing.T) {
 		t.Fatalf("look once: %s, %v", flags(r), err)
 	}
 }
+
+// A wait given the line just typed searches after the guest's echo of it,
+// so waiting for what was typed finds the answer; without an echo it
+// searches from since; a partial echo holds the search back.
+func TestWaitForSkipsEcho(t *testing.T) {
+	b := NewBuffer()
+	b.Write([]byte("before "))
+	since := b.End()
+	ch := waitForAsync(context.Background(), b, since, Spec{Patterns: res(`zz-42`), Echo: []byte("echo zz-42"), Timeout: 5 * time.Second})
+	b.Write([]byte("echo zz"))
+	time.Sleep(20 * time.Millisecond)
+	b.Write([]byte("-42\r\n"))
+	time.Sleep(20 * time.Millisecond)
+	b.Write([]byte("zz-42\r\ntiny> "))
+	r := recvFor(t, ch).r
+	if !r.Matched || r.Start != since+int64(len("echo zz-42\r\n")) || r.EchoEnd != since+int64(len("echo zz-42")) {
+		t.Fatalf("matched the echo, or nothing: %+v", r)
+	}
+	if string(r.Output) != "echo zz-42\r\nzz-42" {
+		t.Errorf("output %q: it keeps the echo", r.Output)
+	}
+
+	// No echo: the output differs at once, the search starts at since.
+	since = b.End()
+	b.Write([]byte("zz-42 answered without an echo"))
+	r, err := b.WaitFor(context.Background(), since, Spec{Patterns: res(`zz-42`), Echo: []byte("echo zz-42"), Timeout: -1})
+	if err != nil || !r.Matched || r.Start != since || r.EchoEnd != since {
+		t.Fatalf("no echo: %+v %v", r, err)
+	}
+}
+
+// With Head, an output longer than MaxOutput is its start and its end,
+// the match whole in the end, and the middle elided.
+func TestWaitForHeadAndTail(t *testing.T) {
+	b := NewBuffer()
+	b.Write([]byte(strings.Repeat("a", 100) + strings.Repeat("m", 1000) + strings.Repeat("z", 100) + "DONE"))
+	r, err := b.WaitFor(context.Background(), 0, Spec{Patterns: res(`DONE`), MaxOutput: 200, Head: 50, Timeout: -1})
+	if err != nil || !r.Matched {
+		t.Fatal(r, err)
+	}
+	if string(r.Head) != strings.Repeat("a", 50) || r.OutputStart != r.Cursor-150 || !strings.HasSuffix(string(r.Output), "zDONE") || len(r.Output) != 150 {
+		t.Errorf("head %q, output from %d (%d bytes) %q", r.Head, r.OutputStart, len(r.Output), r.Output)
+	}
+	// Short enough: all of it, no head.
+	r, _ = b.WaitFor(context.Background(), 1100, Spec{Patterns: res(`DONE`), MaxOutput: 200, Head: 50, Timeout: -1})
+	if r.Head != nil || r.OutputStart != 1100 || len(r.Output) != 104 {
+		t.Errorf("short output: head %q, from %d, %d bytes", r.Head, r.OutputStart, len(r.Output))
+	}
+}

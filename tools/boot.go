@@ -27,13 +27,13 @@ type BootInput struct {
 	Kernel      string       `json:"kernel,omitempty" jsonschema:"kernel image path, relative to project_root; omitted: the built-in tiny kernel (prompt 'tiny> ')"`
 	Initrd      string       `json:"initrd,omitempty" jsonschema:"initramfs image (-initrd), relative to project_root"`
 	DTB         string       `json:"dtb,omitempty" jsonschema:"device tree blob (-dtb) replacing QEMU's own, relative to project_root"`
-	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (QEMU's OpenSBI), 'none', or a path relative to project_root; default 'default'"`
+	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (QEMU's OpenSBI, the default), 'none', or a path relative to project_root"`
 	Memory      string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
 	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
 	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
 	Drives      []qemu.Drive `json:"drives,omitempty" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
 	ExtraArgs   []string     `json:"extra_args,omitempty" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
-	Timeout     float64      `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for (fractions allowed); default 60"`
+	Timeout     float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
@@ -50,13 +50,12 @@ type BootInput struct {
 
 // BootOutput is qemu_boot's result.
 type BootOutput struct {
-	Instance string      `json:"instance" jsonschema:"the guest's name"`
-	PID      int         `json:"pid" jsonschema:"QEMU's process ID"`
-	Argv     []string    `json:"argv" jsonschema:"the exact QEMU command line"`
-	Files    []qemu.File `json:"files,omitempty" jsonschema:"checked host files QEMU got as descriptors (/proc/self/fd/N in argv)"`
-	Paths    qemu.Paths  `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
-	Kernel   string      `json:"kernel" jsonschema:"the kernel image booted"`
-	Lock     string      `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
+	Instance string     `json:"instance" jsonschema:"the guest's name"`
+	PID      int        `json:"pid" jsonschema:"QEMU's process ID"`
+	Argv     []string   `json:"argv" jsonschema:"the exact QEMU command line"`
+	Paths    qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
+	Kernel   string     `json:"kernel" jsonschema:"the kernel image booted"`
+	Lock     string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
 	Reaped      *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
 	KeptRemoved []string       `json:"kept_removed,omitempty" jsonschema:"old kept files removed to stay under --max-kept"`
@@ -71,7 +70,16 @@ type BootOutput struct {
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
 
-const defaultBootTimeout = 60 * time.Second
+// defaultBootTimeout ends a boot's wait well inside the 60 s that MCP
+// clients (the TypeScript SDK's default) give a request: a prompt that
+// never comes is a timed_out result, not a protocol time-out. Longer waits
+// are asked for with timeout, and send progress notifications.
+const defaultBootTimeout = 30 * time.Second
+
+// bootMaxBytes keeps a boot result small (about 2,000 characters with the
+// command line and paths): the firmware banner's start and the last lines
+// up to the prompt; the rest is one serial_read away.
+const bootMaxBytes = 640
 
 func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInput) (*mcp.CallToolResult, BootOutput, error) {
 	start := time.Now()
@@ -98,7 +106,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout, panics)
+	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, panics)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
@@ -128,8 +136,12 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		return nil, BootOutput{}, err
 	}
 	m := inst.Machine()
-	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Files: m.Files(), Paths: m.Paths(), Kernel: cfg.Kernel,
-		Lock: inst.LockPath(), Reaped: reaped, Profile: prof.name, Transcript: inst.Transcript()}
+	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel,
+		Lock: inst.LockPath(), Profile: prof.name, Transcript: inst.Transcript()}
+	if reaped != nil {
+		b := reaped.Bounded(10)
+		out.Reaped = &b
+	}
 	if dev := inst.TAP(); dev != nil {
 		out.TAP = dev.Name
 	}
@@ -152,7 +164,6 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		out.WaitResult = w
 	} else {
 		out.Running = true
-		out.MatchIndex = -1
 	}
 	out.ElapsedMS = time.Since(start).Milliseconds()
 	return textResult(bootText(out, p.desc)), out, nil
@@ -161,9 +172,9 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 func bootText(o BootOutput, waitFor string) string {
 	var b strings.Builder
 	if o.Reaped != nil {
-		b.WriteString(o.Reaped.String() + "\n")
+		fmt.Fprintf(&b, "reaped %d dead server(s)\n", len(o.Reaped.DeadServers))
 	}
-	fmt.Fprintf(&b, "booted %q: qemu pid %d in %d ms (lock %s)\n$ %s\n", o.Instance, o.PID, o.ElapsedMS, o.Lock, strings.Join(o.Argv, " "))
+	fmt.Fprintf(&b, "booted %q: qemu pid %d in %d ms\n", o.Instance, o.PID, o.ElapsedMS)
 	if waitFor != "" {
 		b.WriteString(o.WaitResult.summary(waitFor))
 	} else {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,18 +21,31 @@ import (
 type QMPInput struct {
 	Command   string         `json:"command" jsonschema:"QMP command name, such as query-status"`
 	Arguments map[string]any `json:"arguments,omitempty" jsonschema:"the command's arguments object"`
-	Timeout   float64        `json:"timeout,omitempty" jsonschema:"seconds to wait for QEMU's answer; default 30"`
+	Timeout   float64        `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for QEMU's answer"`
+	Offset    int            `json:"offset,omitempty" jsonschema:"first element to return of a long list answer (next_offset of the last call)"`
 	Target
 }
 
 // QMPOutput is qmp_command's result.
 type QMPOutput struct {
-	Return any `json:"return" jsonschema:"QMP's return value"`
+	Return     any    `json:"return" jsonschema:"QMP's return value, or a page of it"`
+	Total      int    `json:"total,omitempty" jsonschema:"elements in the whole list answer, when return is a page of it"`
+	NextOffset int    `json:"next_offset,omitempty" jsonschema:"offset of the next page, when more follows"`
+	Size       int    `json:"size,omitempty" jsonschema:"bytes of the whole answer, when it was too large to return"`
+	SavedTo    string `json:"saved_to,omitempty" jsonschema:"file holding the whole answer, when it was too large to return"`
 }
+
+// qmpBudget bounds the JSON of a QMP answer in a result (about 8,000
+// tokens): a list longer than that comes a page at a time, anything else
+// that large is saved to a file.
+const qmpBudget = 24000
 
 func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPInput) (*mcp.CallToolResult, QMPOutput, error) {
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, QMPOutput{}, fmt.Errorf("command is empty: give a QMP command such as query-status")
+	}
+	if in.Offset < 0 {
+		return nil, QMPOutput{}, fmt.Errorf("offset %d: want 0 or more", in.Offset)
 	}
 	timeout, err := seconds("timeout", in.Timeout, 30*time.Second)
 	if err != nil {
@@ -40,7 +55,7 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	if err := s.policy().QMP(in.Command, in.Arguments); err != nil {
 		return nil, QMPOutput{}, err
 	}
-	_, m, err := s.running(in.Target)
+	inst, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
@@ -54,25 +69,76 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
-	// UseNumber keeps 64-bit integers (addresses, sizes) exact.
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var ret any
-	if err := dec.Decode(&ret); err != nil {
-		return nil, QMPOutput{}, fmt.Errorf("qmp %s: decode answer: %w", in.Command, err)
+	out, err := s.qmpAnswer(inst.Name(), in.Command, raw, in.Offset)
+	if err != nil {
+		return nil, QMPOutput{}, err
 	}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, raw, "", "  ") != nil {
-		pretty.Reset()
-		pretty.Write(raw)
+	text := fmt.Sprintf("qmp %s: %d bytes of answer", in.Command, len(raw))
+	switch {
+	case out.Total > 0:
+		text += fmt.Sprintf("; elements %d to %d of %d", in.Offset, in.Offset+len(out.Return.([]any)), out.Total)
+		if out.NextOffset > 0 {
+			text += fmt.Sprintf(" (next: offset %d)", out.NextOffset)
+		}
+	case out.SavedTo != "":
+		text += "; too large to return, saved to " + out.SavedTo
 	}
-	return textResult(pretty.String()), QMPOutput{Return: ret}, nil
+	return textResult(text), out, nil
+}
+
+// qmpAnswer fits an answer into the budget: whole, a page of a list, or
+// saved to a file in the captures directory.
+func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset int) (QMPOutput, error) {
+	decode := func(b []byte) (any, error) {
+		// UseNumber keeps 64-bit integers (addresses, sizes) exact.
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("qmp %s: decode answer: %w", command, err)
+		}
+		return v, nil
+	}
+	if len(raw) <= qmpBudget && offset == 0 {
+		v, err := decode(raw)
+		return QMPOutput{Return: v}, err
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) == nil {
+		if offset > len(list) {
+			return QMPOutput{}, fmt.Errorf("offset %d: the answer has %d elements", offset, len(list))
+		}
+		page := []any{}
+		size := 0
+		for _, e := range list[offset:] {
+			if len(page) > 0 && size+len(e) > qmpBudget {
+				break
+			}
+			v, err := decode(e)
+			if err != nil {
+				return QMPOutput{}, err
+			}
+			page = append(page, v)
+			size += len(e) + 1
+		}
+		out := QMPOutput{Return: page, Total: len(list)}
+		if end := offset + len(page); end < len(list) {
+			out.NextOffset = end
+		}
+		return out, nil
+	}
+	// One large object: the whole of it in a file, nothing lost.
+	path := filepath.Join(s.cfg.Captures, fmt.Sprintf("answer-%s-%s-%d.json", s.mgr.Owner().Tag(), instance, s.seq.Add(1)))
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return QMPOutput{}, fmt.Errorf("qmp %s: the answer (%d bytes) is too large to return, and saving it failed: %w", command, len(raw), err)
+	}
+	return QMPOutput{Size: len(raw), SavedTo: path}, nil
 }
 
 // ShutdownInput is qemu_shutdown's arguments.
 type ShutdownInput struct {
-	Method  string  `json:"method,omitempty" jsonschema:"quit (default: QMP quit, disks flushed), powerdown (ask the guest via system_powerdown first) or kill"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to give the polite step before SIGTERM, then SIGKILL; default 10"`
+	Method  string  `json:"method,omitempty" default:"quit" jsonschema:"quit (QMP quit, disks flushed), powerdown (ask the guest via system_powerdown first) or kill"`
+	Timeout float64 `json:"timeout,omitempty" default:"10" jsonschema:"seconds to give the polite step before SIGTERM, then SIGKILL"`
 	Force   bool    `json:"force,omitempty" jsonschema:"SIGKILL at once"`
 	Target
 }
@@ -132,6 +198,7 @@ type StatusOutput struct {
 	Exited      bool          `json:"exited"`
 	ExitStatus  *int          `json:"exit_status,omitempty"`
 	Argv        []string      `json:"argv,omitempty"`
+	Files       []qemu.File   `json:"files,omitempty" jsonschema:"checked host files QEMU got as descriptors (/proc/self/fd/N in argv)"`
 	Paths       qemu.Paths    `json:"paths"`
 	SerialBytes int64         `json:"serial_bytes" jsonschema:"bytes of serial output so far (the cursor of its end)"`
 	ReadCursor  int64         `json:"read_cursor" jsonschema:"where the next serial_read without since starts"`
@@ -181,6 +248,7 @@ func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, t Target) (*m
 	out.Booted = true
 	out.PID = m.PID()
 	out.Argv = m.Argv()
+	out.Files = m.Files()
 	out.Paths = m.Paths()
 	out.SerialBytes = info.SerialBytes
 	out.UptimeMS = info.Uptime.Milliseconds()
@@ -201,64 +269,64 @@ func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, t Target) (*m
 func (s *Server) register(ms *mcp.Server) {
 	f := false
 	t := true
-	mcp.AddTool(ms, &mcp.Tool{
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_boot",
-		Description: "Boot a riscv64 guest under qemu-system-riscv64 (virt board) as a named instance, optionally waiting for a pattern on its serial console. Without kernel, boots the built-in tiny kernel (prompt 'tiny> '). Fails if that instance already runs unless restart is true.",
+		Description: "Boot a riscv64 guest under qemu-system-riscv64 (virt board) as a named instance, optionally waiting for a pattern on its serial console. Without kernel, boots the built-in tiny kernel (prompt 'tiny> '). Fails if that instance already runs unless restart is true. The result's output is short (its start and end); read the rest with serial_read from output_start.",
 		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
-	}, handle(s, s.boot))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.boot)
+	add(s, ms, &mcp.Tool{
 		Name:        "serial_send",
-		Description: "Type data on the guest's serial console followed by a newline, optionally waiting for a regex in the output that follows.",
+		Description: "Type data on the guest's serial console followed by a newline, optionally waiting for a regex in the guest's answer (the wait starts after the guest's echo of the line). Output is kept, never consumed: a long output comes back as its start and end, with elided giving the cursors of the middle to read with serial_read.",
 		Annotations: &mcp.ToolAnnotations{Title: "Send to serial console", DestructiveHint: &t, OpenWorldHint: &f},
-	}, handle(s, s.send))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.send)
+	add(s, ms, &mcp.Tool{
 		Name:        "serial_read",
-		Description: "Read serial console output from a cursor (default: where the last read ended); nothing is consumed or lost. With wait_for, waits for a regex. A timeout is a normal result with timed_out true.",
+		Description: "Read serial console output from a cursor (default: where the last read ended), at most max_bytes a page: pass the result's cursor as since to page on; nothing is consumed or lost. With wait_for, waits for a regex. A timeout is a normal result with timed_out true.",
 		Annotations: &mcp.ToolAnnotations{Title: "Read serial console", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, handle(s, s.read))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.read)
+	add(s, ms, &mcp.Tool{
 		Name:        "qmp_command",
-		Description: "Run a QEMU Machine Protocol command (e.g. query-status, query-cpus-fast, system_reset) and return its 'return' value. QMP errors come back as tool errors with their class.",
+		Description: "Run a QEMU Machine Protocol command (e.g. query-status, query-cpus-fast, system_reset) and return its 'return' value; a long list comes a page at a time (offset, next_offset). QMP errors come back as tool errors with their class.",
 		Annotations: &mcp.ToolAnnotations{Title: "QMP command", DestructiveHint: &t, OpenWorldHint: &f},
-	}, handle(s, s.qmpCommand))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.qmpCommand)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_shutdown",
 		Description: "Stop QEMU (QMP quit, or system_powerdown first; then SIGTERM, then SIGKILL of the exact process) and remove its FIFOs and socket. Reports how it ended and the exit status.",
 		Annotations: &mcp.ToolAnnotations{Title: "Shut down QEMU", DestructiveHint: &t, IdempotentHint: true, OpenWorldHint: &f},
-	}, handle(s, s.shutdown))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.shutdown)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_status",
 		Description: "A guest's state (booting, running, stopping, stopped), pid, uptime, exit status if it exited, command line, paths, and bytes of serial output so far.",
 		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, handle(s, s.status))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.status)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_screenshot",
 		Description: "Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true.",
 		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, handle(s, s.screenshot))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.screenshot)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_send_key",
 		Description: "Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another.",
 		Annotations: &mcp.ToolAnnotations{Title: "Send key", DestructiveHint: &t, OpenWorldHint: &f},
-	}, handle(s, s.sendKey))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.sendKey)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_type_text",
 		Description: "Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed.",
 		Annotations: &mcp.ToolAnnotations{Title: "Type text", DestructiveHint: &t, OpenWorldHint: &f},
-	}, handle(s, s.typeText))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.typeText)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_mouse",
 		Description: "Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there.",
 		Annotations: &mcp.ToolAnnotations{Title: "Mouse", DestructiveHint: &t, OpenWorldHint: &f},
-	}, handle(s, s.mouse))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.mouse)
+	add(s, ms, &mcp.Tool{
 		Name:        "server_info",
 		Description: "This server's version and VCS revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and its holder, and health: degraded when the binary changed on disk since start or dead servers left files behind.",
 		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, handle(s, s.serverInfo))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.serverInfo)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_list",
 		Description: "List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output.",
 		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, handle(s, s.list))
+	}, s.list)
 }

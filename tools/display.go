@@ -39,7 +39,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	if err := os.MkdirAll(captures, 0o700); err != nil {
 		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
 	}
-	n := s.shots.Add(1)
+	n := s.seq.Add(1)
 	// QEMU writes the file itself; a fresh name in our private directory
 	// means nothing else can be there.
 	path := filepath.Join(captures, fmt.Sprintf("screenshot-%s-%s-%d.png", s.mgr.Owner().Tag(), inst.Name(), n))
@@ -74,7 +74,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 // KeyInput is qemu_send_key's arguments.
 type KeyInput struct {
 	Keys     string `json:"keys" jsonschema:"key combination pressed together, such as ctrl-alt-delete, shift-a, ret; several combinations separated by spaces are sent one after another"`
-	HoldTime int    `json:"hold_time,omitempty" jsonschema:"milliseconds the keys are held; default 100"`
+	HoldTime int    `json:"hold_time,omitempty" default:"100" jsonschema:"milliseconds the keys are held"`
 	Target
 }
 
@@ -145,7 +145,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // TypeInput is qemu_type_text's arguments.
 type TypeInput struct {
 	Text    string `json:"text" jsonschema:"text to type on the guest's keyboard (US layout); \\n is Return, \\t is Tab"`
-	DelayMS int    `json:"delay_ms,omitempty" jsonschema:"milliseconds between characters; default 50"`
+	DelayMS int    `json:"delay_ms,omitempty" default:"50" jsonschema:"milliseconds between characters"`
 	Target
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -16,7 +15,7 @@ import (
 type PcapStartInput struct {
 	Path    string `json:"path,omitempty" jsonschema:"capture file to create (must not exist); default a new file under the captures directory"`
 	Filter  string `json:"filter,omitempty" jsonschema:"capture filter, a tcpdump subset: arp ip ip6 icmp icmp6 tcp udp, [src|dst] host A, [src|dst] net A/N, [tcp|udp] [src|dst] port N, ether host MAC, broadcast, multicast, not and or ( )"`
-	Snaplen int    `json:"snaplen,omitempty" jsonschema:"bytes kept per packet; default 65535"`
+	Snaplen int    `json:"snaplen,omitempty" default:"65535" jsonschema:"bytes kept per packet"`
 	Target
 }
 
@@ -78,9 +77,12 @@ func (s *Server) pcapStop(_ context.Context, _ *mcp.CallToolRequest, t Target) (
 type PcapReadInput struct {
 	Path  string `json:"path,omitempty" jsonschema:"capture file, in the project or the captures directory; default the guest's running or last capture"`
 	From  int    `json:"from,omitempty" jsonschema:"first packet number (1-based); default where the last read of this file ended"`
-	Count int    `json:"count,omitempty" jsonschema:"most packets to return; default 100"`
+	Count int    `json:"count,omitempty" default:"100" jsonschema:"most packets to return"`
 	Target
 }
+
+// pcapBudget bounds a qemu_pcap_read result (about 8,000 tokens).
+const pcapBudget = 24000
 
 // PcapReadOutput is qemu_pcap_read's result.
 type PcapReadOutput struct {
@@ -144,38 +146,43 @@ func (s *Server) pcapRead(_ context.Context, _ *mcp.CallToolRequest, in PcapRead
 	if err != nil {
 		return nil, PcapReadOutput{}, fmt.Errorf("read capture: %w", err)
 	}
+	// Within the result budget: the packets that fit, and next says
+	// where the rest starts.
+	size := 0
+	for k, p := range sums {
+		if size += len(p.Text) + 120; size > pcapBudget && k > 0 {
+			sums, next = sums[:k], p.Index
+			break
+		}
+	}
 	s.pcapMu.Lock()
 	if s.readFrom == nil {
 		s.readFrom = map[string]int{}
 	}
 	s.readFrom[path] = next
 	s.pcapMu.Unlock()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d packet(s), next %d\n", path, len(sums), next)
-	for _, p := range sums {
-		fmt.Fprintf(&b, "%d %s\n", p.Index, p.Text)
-	}
+	text := fmt.Sprintf("%s: %d packet(s), next %d", path, len(sums), next)
 	if sums == nil {
 		sums = []pcap.Summary{}
 	}
-	return textResult(b.String()), PcapReadOutput{Path: path, Packets: sums, Next: next}, nil
+	return textResult(text), PcapReadOutput{Path: path, Packets: sums, Next: next}, nil
 }
 
 func (s *Server) registerNetwork(ms *mcp.Server) {
 	f := false
-	mcp.AddTool(ms, &mcp.Tool{
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_pcap_start",
 		Description: "Start capturing a guest's traffic on its own TAP (boot with network: \"tap\"), in-process, into a pcap file that Wireshark and tcpdump open.",
 		Annotations: &mcp.ToolAnnotations{Title: "Start capture", OpenWorldHint: &f},
-	}, handle(s, s.pcapStart))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.pcapStart)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_pcap_stop",
 		Description: "Stop the running capture; returns its path and counts of packets, bytes, drops and filtered-out packets. The file is kept.",
 		Annotations: &mcp.ToolAnnotations{Title: "Stop capture", OpenWorldHint: &f},
-	}, handle(s, s.pcapStop))
-	mcp.AddTool(ms, &mcp.Tool{
+	}, s.pcapStop)
+	add(s, ms, &mcp.Tool{
 		Name:        "qemu_pcap_read",
 		Description: "Read captured packets as one-line summaries like tcpdump's (time, Ethernet, ARP, IPv4/IPv6, ICMP, UDP, TCP, DHCP, DNS), from a packet number, at most count at a time; works while the capture runs.",
 		Annotations: &mcp.ToolAnnotations{Title: "Read capture", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, handle(s, s.pcapRead))
+	}, s.pcapRead)
 }

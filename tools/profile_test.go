@@ -38,6 +38,14 @@ func TestProfiles(t *testing.T) {
 	}
 	// The default profile: its prompt is the wait_for.
 	s.mustCall("qemu_boot", map[string]any{"project_root": root}, &b)
+	var st struct {
+		Files []struct {
+			FD   int    `json:"fd"`
+			Path string `json:"path"`
+		} `json:"files"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	b.Files = st.Files
 	argv := strings.Join(b.Argv, " ")
 	if b.Profile != "dev" || !b.Matched || !strings.Contains(argv, "-m 64M") || len(b.Files) != 2 || b.Files[0].Path != filepath.Join(root, "disk.img") ||
 		!strings.Contains(argv, fmt.Sprintf("-drive file=/proc/self/fd/%d,format=raw,if=none,id=drive0,readonly=on", b.Files[0].FD)) {

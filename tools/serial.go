@@ -19,59 +19,73 @@ import (
 // WaitOptions are the wait and text arguments that qemu_boot, serial_send
 // and serial_read share.
 type WaitOptions struct {
-	WaitFor       any      `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \r\n, so write \r?\n (or $ for the end of the output so far)"`
+	WaitFor       any      `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \\r\\n, so write \\r?\\n (or $ for the end of the output so far)"`
 	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console has been quiet this many milliseconds (idle: true)"`
 	PanicPatterns []string `json:"panic_patterns,omitempty" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
-	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return (a wait keeps the last ones, up to the match); default 65536"`
+	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return: a longer output is its start and its end, the middle elided (see elided); default 16384 (qemu_boot 640), at most 32768"`
 	Raw           bool     `json:"raw,omitempty" jsonschema:"return the bytes as they came (base64 with encoding: base64 when not valid UTF-8) instead of text with terminal escapes stripped and \\r\\n made \\n"`
 }
 
 // WaitResult is the part of a result that reports serial output and how a
-// wait ended; qemu_boot, serial_send and serial_read share it.
+// wait ended; qemu_boot, serial_send and serial_read share it. Each piece of
+// console text is in it once (output); positions say the rest. Flags that
+// are false are left out.
 type WaitResult struct {
-	Output      string   `json:"output" jsonschema:"serial output from output_start to cursor (text unless raw)"`
+	Output      string   `json:"output" jsonschema:"serial output from output_start to cursor (text unless raw); with elided set, its start and its end around a marked gap"`
 	Encoding    string   `json:"encoding,omitempty" jsonschema:"base64 when raw output was not valid UTF-8"`
 	OutputStart int64    `json:"output_start" jsonschema:"cursor of the first byte of output"`
-	Truncated   bool     `json:"truncated" jsonschema:"output was cut to max_bytes: read from the cursors given to see the rest"`
+	Elided      *Span    `json:"elided,omitempty" jsonschema:"cursors of the middle left out of output to stay within max_bytes: read it with serial_read since start"`
+	Truncated   bool     `json:"truncated,omitempty" jsonschema:"output was cut to max_bytes: read from the cursors given to see the rest"`
 	Lost        bool     `json:"lost,omitempty" jsonschema:"bytes before output_start are gone for good (no transcript held them)"`
 	Matched     bool     `json:"matched" jsonschema:"a wait_for pattern matched"`
-	MatchIndex  int      `json:"match_index" jsonschema:"index of the pattern that matched in the wait_for list, or -1"`
+	MatchIndex  *int     `json:"match_index,omitempty" jsonschema:"index of the pattern that matched in the wait_for list"`
 	Match       string   `json:"match,omitempty" jsonschema:"the text that matched"`
-	Before      string   `json:"before,omitempty" jsonschema:"the output before the match"`
+	MatchStart  int64    `json:"match_start,omitempty" jsonschema:"cursor where the match begins"`
+	EchoEnd     int64    `json:"echo_end,omitempty" jsonschema:"cursor where the guest's echo of the data sent ended: the wait searched from there"`
 	Groups      []string `json:"groups,omitempty" jsonschema:"the match's capture groups"`
 	Cursor      int64    `json:"cursor" jsonschema:"serial cursor after this result: just past the match, or the end; pass it as since to continue"`
-	TimedOut    bool     `json:"timed_out" jsonschema:"the timeout passed before anything else ended the wait"`
-	Idle        bool     `json:"idle" jsonschema:"the console was quiet for idle_ms"`
-	Panicked    bool     `json:"panicked" jsonschema:"a panic pattern matched: the guest crashed"`
+	TimedOut    bool     `json:"timed_out,omitempty" jsonschema:"the timeout passed before anything else ended the wait"`
+	Idle        bool     `json:"idle,omitempty" jsonschema:"the console was quiet for idle_ms"`
+	Panicked    bool     `json:"panicked,omitempty" jsonschema:"a panic pattern matched: the guest crashed"`
 	PanicMatch  string   `json:"panic_match,omitempty" jsonschema:"the panic line"`
-	Exited      bool     `json:"exited" jsonschema:"QEMU has exited"`
+	Exited      bool     `json:"exited,omitempty" jsonschema:"QEMU has exited"`
 	ExitStatus  *int     `json:"exit_status,omitempty" jsonschema:"QEMU's exit status, once it exited (128+n when killed by signal n)"`
 	Running     bool     `json:"running" jsonschema:"QEMU is running"`
 }
 
+// Span is a range of serial cursors [start, end).
+type Span struct {
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+}
+
+// summary is the text content of a result: one line that says how the wait
+// ended and where the output is; the output itself is in the structured
+// content once.
 func (w WaitResult) summary(pattern string) string {
 	var b strings.Builder
 	switch {
 	case w.Matched:
-		fmt.Fprintf(&b, "matched %q (cursor %d)\n", w.Match, w.Cursor)
+		fmt.Fprintf(&b, "matched %q at cursor %d", w.Match, w.MatchStart)
 	case w.Panicked:
-		fmt.Fprintf(&b, "PANIC: %s (cursor %d)\n", w.PanicMatch, w.Cursor)
+		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
 	case w.Exited:
-		fmt.Fprintf(&b, "guest exited (status %d) before %s appeared (cursor %d)\n", deref(w.ExitStatus), pattern, w.Cursor)
+		fmt.Fprintf(&b, "guest exited (status %d) before %s appeared", deref(w.ExitStatus), pattern)
 	case w.Idle:
-		fmt.Fprintf(&b, "console idle (cursor %d)\n", w.Cursor)
+		b.WriteString("console idle")
 	case w.TimedOut:
-		fmt.Fprintf(&b, "timed out waiting for %s (cursor %d)\n", pattern, w.Cursor)
+		fmt.Fprintf(&b, "timed out waiting for %s", pattern)
 	default:
-		fmt.Fprintf(&b, "cursor %d\n", w.Cursor)
+		b.WriteString("output read")
 	}
-	if w.Truncated {
-		fmt.Fprintf(&b, "[output cut to its last bytes: it starts at cursor %d]\n", w.OutputStart)
+	fmt.Fprintf(&b, "; output %d..%d", w.OutputStart, w.Cursor)
+	if w.Elided != nil {
+		fmt.Fprintf(&b, " with %d..%d elided", w.Elided.Start, w.Elided.End)
 	}
 	if w.Lost {
-		fmt.Fprintf(&b, "[output before cursor %d is lost]\n", w.OutputStart)
+		fmt.Fprintf(&b, "; output before cursor %d is lost", w.OutputStart)
 	}
-	b.WriteString(w.Output)
+	fmt.Fprintf(&b, "; next read from cursor %d\n", w.Cursor)
 	return b.String()
 }
 
@@ -158,7 +172,7 @@ func (p waitPlan) active() bool { return len(p.spec.Patterns) > 0 || p.spec.Idle
 
 // plan validates the shared wait arguments; extra are the boot profile's
 // panic patterns, added to the defaults unless panic_patterns is given.
-func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, extra []*regexp.Regexp) (waitPlan, error) {
+func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, defMax int, extra []*regexp.Regexp) (waitPlan, error) {
 	maxBytes := o.MaxBytes
 	pats, desc, err := patterns(o.WaitFor)
 	if err != nil {
@@ -171,13 +185,21 @@ func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, extra [
 	if o.IdleMS < 0 {
 		return waitPlan{}, fmt.Errorf("idle_ms %d: want a positive number", o.IdleMS)
 	}
+	if maxBytes > maxMaxBytes {
+		return waitPlan{}, fmt.Errorf("max_bytes %d: at most %d a result (a client refuses larger results); page with the cursors instead", maxBytes, maxMaxBytes)
+	}
 	if maxBytes < 0 {
 		return waitPlan{}, fmt.Errorf("max_bytes %d: want a positive number", maxBytes)
 	}
 	if maxBytes == 0 {
-		maxBytes = defaultMaxBytes
+		maxBytes = defMax
 	}
 	p := waitPlan{spec: serial.Spec{Patterns: pats, Idle: time.Duration(o.IdleMS) * time.Millisecond, Timeout: t, MaxOutput: maxBytes}, desc: desc, raw: o.Raw, max: maxBytes}
+	if !o.Raw {
+		// A quarter for the start: what a long output began with is often
+		// as telling as how it ended.
+		p.spec.Head = maxBytes / 4
+	}
 	if desc == "" && p.spec.Idle > 0 {
 		p.desc = "idle"
 	}
@@ -212,7 +234,15 @@ func render(b []byte, raw bool) (string, string) {
 	return serial.Clean(b), ""
 }
 
-const defaultMaxBytes = 64 << 10
+// defaultMaxBytes keeps a result with a full page of output near 16 KiB
+// of text, about 5,000 tokens: well inside the 25,000 a client such as
+// Claude Code accepts, with room for the other fields.
+const defaultMaxBytes = 16 << 10
+
+// maxMaxBytes bounds what max_bytes may ask for: 32 KiB of console text
+// stays well under Claude Code's 25,000-token limit even where it
+// tokenizes badly (hex dumps, line noise).
+const maxMaxBytes = 32 << 10
 
 // wait runs plan on the guest's console from since and records where it
 // ended as the guest's read cursor. Timing out is a normal result, not an
@@ -238,15 +268,28 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 		return WaitResult{}, fmt.Errorf("wait for %s: %w", p.desc, err)
 	}
 	w := WaitResult{
-		Matched: res.Matched, MatchIndex: res.Index, TimedOut: res.TimedOut, Idle: res.Idle,
+		Matched: res.Matched, TimedOut: res.TimedOut, Idle: res.Idle,
 		Panicked: res.Panicked, PanicMatch: res.PanicMatch, Cursor: res.Cursor,
 		OutputStart: res.OutputStart, Lost: res.Lost, Truncated: res.OutputStart > res.Since && !res.Lost,
 		Groups: res.Groups,
 	}
+	if res.EchoEnd > res.Since {
+		w.EchoEnd = res.EchoEnd
+	}
 	w.Output, w.Encoding = render(res.Output, p.raw)
+	if res.Head != nil {
+		// The start and the end, the gap marked where the agent reads.
+		headEnd := res.Since + int64(len(res.Head))
+		w.Elided = &Span{Start: headEnd, End: res.OutputStart}
+		head, _ := render(res.Head, false)
+		w.Output = fmt.Sprintf("%s\n[... %d bytes elided: serial_read since %d ...]\n%s", head, res.OutputStart-headEnd, headEnd, w.Output)
+		w.OutputStart = res.Since
+	}
 	if res.Matched {
+		i := res.Index
+		w.MatchIndex = &i
 		w.Match, _ = render(res.Match, p.raw)
-		w.Before, _ = render(res.Before, p.raw)
+		w.MatchStart = res.Start
 	}
 	setExit(&w, in.Machine())
 	in.SetReadCursor(w.Cursor)
@@ -265,10 +308,11 @@ func setExit(w *WaitResult, m *qemu.Machine) {
 
 // SendInput is serial_send's arguments.
 type SendInput struct {
-	Data        string  `json:"data" jsonschema:"text to type on the serial console; control characters pass through (\u0003 is Ctrl-C); each line gets the newline"`
-	Newline     string  `json:"newline,omitempty" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
+	Data        string  `json:"data" jsonschema:"text to type on the serial console; control characters pass through (\\u0003 is Ctrl-C); each line gets the newline"`
+	Newline     string  `json:"newline,omitempty" default:"cr" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
 	CharDelayMS int     `json:"char_delay_ms,omitempty" jsonschema:"milliseconds between bytes, for guests without a UART FIFO that drop fast input"`
-	Timeout     float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for; default 30"`
+	MatchEcho   bool    `json:"match_echo,omitempty" jsonschema:"let wait_for match the guest's echo of the first line sent; by default the wait starts after that echo"`
+	Timeout     float64 `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for"`
 	Target
 	WaitOptions
 }
@@ -297,7 +341,7 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	if in.CharDelayMS < 0 || in.CharDelayMS > 1000 {
 		return nil, SendOutput{}, fmt.Errorf("char_delay_ms %d: want 0 to 1000", in.CharDelayMS)
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second, spec.Panics)
+	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second, defaultMaxBytes, spec.Panics)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
@@ -320,9 +364,16 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	}
 	out := SendOutput{Written: n}
 	if !p.active() {
-		out.Cursor, out.OutputStart, out.MatchIndex = from, from, -1
+		out.Cursor, out.OutputStart = from, from
 		setExit(&out.WaitResult, m)
 		return textResult(fmt.Sprintf("wrote %d bytes; output from cursor %d on is waiting for serial_read", n, from)), out, nil
+	}
+	if !in.MatchEcho {
+		// The guest's echo of the first line is not its answer: the wait
+		// starts after it (if the guest echoes at all).
+		if line, _, _ := strings.Cut(strings.ReplaceAll(in.Data, "\r\n", "\n"), "\n"); line != "" {
+			p.spec.Echo = []byte(line)
+		}
 	}
 	out.WaitResult, err = s.wait(ctx, req, inst, from, p)
 	if err != nil {
@@ -334,7 +385,7 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 // ReadInput is serial_read's arguments.
 type ReadInput struct {
 	Since   *int64  `json:"since,omitempty" jsonschema:"cursor to read from; default where the last read or wait ended; output older than the in-memory ring comes from the transcript"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds to wait for wait_for or idle_ms; default 5"`
+	Timeout float64 `json:"timeout,omitempty" default:"5" jsonschema:"seconds to wait for wait_for or idle_ms"`
 	Target
 	WaitOptions
 }
@@ -348,7 +399,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	if m == nil {
 		return nil, WaitResult{}, fmt.Errorf("guest %q has no console: its boot did not start QEMU; call qemu_boot", inst.Name())
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second, inst.Spec().Panics)
+	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second, defaultMaxBytes, inst.Spec().Panics)
 	if err != nil {
 		return nil, WaitResult{}, err
 	}
@@ -383,7 +434,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 			data = data[:k]
 		}
 	}
-	w := WaitResult{OutputStart: page.Start, Cursor: page.Start + int64(len(data)), Lost: page.Lost > 0, MatchIndex: -1}
+	w := WaitResult{OutputStart: page.Start, Cursor: page.Start + int64(len(data)), Lost: page.Lost > 0}
 	w.Truncated = w.Cursor < end
 	w.Output, w.Encoding = render(data, p.raw)
 	setExit(&w, m)
@@ -400,6 +451,5 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 		fmt.Fprintf(&b, "; guest exited with status %d", *w.ExitStatus)
 	}
 	b.WriteString("\n")
-	b.WriteString(w.Output)
 	return textResult(b.String()), w, nil
 }

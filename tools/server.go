@@ -5,7 +5,9 @@
 package tools
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -86,7 +88,7 @@ type Server struct {
 	started time.Time
 	// qemuVersion is asked of the emulator on first use, then kept.
 	qemuVersion func() string
-	shots       atomic.Int64
+	seq         atomic.Int64 // numbers the files this server saves (screenshots, answers)
 
 	pcapMu   sync.Mutex
 	readFrom map[string]int // packet cursor per capture file for qemu_pcap_read
@@ -157,7 +159,7 @@ func (s *Server) Close(ctx context.Context) error {
 
 // Target names the guest a call is for.
 type Target struct {
-	Instance string `json:"instance,omitempty" jsonschema:"guest name; default \"default\""`
+	Instance string `json:"instance,omitempty" default:"default" jsonschema:"guest name"`
 }
 
 func (t Target) name() string {
@@ -192,10 +194,25 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		Instructions: instructions,
 		Logger:       s.log,
 	})
+	ms.AddReceivingMiddleware(nullArguments)
 	s.register(ms)
 	s.registerNetwork(ms)
 	s.registerResources(ms)
 	return ms
+}
+
+// nullArguments turns a tool call's "arguments": null into {}: the SDK
+// decodes null into a nil map and then panics applying the schemas'
+// defaults to it, which would end the session of a client that sends it.
+func nullArguments(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && p != nil {
+			if a := bytes.TrimSpace(p.Arguments); len(a) == 0 || bytes.Equal(a, []byte("null")) {
+				p.Arguments = json.RawMessage("{}")
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 const instructions = `qemu-mcp boots a riscv64 guest under qemu-system-riscv64 and drives it.

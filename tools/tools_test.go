@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -102,6 +103,10 @@ func (s *session) call(name string, args map[string]any, out any) *mcp.CallToolR
 		s.t.Fatalf("%s: protocol error: %v", name, err)
 	}
 	if out != nil && !res.IsError {
+		// Fields a result leaves out (false flags) must read as zero, not
+		// as what an earlier call left in out.
+		v := reflect.ValueOf(out).Elem()
+		v.Set(reflect.Zero(v.Type()))
 		b, _ := json.Marshal(res.StructuredContent)
 		if err := json.Unmarshal(b, out); err != nil {
 			s.t.Fatalf("%s: decode %s: %v", name, b, err)
@@ -382,20 +387,36 @@ func TestQMP(t *testing.T) {
 	s.wantError("qmp_command", map[string]any{"command": "no-such-command"}, `refused by rule "unlisted"`, "--allow-host-access")
 	s.wantError("qmp_command", map[string]any{"command": "query-cpus-fast", "arguments": map[string]any{"bogus": 1}}, "GenericError")
 
-	res := s.call("qmp_command", map[string]any{"command": "query-qmp-schema"}, nil)
-	if res.IsError {
-		t.Fatalf("query-qmp-schema: %s", text(res))
+	// query-qmp-schema (about 200 KB, over 1,000 entries) comes a page at a
+	// time within the result budget, and the pages hold every entry.
+	var got, total, pages int
+	for offset := 0; ; pages++ {
+		res := s.call("qmp_command", map[string]any{"command": "query-qmp-schema", "offset": offset}, nil)
+		if res.IsError {
+			t.Fatalf("query-qmp-schema: %s", text(res))
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		if len(raw) > 30000 {
+			t.Errorf("page at offset %d is %d bytes", offset, len(raw))
+		}
+		var page struct {
+			Return     []map[string]any `json:"return"`
+			Total      int              `json:"total"`
+			NextOffset int              `json:"next_offset"`
+		}
+		json.Unmarshal(raw, &page)
+		got += len(page.Return)
+		total = page.Total
+		if page.NextOffset == 0 {
+			break
+		}
+		if page.NextOffset != offset+len(page.Return) {
+			t.Fatalf("next_offset %d after %d entries from %d", page.NextOffset, len(page.Return), offset)
+		}
+		offset = page.NextOffset
 	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	if len(raw) < 64<<10 {
-		t.Errorf("query-qmp-schema answer is %d bytes; the test needs > 64 KiB", len(raw))
-	}
-	var schema struct {
-		Return []map[string]any `json:"return"`
-	}
-	json.Unmarshal(raw, &schema)
-	if len(schema.Return) < 100 {
-		t.Errorf("schema has %d entries", len(schema.Return))
+	if total < 1000 || got != total || pages < 5 {
+		t.Errorf("query-qmp-schema: %d of %d entries in %d pages", got, total, pages+1)
 	}
 	// QMP still works after the large answer.
 	s.mustCall("qmp_command", map[string]any{"command": "query-status"}, &st)

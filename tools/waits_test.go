@@ -16,9 +16,10 @@ import (
 
 type waitFull struct {
 	waitOut
-	MatchIndex int      `json:"match_index"`
+	MatchIndex *int     `json:"match_index"`
 	Match      string   `json:"match"`
-	Before     string   `json:"before"`
+	MatchStart int64    `json:"match_start"`
+	EchoEnd    int64    `json:"echo_end"`
 	Groups     []string `json:"groups"`
 	Idle       bool     `json:"idle"`
 	Panicked   bool     `json:"panicked"`
@@ -35,14 +36,17 @@ func TestWaitOutcomes(t *testing.T) {
 	// A list of patterns: each one can be the one that matches.
 	var w waitFull
 	// Patterns see the bytes as they came: lines end in \r\n.
-	s.mustCall("serial_send", map[string]any{"data": "echo beta", "wait_for": []string{`alpha`, `(b)e(t)a\r\n(b)`}}, &w)
-	if !w.Matched || w.MatchIndex != 1 || w.Match != "beta\nb" || w.Before != "echo " || strings.Join(w.Groups, ",") != "b,t,b" {
+	// The wait starts after the guest's echo of "echo beta": it matches
+	// the answer.
+	s.mustCall("serial_send", map[string]any{"data": "echo beta", "wait_for": []string{`alpha`, `(b)e(t)a\r\n(t)`}}, &w)
+	if !w.Matched || w.MatchIndex == nil || *w.MatchIndex != 1 || w.Match != "beta\nt" || strings.Join(w.Groups, ",") != "b,t,t" ||
+		w.EchoEnd != w.OutputStart+int64(len("echo beta")) || w.MatchStart != w.EchoEnd+2 {
 		t.Errorf("second pattern: %+v", w)
 	}
 	// That match ended mid-line: let the rest of it arrive before the next send.
 	s.mustCall("serial_read", map[string]any{"wait_for": prompt, "timeout": 10}, nil)
 	s.mustCall("serial_send", map[string]any{"data": "echo alpha", "wait_for": []string{`alpha\r\ntiny`, `beta`}}, &w)
-	if !w.Matched || w.MatchIndex != 0 || w.Match != "alpha\ntiny" || w.Before != "echo alpha\n" {
+	if !w.Matched || w.MatchIndex == nil || *w.MatchIndex != 0 || w.Match != "alpha\ntiny" || w.MatchStart != w.OutputStart+int64(len("echo alpha\r\n")) {
 		t.Errorf("first pattern: %+v", w)
 	}
 
@@ -58,7 +62,7 @@ func TestWaitOutcomes(t *testing.T) {
 
 	// Timeout.
 	s.mustCall("serial_read", map[string]any{"wait_for": "never", "timeout": 0.2}, &w)
-	if !w.TimedOut || w.Matched || w.MatchIndex != -1 {
+	if !w.TimedOut || w.Matched || w.MatchIndex != nil {
 		t.Errorf("timeout: %+v", w)
 	}
 
@@ -126,7 +130,7 @@ func TestTranscriptBeyondRing(t *testing.T) {
 	cursor := int64(0)
 	for cursor < w.Cursor {
 		var r waitFull
-		s.mustCall("serial_read", map[string]any{"since": cursor, "max_bytes": 50000, "raw": true}, &r)
+		s.mustCall("serial_read", map[string]any{"since": cursor, "max_bytes": 32768, "raw": true}, &r)
 		if r.Lost || r.OutputStart != cursor {
 			t.Fatalf("read from %d: lost %v, start %d", cursor, r.Lost, r.OutputStart)
 		}
@@ -203,7 +207,7 @@ func TestCtrlCStopsUBootAutoboot(t *testing.T) {
 	s.mustCall("qemu_boot", map[string]any{"kernel": uboot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}, &b)
 	var w waitFull
 	s.mustCall("serial_send", map[string]any{"data": "\u0003", "newline": "none", "wait_for": []string{`=> $`, `Starting kernel|BOOTP|scanning bus`}, "timeout": 10}, &w)
-	if !w.Matched || w.MatchIndex != 0 {
+	if !w.Matched || w.MatchIndex == nil || *w.MatchIndex != 0 {
 		t.Fatalf("Ctrl-C did not stop autoboot: %+v", w)
 	}
 }

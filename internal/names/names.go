@@ -165,9 +165,10 @@ func Transcript(o Owner, instance string, boot int) string {
 }
 
 // KeptOwner returns the server whose kept file (transcript, capture,
-// screenshot: "<kind>-<pid>-<start>-...") base names, if it names one.
+// screenshot, QMP answer: "<kind>-<pid>-<start>-...") base names, if it
+// names one.
 func KeptOwner(base string) (Owner, bool) {
-	for _, prefix := range []string{"serial-", "capture-", "screenshot-"} {
+	for _, prefix := range []string{"serial-", "capture-", "screenshot-", "answer-"} {
 		rest, ok := strings.CutPrefix(base, prefix)
 		if !ok {
 			continue

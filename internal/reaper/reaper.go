@@ -355,6 +355,28 @@ type Report struct {
 	Unknown int `json:"unknown"`
 	// Elapsed is how long Reap took.
 	Elapsed time.Duration `json:"elapsed_ns"`
+	// Omitted counts the list entries Bounded left out.
+	Omitted int `json:"omitted,omitempty"`
+}
+
+// Bounded returns the report with each list cut to its first n entries,
+// and how many were left out: ten thousand stale files make a report far
+// too long for a tool result, and the log has all of it.
+func (r Report) Bounded(n int) Report {
+	cut := func(l int) int {
+		if l > n {
+			r.Omitted += l - n
+			return n
+		}
+		return l
+	}
+	r.DeadServers = r.DeadServers[:cut(len(r.DeadServers))]
+	r.Removed = r.Removed[:cut(len(r.Removed))]
+	r.KilledQEMU = r.KilledQEMU[:cut(len(r.KilledQEMU))]
+	r.DeletedTAPs = r.DeletedTAPs[:cut(len(r.DeletedTAPs))]
+	r.Skipped = r.Skipped[:cut(len(r.Skipped))]
+	r.Errors = r.Errors[:cut(len(r.Errors))]
+	return r
 }
 
 // Killed is a QEMU that outlived its server and was killed.
