@@ -114,7 +114,6 @@ type Instance struct {
 	cleanups    []cleanup
 	ending      *qemu.Ending
 	cleanupErr  error
-	readCursor  int64
 	stoppedAt   time.Time
 	keptRemoved []kept.File
 }
@@ -477,20 +476,6 @@ func (i *Instance) Ending() (qemu.Ending, bool) {
 
 // Done is closed once the instance is stopped and every cleanup has run.
 func (i *Instance) Done() <-chan struct{} { return i.done }
-
-// ReadCursor is where the next read without an explicit cursor starts.
-func (i *Instance) ReadCursor() int64 {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.readCursor
-}
-
-// SetReadCursor records where a read or wait ended.
-func (i *Instance) SetReadCursor(c int64) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	i.readCursor = c
-}
 
 // Wait runs a console wait from since. It ends at once, with an error
 // wrapping ErrStopped, when the instance is stopped meanwhile.

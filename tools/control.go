@@ -201,7 +201,7 @@ type StatusOutput struct {
 	Files       []qemu.File   `json:"files,omitempty" jsonschema:"checked host files QEMU got as descriptors (/proc/self/fd/N in argv)"`
 	Paths       qemu.Paths    `json:"paths"`
 	SerialBytes int64         `json:"serial_bytes" jsonschema:"bytes of serial output so far (the cursor of its end)"`
-	ReadCursor  int64         `json:"read_cursor" jsonschema:"where the next serial_read without since starts"`
+	ReadCursor  int64         `json:"read_cursor" jsonschema:"where this session's next serial_read without since starts"`
 	Boots       int           `json:"boots" jsonschema:"boots of this instance name in this server"`
 	TAP         string        `json:"tap,omitempty" jsonschema:"the guest's TAP device, with network tap"`
 	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the running or last capture"`
@@ -228,7 +228,7 @@ func captureState(in *instance.Instance) *CaptureState {
 
 type empty struct{}
 
-func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, t Target) (*mcp.CallToolResult, StatusOutput, error) {
+func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (*mcp.CallToolResult, StatusOutput, error) {
 	if err := names.CheckInstance(t.name()); err != nil {
 		return nil, StatusOutput{}, err
 	}
@@ -239,7 +239,7 @@ func (s *Server) status(_ context.Context, _ *mcp.CallToolRequest, t Target) (*m
 		return textResult(err.Error()), StatusOutput{Instance: t.name(), State: "none"}, nil
 	}
 	info := inst.Info()
-	out := StatusOutput{Instance: inst.Name(), State: string(info.State), Boots: inst.Boot(), ReadCursor: inst.ReadCursor(),
+	out := StatusOutput{Instance: inst.Name(), State: string(info.State), Boots: inst.Boot(), ReadCursor: s.cursor(req, inst),
 		TAP: info.TAP, PCAP: captureState(inst), Transcript: inst.Transcript()}
 	m := inst.Machine()
 	if m == nil {

@@ -292,7 +292,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 		w.MatchStart = res.Start
 	}
 	setExit(&w, in.Machine())
-	in.SetReadCursor(w.Cursor)
+	s.setCursor(req, in, w.Cursor)
 	return w, nil
 }
 
@@ -403,7 +403,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	if err != nil {
 		return nil, WaitResult{}, err
 	}
-	since := inst.ReadCursor()
+	since := s.cursor(req, inst)
 	if in.Since != nil {
 		if *in.Since < 0 {
 			return nil, WaitResult{}, fmt.Errorf("since %d: cursors start at 0", *in.Since)
@@ -438,7 +438,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	w.Truncated = w.Cursor < end
 	w.Output, w.Encoding = render(data, p.raw)
 	setExit(&w, m)
-	inst.SetReadCursor(w.Cursor)
+	s.setCursor(req, inst, w.Cursor)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", len(data), w.OutputStart, w.Cursor)
 	if page.Lost > 0 {

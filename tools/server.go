@@ -92,6 +92,55 @@ type Server struct {
 
 	pcapMu   sync.Mutex
 	readFrom map[string]int // packet cursor per capture file for qemu_pcap_read
+
+	// cursors is where each session's next serial_read of each guest
+	// starts: sessions over HTTP share the guests, not their reading.
+	cursorMu sync.Mutex
+	cursors  map[cursorKey]int64
+}
+
+type cursorKey struct {
+	session *mcp.ServerSession
+	guest   *instance.Instance
+}
+
+// cursor is where the session's next read of the guest starts.
+func (s *Server) cursor(req *mcp.CallToolRequest, in *instance.Instance) int64 {
+	s.cursorMu.Lock()
+	defer s.cursorMu.Unlock()
+	return s.cursors[cursorKey{session(req), in}]
+}
+
+// setCursor records where the session's read or wait of the guest ended.
+func (s *Server) setCursor(req *mcp.CallToolRequest, in *instance.Instance, c int64) {
+	sess := session(req)
+	s.cursorMu.Lock()
+	defer s.cursorMu.Unlock()
+	if s.cursors == nil {
+		s.cursors = map[cursorKey]int64{}
+	}
+	k := cursorKey{sess, in}
+	if _, seen := s.cursors[k]; !seen && sess != nil {
+		// Forget the session's cursors when it ends.
+		go func() {
+			sess.Wait()
+			s.cursorMu.Lock()
+			defer s.cursorMu.Unlock()
+			for k := range s.cursors {
+				if k.session == sess {
+					delete(s.cursors, k)
+				}
+			}
+		}()
+	}
+	s.cursors[k] = c
+}
+
+func session(req *mcp.CallToolRequest) *mcp.ServerSession {
+	if req == nil {
+		return nil
+	}
+	return req.Session
 }
 
 // New returns the tool state. Call Close when done.

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,9 +69,28 @@ func requireToken(token string, next http.Handler) http.Handler {
 	})
 }
 
-// serveHTTP serves MCP streamable HTTP on addr until ctx ends. Every
-// session shares the one tool server, so they drive the same QEMU.
-func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, log *slog.Logger) int {
+// checkOrigin refuses a request whose Origin header names another site than
+// the one it was sent to (the MCP spec: servers must validate Origin, or a
+// web page the user visits could drive the guests through the browser).
+// Requests without Origin (every non-browser client) pass.
+func checkOrigin(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" {
+			u, err := url.Parse(o)
+			if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+				http.Error(w, "forbidden: Origin "+strconv.Quote(o)+" is not this server", http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// serveHTTP serves MCP streamable HTTP on addr until ctx ends, at /mcp (what
+// clients assume) and /. Every session shares the one tool server, so they
+// drive the same guests; each has its own read cursors. Idle sessions are
+// closed after sessionTimeout.
+func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, sessionTimeout time.Duration, log *slog.Logger) int {
 	var token string
 	if tokenFile != "" {
 		t, err := readToken(tokenFile)
@@ -98,11 +119,20 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, lo
 	ms := srv.NewMCPServer()
 	// DNS-rebinding protection stays on (the SDK refuses a non-local Host
 	// header on a local connection).
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms }, &mcp.StreamableHTTPOptions{Logger: log})
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms },
+		&mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: sessionTimeout})
+	h = checkOrigin(h)
 	if token != "" {
 		h = requireToken(token, h)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	mux.Handle("/", h)
+	// A client that trickles a request body must not hold a connection
+	// (and a descriptor) for ever; event streams are responses, which
+	// these limits do not cut.
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	log.Info("serving MCP over HTTP", "version", versionString(), "pid", os.Getpid(), "addr", "http://"+cfg.Address, "token", token != "", "runtime_dir", cfg.RuntimeDir)

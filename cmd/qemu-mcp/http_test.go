@@ -180,3 +180,66 @@ func TestHTTPTokenAndHost(t *testing.T) {
 		t.Errorf("world-readable token file: %v\n%s", err, out)
 	}
 }
+
+// Origin is validated, /mcp is served, each session reads from its own
+// cursor, and idle sessions are closed.
+func TestHTTPHygiene(t *testing.T) {
+	needQEMU(t)
+	dir := runtimeDir(t)
+	_, base := httpServer(t, dir, "-http", "127.0.0.1:0", "-http-session-timeout", "1s")
+	url := base + "/mcp"
+	post := func(origin string) int {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for origin, want := range map[string]int{"": http.StatusOK, base: http.StatusOK, "https://evil.example": http.StatusForbidden,
+		"http://127.0.0.1:1": http.StatusForbidden, "null": http.StatusForbidden} {
+		if code := post(origin); code != want {
+			t.Errorf("Origin %q: %d, want %d", origin, code, want)
+		}
+	}
+
+	a, b := &server{cs: connectHTTP(t, url, "")}, &server{cs: connectHTTP(t, url, "")}
+	defer a.cs.Close()
+	defer b.cs.Close()
+	if res := a.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	var r struct {
+		OutputStart int64 `json:"output_start"`
+		Cursor      int64 `json:"cursor"`
+	}
+	a.call(t, "serial_read", nil, &r)
+	var st struct {
+		ReadCursor int64 `json:"read_cursor"`
+	}
+	b.call(t, "qemu_status", nil, &st)
+	if st.ReadCursor != 0 || r.Cursor == 0 {
+		t.Errorf("b's cursor %d after a read to %d by a: cursors are shared", st.ReadCursor, r.Cursor)
+	}
+	b.call(t, "serial_read", nil, &r)
+	if r.OutputStart != 0 {
+		t.Errorf("b's first read started at %d, want 0", r.OutputStart)
+	}
+
+	a.call(t, "qemu_shutdown", nil, nil)
+
+	// An idle session is closed after the time-out.
+	idle := connectHTTP(t, url, "")
+	time.Sleep(2500 * time.Millisecond)
+	if _, err := idle.CallTool(context.Background(), &mcp.CallToolParams{Name: "qemu_list"}); err == nil {
+		t.Error("a session idle for 2.5 s with a 1 s time-out still answers")
+	}
+	idle.Close()
+}

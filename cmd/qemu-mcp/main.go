@@ -43,10 +43,11 @@ func run(args []string, stderr io.Writer) int {
 	var (
 		selfTest    = fs.Bool("selftest", false, "boot the built-in tiny kernel through the real MCP path, check cleanup, and exit")
 		showVersion = fs.Bool("version", false, "print the version and exit")
-		logLevel    = fs.String("log-level", "info", "log level on stderr: debug, info, warn, error")
+		logLevel    = fs.String("log-level", "warn", "log level on stderr: debug, info, warn, error (clients such as Claude Code show stderr as errors, so the default says only what is wrong)")
 		qemuBin     = fs.String("qemu", "", "qemu-system-riscv64 binary to run (default: from PATH)")
 		httpAddr    = fs.String("http", "", "serve MCP streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio")
 		tokenFile   = fs.String("token-file", "", "file holding the bearer token HTTP clients must send; required for a non-loopback -http address")
+		sessionIdle = fs.Duration("http-session-timeout", 30*time.Minute, "close an HTTP session after this long without a request")
 		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
 		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
 		maxKept     = fs.String("max-kept", "2G", "total size of kept transcripts, captures and screenshots in the state directory ("+kept.Env+"); the oldest go first")
@@ -131,7 +132,7 @@ func run(args []string, stderr io.Writer) int {
 		return 0
 	}
 	if *httpAddr != "" {
-		return serveHTTP(ctx, cfg, *httpAddr, *tokenFile, log)
+		return serveHTTP(ctx, cfg, *httpAddr, *tokenFile, *sessionIdle, log)
 	}
 	return serve(ctx, cfg, log)
 }

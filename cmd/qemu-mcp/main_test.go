@@ -357,3 +357,30 @@ func TestStdoutClosed(t *testing.T) {
 type keepOpen struct{ io.Writer }
 
 func (keepOpen) Close() error { return nil }
+
+// At the default log level a whole session (start, tools/list, a boot, a
+// shutdown, the end) writes nothing to stderr: clients such as Claude Code
+// show every stderr line as an error.
+func TestQuietByDefault(t *testing.T) {
+	needQEMU(t)
+	dir := runtimeDir(t)
+	cmd := serverCmd(dir)
+	cmd.Args = []string{cmd.Args[0]} // no -log-level
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.ListTools(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	q := bootAndEcho(t, cs)
+	if err := cs.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr at the default log level:\n%s", stderr.String())
+	}
+	assertClean(t, dir, q)
+}
