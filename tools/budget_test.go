@@ -154,6 +154,15 @@ func TestSchemas(t *testing.T) {
 					if ty, ok := v["type"].([]any); ok {
 						t.Errorf("%s %s schema: %s has a union type %v", tl.Name, kind, path, ty)
 					}
+					// A boolean schema is valid, but the TypeScript SDK
+					// refuses a tools/list with one as a property.
+					if props, ok := v["properties"].(map[string]any); ok {
+						for name, p := range props {
+							if _, isBool := p.(bool); isBool {
+								t.Errorf("%s %s schema: %s.%s is a boolean schema", tl.Name, kind, path, name)
+							}
+						}
+					}
 					for k, e := range v {
 						walk(path+"."+k, e)
 					}

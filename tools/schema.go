@@ -55,6 +55,11 @@ func plain(s *jsonschema.Schema, t reflect.Type, keepDesc bool) {
 	}
 	if !keepDesc {
 		s.Description = ""
+		if b, _ := json.Marshal(s); string(b) == "true" {
+			// An empty schema is the boolean schema true: valid, but the
+			// TypeScript SDK refuses a tools/list with one in it.
+			s.Description = "any JSON value"
+		}
 	}
 	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice) {
 		t = t.Elem()
