@@ -33,6 +33,7 @@ var (
 	boots     = flag.Int("boots", 10, "boots per side")
 	floodRuns = flag.Int("flood-runs", 3, "flood runs per side, alternating")
 	instances = flag.Int("instances", 8, "guests booted at once in one server (0 skips)")
+	sizesOnly = flag.Bool("sizes", false, "print only the table of result sizes")
 )
 
 const banner = "qemu-mcp tiny kernel 1.0"
@@ -44,6 +45,16 @@ type row struct {
 func main() {
 	flag.Parse()
 	ctx := context.Background()
+	sizes, err := resultSizes(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: result sizes: %v\n", err)
+		os.Exit(1)
+	}
+	if *sizesOnly {
+		printSizes(sizes)
+		return
+	}
+	defer printSizes(sizes)
 	var rows []row
 	fail := func(what string, err error) {
 		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
@@ -132,6 +143,81 @@ func main() {
 		rows = append(rows, row{fmt.Sprintf("peak RSS while the guest floods for %v (%s of output)", *soak, mib(n)), mib(peak), "idle " + mib(idle), "-", "bounded"})
 	}
 	printTable(rows)
+}
+
+// size is one tool result: JSON.stringify(structuredContent), what Claude
+// Code shows the model.
+type size struct {
+	call  string
+	chars int
+}
+
+// resultSizes calls each tool on what makes its result largest here,
+// through the real binary over stdio.
+func resultSizes(ctx context.Context) ([]size, error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var out []size
+	measure := func(name string, args map[string]any) error {
+		res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			return err
+		}
+		if res.IsError {
+			return fmt.Errorf("%s: tool error", name)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		var a bytes.Buffer
+		enc := json.NewEncoder(&a)
+		enc.SetEscapeHTML(false)
+		if args == nil {
+			args = map[string]any{}
+		}
+		enc.Encode(args)
+		out = append(out, size{name + " " + strings.TrimSpace(a.String()), len(b)})
+		return nil
+	}
+	lt, err := s.cs.ListTools(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(lt.Tools)
+	out = append(out, size{fmt.Sprintf("tools/list (%d tools, every turn)", len(lt.Tools)), len(b)})
+	for _, c := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"qemu_boot", map[string]any{"wait_for": `tiny> $`}},
+		{"serial_send", map[string]any{"data": "flood 200000", "wait_for": `tiny> $`}},
+		{"serial_send", map[string]any{"data": "flood 4000000", "wait_for": `tiny> $`, "timeout": 60}},
+		{"serial_read", map[string]any{"since": 0}},
+		{"serial_read", map[string]any{"since": 0, "max_bytes": 32768}},
+		{"qemu_status", nil},
+		{"qemu_list", nil},
+		{"server_info", nil},
+		{"qmp_command", map[string]any{"command": "query-status"}},
+		{"qmp_command", map[string]any{"command": "query-qmp-schema"}},
+		{"qemu_shutdown", nil},
+	} {
+		if err := measure(c.name, c.args); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// printSizes prints the result sizes beside Claude Code's limit of 25,000
+// tokens; console text and JSON run at about 3 to 4 characters a token, so
+// 3 is the cautious estimate.
+func printSizes(sizes []size) {
+	fmt.Printf("\n| result (JSON.stringify(structuredContent)) | characters | tokens, at most about | share of Claude Code's 25,000 |\n|---|---|---|---|\n")
+	for _, z := range sizes {
+		tok := z.chars / 3
+		fmt.Printf("| `%s` | %d | %d | %.0f%% |\n", z.call, z.chars, tok, 100*float64(tok)/25000)
+	}
 }
 
 func printTable(rows []row) {
