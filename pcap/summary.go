@@ -92,7 +92,9 @@ func ReadSummariesFrom(f io.Reader, path string, from, max int) ([]Summary, int,
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, from, nil
 		}
-		return nil, from, fmt.Errorf("pcap: %s is not a pcap file: %w", path, err)
+		// Not the reader's error: it quotes the file's first bytes, and
+		// the file may be anyone's.
+		return nil, from, fmt.Errorf("pcap: %s is not a pcap file (no pcap header)", path)
 	}
 	var out []Summary
 	next := from

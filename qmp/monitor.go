@@ -72,6 +72,9 @@ type Monitor struct {
 	pending    map[uint64]chan<- reply
 	readerDone chan struct{}
 	err        error // why done is closed
+	// stalledSince is when a write that its caller abandoned started;
+	// zero when no write is stuck.
+	stalledSince time.Time
 }
 
 // reply is what the reader hands to a waiting command.
@@ -410,52 +413,73 @@ func (m *Monitor) unregister(id uint64) bool {
 }
 
 // write sends one command. Writes are serialized so that commands are never
-// interleaved on the wire, and are interruptible because a QEMU that stops
-// reading its socket eventually blocks writers.
+// interleaved on the wire. A command is written whole or not at all: once
+// its first byte may be on the wire, the write goes on in the background
+// even if ctx ends (QEMU would misparse half a command, and the only way
+// out of that is to close the connection). A caller whose ctx ends first
+// gets an error saying the command was abandoned; its answer, if it
+// comes, is discarded, and the connection stays. Meanwhile later writers
+// wait, and Stalled says since when.
 func (m *Monitor) write(ctx context.Context, b []byte) error {
 	select {
 	case m.writeSem <- struct{}{}:
 	case <-ctx.Done():
+		if since, ok := m.Stalled(); ok {
+			return fmt.Errorf("%w (QEMU has not taken the previous command for %v: is it stopped?)", ctx.Err(), time.Since(since).Round(time.Millisecond))
+		}
 		return ctx.Err()
 	case <-m.done:
 		return m.Err()
 	}
-	defer func() { <-m.writeSem }()
 	if err := ctx.Err(); err != nil {
+		<-m.writeSem
 		return err
 	}
 	m.mu.Lock()
 	conn, err := m.conn, m.err
 	m.mu.Unlock()
 	if err != nil {
+		<-m.writeSem
 		return err
 	}
 
-	interrupted := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(interrupted)
-		conn.SetWriteDeadline(aLongTimeAgo)
-	})
-	n, werr := conn.Write(b)
-	if !stop() {
-		// Wait for the callback so it cannot poison the next writer, then
-		// undo it.
-		<-interrupted
-		conn.SetWriteDeadline(time.Time{})
-	}
-	if werr == nil {
+	written := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, werr := conn.Write(b)
+		m.mu.Lock()
+		m.stalledSince = time.Time{}
+		m.mu.Unlock()
+		<-m.writeSem
+		if werr != nil {
+			// The socket is broken (or closed by Disconnect).
+			m.teardown(fmt.Errorf("%w: write: %w", ErrClosed, werr))
+		}
+		written <- werr
+	}()
+	select {
+	case werr := <-written:
+		if werr != nil {
+			return m.Err()
+		}
 		return nil
+	case <-ctx.Done():
+		m.mu.Lock()
+		if m.stalledSince.IsZero() {
+			m.stalledSince = start
+		}
+		m.mu.Unlock()
+		return fmt.Errorf("%w: QEMU did not take the command in time (is it stopped?); the command was abandoned and the monitor stays connected", ctx.Err())
 	}
-	if n == 0 && ctx.Err() != nil {
-		return ctx.Err()
-	}
-	// Either the socket is broken or QEMU now holds half a command it will
-	// misparse; both end the session.
-	m.teardown(fmt.Errorf("%w: write: %w", ErrClosed, werr))
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return m.Err()
+}
+
+// Stalled reports whether a command write has been blocked since a caller
+// gave up on it (QEMU not reading its monitor: stopped, or hung), and
+// since when.
+func (m *Monitor) Stalled() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stalledSince, !m.stalledSince.IsZero()
 }
 
 // readLoop is the only reader of the connection. It never blocks on anything

@@ -31,8 +31,8 @@ type BootInput struct {
 	Memory      string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
 	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
 	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
-	Drives      []qemu.Drive `json:"drives,omitempty" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
-	ExtraArgs   []string     `json:"extra_args,omitempty" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
+	Drives      []qemu.Drive `json:"drives,omitempty" maxitems:"32" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
+	ExtraArgs   []string     `json:"extra_args,omitempty" maxitems:"256" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
 	Timeout     float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`

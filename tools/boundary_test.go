@@ -14,7 +14,8 @@ import (
 func TestBoundary(t *testing.T) {
 	s := newSession(t)
 	s.bootTiny()
-	captures := filepath.Join(s.dir, "captures")
+	// QMP writes files only into a directory of their own.
+	captures := filepath.Join(s.dir, "captures", "qemu")
 	for _, tc := range []struct {
 		cmd  string
 		args map[string]any
@@ -58,6 +59,20 @@ func TestBoundary(t *testing.T) {
 	s.mustCall("qmp_command", map[string]any{"command": "pmemsave", "arguments": map[string]any{"val": 0x80200000, "size": 64, "filename": filepath.Join(captures, "mem.bin")}}, &pm)
 	if fi, err := os.Stat(filepath.Join(captures, "mem.bin")); err != nil || fi.Size() != 64 {
 		t.Errorf("pmemsave into captures: %v", err)
+	}
+	// Never onto a file that exists: not the same one twice, not the
+	// server's own transcript, captures or record.
+	var st struct {
+		Transcript string `json:"transcript"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	before, _ := os.Stat(st.Transcript)
+	for _, target := range []string{filepath.Join(captures, "mem.bin"), st.Transcript, filepath.Join(s.dir, ownRecord(t))} {
+		s.wantError("qmp_command", map[string]any{"command": "pmemsave", "arguments": map[string]any{"val": 0x80200000, "size": 64, "filename": target}}, "refused by rule")
+		s.wantError("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "pmemsave 0x80200000 64 \"" + target + "\""}}, "refused by rule")
+	}
+	if after, _ := os.Stat(st.Transcript); after.Size() < before.Size() {
+		t.Errorf("the transcript shrank from %d to %d bytes", before.Size(), after.Size())
 	}
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"restart": true, "extra_args": []string{"-device", "virtio-rng-device", "-smp", "2", "-no-reboot"}, "wait_for": prompt}, &b)

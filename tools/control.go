@@ -19,7 +19,7 @@ import (
 
 // QMPInput is qmp_command's arguments.
 type QMPInput struct {
-	Command   string         `json:"command" jsonschema:"QMP command name, such as query-status"`
+	Command   string         `json:"command" max:"128" jsonschema:"QMP command name, such as query-status"`
 	Arguments map[string]any `json:"arguments,omitempty" jsonschema:"the command's arguments object"`
 	Timeout   float64        `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for QEMU's answer"`
 	Offset    int            `json:"offset,omitempty" jsonschema:"first element to return of a long list answer (next_offset of the last call)"`
@@ -40,6 +40,9 @@ type QMPOutput struct {
 // that large is saved to a file.
 const qmpBudget = 24000
 
+// maxQMPArgs bounds a command's arguments.
+const maxQMPArgs = 64 << 10
+
 func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPInput) (*mcp.CallToolResult, QMPOutput, error) {
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, QMPOutput{}, fmt.Errorf("command is empty: give a QMP command such as query-status")
@@ -50,6 +53,11 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	timeout, err := seconds("timeout", in.Timeout, 30*time.Second)
 	if err != nil {
 		return nil, QMPOutput{}, err
+	}
+	// A command QEMU would need long to read (a huge HMP line) would hold
+	// the monitor: its arguments are bounded like every other input.
+	if b, _ := json.Marshal(in.Arguments); len(b) > maxQMPArgs {
+		return nil, QMPOutput{}, fmt.Errorf("qmp %s: arguments of %d bytes, more than the limit of %d", in.Command, len(b), maxQMPArgs)
 	}
 	// The boundary sees exactly the map that is sent.
 	if err := s.policy().QMP(in.Command, in.Arguments); err != nil {

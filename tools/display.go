@@ -144,7 +144,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // TypeInput is qemu_type_text's arguments.
 type TypeInput struct {
-	Text    string `json:"text" jsonschema:"text to type on the guest's keyboard (US layout); \\n is Return, \\t is Tab"`
+	Text    string `json:"text" max:"1000" jsonschema:"text to type on the guest's keyboard (US layout); \\n is Return, \\t is Tab"`
 	DelayMS int    `json:"delay_ms,omitempty" default:"50" jsonschema:"milliseconds between characters"`
 	Target
 }
@@ -166,10 +166,17 @@ func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeIn
 	if err != nil {
 		return nil, TypeOutput{}, err
 	}
+	// Typing is paced, so its length is its duration: refuse what cannot
+	// finish inside a client's request time-out, rather than time out.
+	if d := time.Duration(len(combos)*delay) * time.Millisecond; d > maxTyping {
+		return nil, TypeOutput{}, fmt.Errorf("text of %d characters at delay_ms %d takes %v, more than the %v a call may type for: type it in parts", len(combos), delay, d, maxTyping)
+	}
 	_, m, err := s.running(in.Target)
 	if err != nil {
 		return nil, TypeOutput{}, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, maxTyping+10*time.Second)
+	defer cancel()
 	// A key must be released before the same key is pressed again, or the
 	// guest sees one long press: hold shorter than the gap.
 	hold := max(delay/2, 10)
@@ -184,11 +191,15 @@ func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeIn
 	return textResult(fmt.Sprintf("typed %d characters", len(combos))), TypeOutput{Typed: len(combos)}, nil
 }
 
+// maxTyping bounds how long one qemu_type_text may type: inside the 60 s a
+// client gives a request.
+const maxTyping = 30 * time.Second
+
 // MouseInput is qemu_mouse's arguments.
 type MouseInput struct {
 	X       int      `json:"x" jsonschema:"absolute x, 0 (left) to 32767 (right)"`
 	Y       int      `json:"y" jsonschema:"absolute y, 0 (top) to 32767 (bottom)"`
-	Buttons []string `json:"buttons,omitempty" jsonschema:"buttons to click at that position: left, right, middle"`
+	Buttons []string `json:"buttons,omitempty" maxitems:"8" jsonschema:"buttons to click at that position: left, right, middle"`
 	Target
 }
 

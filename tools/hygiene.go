@@ -57,6 +57,15 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 			continue
 		}
 		out.Instances = append(out.Instances, in.Name())
+		if m, err := in.Running(); err == nil {
+			// A guest whose monitor cannot be used is one the tools
+			// cannot drive: say why.
+			if since, stalled := m.Monitor().Stalled(); stalled {
+				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: QEMU has not taken a QMP command for %v (stopped or hung?): QMP calls fail until it does", in.Name(), time.Since(since).Round(time.Second)))
+			} else if err := m.Monitor().Err(); err != nil {
+				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: its QMP monitor is closed (%v): qemu_boot it again with restart: true", in.Name(), err))
+			}
+		}
 		if in.Name() != names.DefaultInstance {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -20,7 +21,9 @@ import (
 //     SDK writes them into the arguments, so no field a boot profile can
 //     set has one (an argument given overrides the profile);
 //   - output schemas keep names and types but not descriptions: what a
-//     model needs to know of a result is in the tool's description.
+//     model needs to know of a result is in the tool's description;
+//   - every string argument has a maxLength (its `max` tag, or
+//     defaultMaxString), which limits enforces with short errors.
 
 // inputSchema is In's schema for tools/list.
 func inputSchema[In any]() *jsonschema.Schema {
@@ -85,6 +88,38 @@ func plain(s *jsonschema.Schema, t reflect.Type, keepDesc bool) {
 		if d, ok := f.Tag.Lookup("default"); ok && keepDesc {
 			p.Default = defaultValue(p, d)
 		}
+		if keepDesc {
+			setMaxLength(p, f.Tag.Get("max"))
+			if m := f.Tag.Get("maxitems"); m != "" && p.Type == "array" {
+				n, err := strconv.Atoi(m)
+				if err != nil {
+					panic(fmt.Sprintf("tools: maxitems tag %q", m))
+				}
+				p.MaxItems = &n
+			}
+		}
+	}
+}
+
+// defaultMaxString bounds a string argument without a max tag: names,
+// paths, patterns and such are short; the server never holds a bigger one.
+const defaultMaxString = 4096
+
+// setMaxLength gives a string schema (or the strings of an array schema)
+// its limit.
+func setMaxLength(p *jsonschema.Schema, tag string) {
+	n := defaultMaxString
+	if tag != "" {
+		var err error
+		if n, err = strconv.Atoi(tag); err != nil {
+			panic(fmt.Sprintf("tools: max tag %q", tag))
+		}
+	}
+	switch {
+	case p.Type == "string":
+		p.MaxLength = &n
+	case p.Type == "array" && p.Items != nil && p.Items.Type == "string":
+		p.Items.MaxLength = &n
 	}
 }
 
@@ -123,7 +158,9 @@ func defaultValue(p *jsonschema.Schema, d string) json.RawMessage {
 
 // add registers a tool with plain schemas and the shared call handling.
 func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
-	t.InputSchema = inputSchema[In]()
+	in := inputSchema[In]()
+	t.InputSchema = in
 	t.OutputSchema = outputSchema[Out]()
+	s.inputs[t.Name] = in
 	mcp.AddTool(ms, t, handle(s, h))
 }

@@ -21,7 +21,7 @@ import (
 type WaitOptions struct {
 	WaitFor       any      `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \\r\\n, so write \\r?\\n (or $ for the end of the output so far)"`
 	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console has been quiet this many milliseconds (idle: true)"`
-	PanicPatterns []string `json:"panic_patterns,omitempty" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
+	PanicPatterns []string `json:"panic_patterns,omitempty" maxitems:"64" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
 	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return: a longer output is its start and its end, the middle elided (see elided); default 16384 (qemu_boot 640), at most 32768"`
 	Raw           bool     `json:"raw,omitempty" jsonschema:"return the bytes as they came (base64 with encoding: base64 when not valid UTF-8) instead of text with terminal escapes stripped and \\r\\n made \\n"`
 }
@@ -118,8 +118,14 @@ func patterns(v any) ([]*regexp.Regexp, string, error) {
 	default:
 		return nil, "", fmt.Errorf("wait_for: want a regular expression or a list of them, got %T", v)
 	}
+	if len(srcs) > maxPatterns {
+		return nil, "", fmt.Errorf("wait_for: %d patterns, more than the limit of %d", len(srcs), maxPatterns)
+	}
 	res := make([]*regexp.Regexp, len(srcs))
 	for i, s := range srcs {
+		if len(s) > defaultMaxString {
+			return nil, "", fmt.Errorf("wait_for[%d]: a pattern of %d bytes, more than the limit of %d", i, len(s), defaultMaxString)
+		}
 		re, err := compileWait(s)
 		if err != nil {
 			return nil, "", err
@@ -141,10 +147,13 @@ func compileWait(pattern string) (*regexp.Regexp, error) {
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return nil, fmt.Errorf("wait_for %q is not a valid regular expression (Go RE2 syntax): %w", pattern, err)
+		return nil, fmt.Errorf("wait_for %s is not a valid regular expression (Go RE2 syntax): %w", quote(pattern), err)
 	}
 	return re, nil
 }
+
+// maxPatterns bounds a wait_for list.
+const maxPatterns = 64
 
 // seconds converts a timeout argument, where 0 means the default.
 func seconds(name string, v float64, def time.Duration) (time.Duration, error) {
@@ -308,7 +317,7 @@ func setExit(w *WaitResult, m *qemu.Machine) {
 
 // SendInput is serial_send's arguments.
 type SendInput struct {
-	Data        string  `json:"data" jsonschema:"text to type on the serial console; control characters pass through (\\u0003 is Ctrl-C); each line gets the newline"`
+	Data        string  `json:"data" max:"65536" jsonschema:"text to type on the serial console; control characters pass through (\\u0003 is Ctrl-C); each line gets the newline"`
 	Newline     string  `json:"newline,omitempty" default:"cr" jsonschema:"line ending sent after each line: cr (default), lf, crlf or none"`
 	CharDelayMS int     `json:"char_delay_ms,omitempty" jsonschema:"milliseconds between bytes, for guests without a UART FIFO that drop fast input"`
 	MatchEcho   bool    `json:"match_echo,omitempty" jsonschema:"let wait_for match the guest's echo of the first line sent; by default the wait starts after that echo"`
@@ -353,13 +362,21 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	}
 	data += nl
 	from := m.Console().Buffer().End()
+	// The write has the call's timeout too: a guest that does not read
+	// its console (stopped, or fed faster than its UART drains) must not
+	// hold the call.
+	wctx, cancel := context.WithTimeout(ctx, p.spec.Timeout)
+	defer cancel()
 	var n int
 	if in.CharDelayMS > 0 {
-		n, err = m.Console().WriteSlow(ctx, []byte(data), time.Duration(in.CharDelayMS)*time.Millisecond)
+		n, err = m.Console().WriteSlow(wctx, []byte(data), time.Duration(in.CharDelayMS)*time.Millisecond)
 	} else {
-		n, err = m.Console().Write(ctx, []byte(data))
+		n, err = m.Console().Write(wctx, []byte(data))
 	}
 	if err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return nil, SendOutput{}, fmt.Errorf("write to serial console: the guest took %d of %d bytes within the timeout of %v (it is not reading its console fast enough); output from cursor %d on shows what it did with them", n, len(data), p.spec.Timeout, from)
+		}
 		return nil, SendOutput{}, fmt.Errorf("write to serial console: %w (wrote %d of %d bytes)", err, n, len(data))
 	}
 	out := SendOutput{Written: n}

@@ -5,9 +5,7 @@
 package tools
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
@@ -97,6 +96,9 @@ type Server struct {
 	// starts: sessions over HTTP share the guests, not their reading.
 	cursorMu sync.Mutex
 	cursors  map[cursorKey]int64
+
+	// inputs are the tools' input schemas, for the limits middleware.
+	inputs map[string]*jsonschema.Schema
 }
 
 type cursorKey struct {
@@ -168,6 +170,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
+	if err := os.MkdirAll(qemuFilesDir(cfg.Captures), 0o700); err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
 	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
 		Captures: cfg.Captures, KeepCap: cfg.KeepCap})
@@ -195,8 +200,13 @@ func (s *Server) hostPolicy() hostpath.Policy {
 
 // policy is the host-access boundary for QMP and extra_args.
 func (s *Server) policy() boundary.Policy {
-	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: s.cfg.Captures}
+	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: qemuFilesDir(s.cfg.Captures)}
 }
+
+// qemuFilesDir is where QMP commands may have QEMU write files (screendump,
+// pmemsave, ...): a directory of their own, so no transcript, capture or
+// record of the server can be a target.
+func qemuFilesDir(captures string) string { return filepath.Join(captures, "qemu") }
 
 // Close refuses new calls, ends the ones in flight, stops every guest and
 // removes its files and the server's record. Safe to call more than once.
@@ -243,25 +253,12 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		Instructions: instructions,
 		Logger:       s.log,
 	})
-	ms.AddReceivingMiddleware(nullArguments)
+	s.inputs = map[string]*jsonschema.Schema{}
+	ms.AddReceivingMiddleware(s.limits)
 	s.register(ms)
 	s.registerNetwork(ms)
 	s.registerResources(ms)
 	return ms
-}
-
-// nullArguments turns a tool call's "arguments": null into {}: the SDK
-// decodes null into a nil map and then panics applying the schemas'
-// defaults to it, which would end the session of a client that sends it.
-func nullArguments(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && p != nil {
-			if a := bytes.TrimSpace(p.Arguments); len(a) == 0 || bytes.Equal(a, []byte("null")) {
-				p.Arguments = json.RawMessage("{}")
-			}
-		}
-		return next(ctx, method, req)
-	}
 }
 
 const instructions = `qemu-mcp boots a riscv64 guest under qemu-system-riscv64 and drives it.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -86,6 +87,91 @@ func checkOrigin(next http.Handler) http.Handler {
 	})
 }
 
+// maxSessions bounds the HTTP sessions open at once: a client that opens
+// sessions and abandons them must not grow the server without end.
+const maxSessions = 64
+
+// capSessions keeps at most max sessions: a request that opens one more
+// first closes the session least recently used. It tracks use by the
+// Mcp-Session-Id header of requests and of the answers that open them.
+func capSessions(ms *mcp.Server, max int, next http.Handler) http.Handler {
+	var mu sync.Mutex
+	used := map[string]time.Time{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			mu.Lock()
+			used[id] = time.Now()
+			mu.Unlock()
+			next.ServeHTTP(w, r)
+			return
+		}
+		open := map[string]*mcp.ServerSession{}
+		for ss := range ms.Sessions() {
+			open[ss.ID()] = ss
+		}
+		mu.Lock()
+		for id := range used {
+			if open[id] == nil {
+				delete(used, id) // closed meanwhile (idle time-out, DELETE)
+			}
+		}
+		var victims []*mcp.ServerSession
+		for len(open)-len(victims) >= max {
+			oldest, at := "", time.Time{}
+			for id := range open {
+				if t := used[id]; oldest == "" || t.Before(at) {
+					oldest, at = id, t
+				}
+			}
+			victims = append(victims, open[oldest])
+			delete(open, oldest)
+			delete(used, oldest)
+		}
+		mu.Unlock()
+		for _, ss := range victims {
+			ss.Close()
+		}
+		next.ServeHTTP(&sessionRecorder{ResponseWriter: w, record: func(id string) {
+			mu.Lock()
+			used[id] = time.Now()
+			mu.Unlock()
+		}}, r)
+	})
+}
+
+// sessionRecorder notes the session ID an answer opens.
+type sessionRecorder struct {
+	http.ResponseWriter
+	record func(string)
+	done   bool
+}
+
+func (s *sessionRecorder) WriteHeader(code int) {
+	if !s.done {
+		s.done = true
+		if id := s.Header().Get("Mcp-Session-Id"); id != "" {
+			s.record(id)
+		}
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *sessionRecorder) Write(b []byte) (int, error) {
+	if !s.done {
+		s.WriteHeader(http.StatusOK)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (s *sessionRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *sessionRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 // serveHTTP serves MCP streamable HTTP on addr until ctx ends, at /mcp (what
 // clients assume) and /. Every session shares the one tool server, so they
 // drive the same guests; each has its own read cursors. Idle sessions are
@@ -121,6 +207,7 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, se
 	// header on a local connection).
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms },
 		&mcp.StreamableHTTPOptions{Logger: log, SessionTimeout: sessionTimeout})
+	h = capSessions(ms, maxSessions, h)
 	h = checkOrigin(h)
 	if token != "" {
 		h = requireToken(token, h)

@@ -3,11 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -242,4 +245,54 @@ func TestHTTPHygiene(t *testing.T) {
 		t.Error("a session idle for 2.5 s with a 1 s time-out still answers")
 	}
 	idle.Close()
+}
+
+// 5,000 sessions opened and abandoned: the server keeps at most its cap
+// of sessions, and its memory stays flat.
+func TestHTTPAbandonedSessions(t *testing.T) {
+	dir := runtimeDir(t)
+	s, base := httpServer(t, dir, "-http", "127.0.0.1:0")
+	url := base + "/mcp"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	open := func(n int) {
+		for range n {
+			req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("initialize: %d", res.StatusCode)
+			}
+		}
+	}
+	rss := func() int64 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				return kb << 10
+			}
+		}
+		return 0
+	}
+	open(500) // past the cap, so what stays is what the cap keeps
+	before := rss()
+	start := time.Now()
+	open(5000)
+	after := rss()
+	t.Logf("5,000 abandoned sessions in %v: RSS %.1f -> %.1f MiB", time.Since(start).Round(time.Millisecond), float64(before)/(1<<20), float64(after)/(1<<20))
+	if after-before > 16<<20 {
+		t.Errorf("RSS grew by %.1f MiB over 5,000 abandoned sessions", float64(after-before)/(1<<20))
+	}
+	// Still serving.
+	cs := connectHTTP(t, url, "")
+	defer cs.Close()
+	if res := (&server{cs: cs}).call(t, "qemu_list", nil, nil); res.IsError {
+		t.Errorf("qemu_list after the flood of sessions: %s", resultText(res))
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
+	"github.com/qemu-mcp/qemu-mcp/internal/rpcframe"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -148,7 +149,11 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	watchParent(cancel, log)
 
 	log.Info("serving MCP on stdio", "version", versionString(), "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
-	why := serveStdio(ctx, srv, os.Stdin, &endOnError{w: os.Stdout, end: cancel})
+	// Answers go out whole, one at a time; lines that are not JSON-RPC
+	// messages are answered with errors and dropped, not handed to the
+	// SDK, which would end the session.
+	out := rpcframe.NewWriter(&endOnError{w: os.Stdout, end: cancel})
+	why := serveStdio(ctx, srv, rpcframe.Filter(os.Stdin, out, 0), out)
 	if cause := context.Cause(ctx); cause != nil {
 		why = cause.Error()
 	}

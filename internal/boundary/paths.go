@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // checkCapturePath reports why QEMU must not create or truncate path, or ""
@@ -60,13 +59,9 @@ func checkCapturePath(path, capturesDir string) string {
 		return fmt.Sprintf("%q: %v", path, unwrapPathError(err))
 	case fi.Mode()&fs.ModeSymlink != 0:
 		return fmt.Sprintf("%q is a symlink; QEMU would write through it", path)
-	case !fi.Mode().IsRegular():
-		return fmt.Sprintf("%q exists and is not a regular file", path)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
-		return fmt.Sprintf("%q has other hard links, which may lie outside the captures directory", path)
-	}
-	return ""
+	// QEMU opens with O_TRUNC: an existing file would be overwritten.
+	return fmt.Sprintf("%q exists; QEMU would overwrite it: give a new file name", path)
 }
 
 // within reports whether path is strictly below dir; both are clean.
