@@ -92,9 +92,12 @@ func TestInputLimits(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"serial_send", map[string]any{"data": strings.Repeat("y", 1<<20), "timeout": 2}, "limit of 65536"},
-		{"qmp_command", map[string]any{"command": strings.Repeat("x", 1<<20)}, "limit of 128"},
-		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 10<<20)}}, "limit of 65536"},
+		{"serial_send", map[string]any{"data": strings.Repeat("y", 1<<20), "timeout": 2}, "limit of 1048576"},
+		{"serial_send", map[string]any{"data": strings.Repeat("y", 100<<10), "timeout": 2}, "limit of 65536"},
+		{"qmp_command", map[string]any{"command": strings.Repeat("x", 10<<20)}, "limit of 1048576"},
+		{"qmp_command", map[string]any{"command": strings.Repeat("x", 1000)}, "limit of 128"},
+		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 10<<20)}}, "limit of 1048576"},
+		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 100<<10)}}, "limit of 65536"},
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 20000)}, "limit of 1000"},
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 1000), "delay_ms": 100}, "type it in parts"},
 		{"serial_read", map[string]any{"wait_for": []any{strings.Repeat("(", 5000)}}, "limit of 4096"},

@@ -20,6 +20,10 @@ const (
 	// maxErrorText bounds the text of a tool error: messages quote inputs
 	// shortened, and this catches whatever does not.
 	maxErrorText = 2048
+	// maxArguments bounds a call's arguments as JSON, checked before they
+	// are decoded at all: the largest argument (data, 64 Ki characters of
+	// up to six bytes each when escaped) fits with room to spare.
+	maxArguments = 1 << 20
 	// maxResult bounds a whole result's structured content: results are
 	// budgeted far below it, so passing it is a bug, reported as an error
 	// rather than sent.
@@ -42,6 +46,9 @@ func (s *Server) limits(next mcp.MethodHandler) mcp.MethodHandler {
 		// the schema's defaults to it.
 		if a := bytes.TrimSpace(p.Arguments); len(a) == 0 || bytes.Equal(a, []byte("null")) {
 			p.Arguments = json.RawMessage("{}")
+		}
+		if len(p.Arguments) > maxArguments {
+			return toolError(fmt.Sprintf("%s: arguments of %d bytes, more than the limit of %d for a call", p.Name, len(p.Arguments), maxArguments)), nil
 		}
 		if sch := s.inputs[p.Name]; sch != nil {
 			var args any

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -374,7 +375,7 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 		n, err = m.Console().Write(wctx, []byte(data))
 	}
 	if err != nil {
-		if wctx.Err() != nil && ctx.Err() == nil {
+		if ctx.Err() == nil && (wctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 			return nil, SendOutput{}, fmt.Errorf("write to serial console: the guest took %d of %d bytes within the timeout of %v (it is not reading its console fast enough); output from cursor %d on shows what it did with them", n, len(data), p.spec.Timeout, from)
 		}
 		return nil, SendOutput{}, fmt.Errorf("write to serial console: %w (wrote %d of %d bytes)", err, n, len(data))
