@@ -94,9 +94,9 @@ func TestInputLimits(t *testing.T) {
 	}{
 		{"serial_send", map[string]any{"data": strings.Repeat("y", 1<<20), "timeout": 2}, "limit of 1048576"},
 		{"serial_send", map[string]any{"data": strings.Repeat("y", 100<<10), "timeout": 2}, "limit of 65536"},
-		{"qmp_command", map[string]any{"command": strings.Repeat("x", 10<<20)}, "limit of 1048576"},
+		{"qmp_command", map[string]any{"command": strings.Repeat("x", 2<<20)}, "limit of 1048576"},
 		{"qmp_command", map[string]any{"command": strings.Repeat("x", 1000)}, "limit of 128"},
-		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 10<<20)}}, "limit of 1048576"},
+		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 2<<20)}}, "limit of 1048576"},
 		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 100<<10)}}, "limit of 65536"},
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 20000)}, "limit of 1000"},
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 1000), "delay_ms": 100}, "type it in parts"},
@@ -107,10 +107,14 @@ func TestInputLimits(t *testing.T) {
 		start := time.Now()
 		res := s.call(c.tool, c.args, nil)
 		msg := text(res)
-		if !res.IsError || !strings.Contains(msg, c.want) || len(msg) > 2200 || time.Since(start) > 2*time.Second {
+		// Two seconds: the client and the SDK marshal and parse the
+		// oversized request themselves, slowly under the race detector.
+		if !res.IsError || !strings.Contains(msg, c.want) || len(msg) > 2200 || time.Since(start) > 3*time.Second {
 			t.Errorf("%s: error %v after %v, %d bytes: %.300s", c.tool, res.IsError, time.Since(start), len(msg), msg)
 		}
 	}
+	// (Ten megabytes and more never reach a tool over stdio: the framing
+	// refuses such a line unread, see cmd/qemu-mcp TestHostileStdio.)
 	// The session and the guest are fine.
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo fine", "wait_for": `fine\r\n`}, &w)
