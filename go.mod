@@ -8,6 +8,7 @@ require (
 	github.com/gopacket/gopacket v1.7.7
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/vishvananda/netlink v1.3.1
+	golang.org/x/arch v0.32.0
 	golang.org/x/sys v0.49.0
 )
 
