@@ -66,8 +66,10 @@ type Config struct {
 	// path meanwhile. Start closes them once QEMU has its copies.
 	Files map[string]*os.File
 
-	// fds numbers the Files as QEMU inherits them (set by Start).
-	fds map[string]int
+	// fds numbers the Files as QEMU inherits them, and gdbFD is the
+	// gdbstub's listening socket (set by Start).
+	fds   map[string]int
+	gdbFD int
 }
 
 // ref is how QEMU is told about path: its inherited descriptor if the
@@ -343,6 +345,9 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		"-chardev", "socket,id=qmp0,fd="+strconv.Itoa(qmpFD)+",server=on,wait=off",
 		"-mon", "chardev=qmp0,mode=control",
 	)
+	if c.gdbFD > 0 {
+		argv = append(argv, "-chardev", "socket,id=gdb0,fd="+strconv.Itoa(c.gdbFD)+",server=on,wait=off", "-gdb", "chardev:gdb0")
+	}
 	return append(argv, c.ExtraArgs...)
 }
 

@@ -32,6 +32,7 @@ type Paths struct {
 	SerialIn  string `json:"serial_in"`
 	SerialOut string `json:"serial_out"`
 	QMPSocket string `json:"qmp_socket"`
+	GDBSocket string `json:"gdb_socket,omitempty"`
 }
 
 // Exit describes how QEMU ended.
@@ -81,6 +82,9 @@ type Runtime struct {
 	// neither may exist (see package names for what the server calls them).
 	SerialBase string
 	QMPSocket  string
+	// GDBSocket, if set, is where QEMU's gdbstub listens (a unix socket,
+	// the server's like the QMP socket); empty means no gdbstub.
+	GDBSocket string
 	// Logger receives supervision logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ConnectTimeout bounds the QMP connection at start; zero means 10s.
@@ -155,22 +159,23 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	// QEMU makes itself costs up to one back-off step per boot (tens of
 	// milliseconds when many guests start at once). Binding also fails
 	// on anything already at the path, which is never taken over.
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	qmpFile, err := m.listen("qmp", sock)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("qmp socket %s already exists: a previous server left it behind; remove it or let the reaper run", sock)
-		}
-		return fmt.Errorf("listen on qmp socket: %w", err)
-	}
-	ln.SetUnlinkOnClose(false)
-	m.addCleanup(func() error { return removeSocket(sock) })
-	qmpFile, err := ln.File()
-	ln.Close()
-	if err != nil {
-		return fmt.Errorf("qmp socket descriptor: %w", err)
+		return err
 	}
 	defer qmpFile.Close() // QEMU has its own copy once started
 	m.paths = Paths{SerialIn: m.console.InPath(), SerialOut: m.console.OutPath(), QMPSocket: sock}
+	var gdbFile *os.File
+	if rt.GDBSocket != "" {
+		if len(rt.GDBSocket) > maxSocketPath {
+			return fmt.Errorf("gdb socket path %s is %d bytes, more than a unix socket allows (%d): use a shorter runtime directory (QEMU_MCP_RUNTIME_DIR)", rt.GDBSocket, len(rt.GDBSocket), maxSocketPath)
+		}
+		if gdbFile, err = m.listen("gdb", rt.GDBSocket); err != nil {
+			return err
+		}
+		defer gdbFile.Close()
+		m.paths.GDBSocket = rt.GDBSocket
+	}
 
 	// Every cleanup is registered before QEMU starts: once it runs, the
 	// supervisor may run them at any moment.
@@ -180,6 +185,10 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	// QMP is descriptor 3; the host files follow, in the order of their
 	// paths, so the command line is the same for the same files.
 	extra := []*os.File{qmpFile}
+	if gdbFile != nil {
+		cfg.gdbFD = qmpFD + len(extra)
+		extra = append(extra, gdbFile)
+	}
 	cfg.fds = make(map[string]int, len(cfg.Files))
 	for _, p := range slices.Sorted(maps.Keys(cfg.Files)) {
 		cfg.fds[p] = qmpFD + len(extra)
@@ -266,6 +275,27 @@ func (m *Machine) qemuSaid() string {
 		return "(nothing)"
 	}
 	return s
+}
+
+// listen makes the server's listening socket at path, to hand QEMU as a
+// descriptor; it is removed with the machine. Binding fails on anything
+// already at the path, which is never taken over.
+func (m *Machine) listen(what, path string) (*os.File, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("%s socket %s already exists: a previous server left it behind; remove it or let the reaper run", what, path)
+		}
+		return nil, fmt.Errorf("listen on %s socket: %w", what, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	m.addCleanup(func() error { return removeSocket(path) })
+	f, err := ln.File()
+	ln.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s socket descriptor: %w", what, err)
+	}
+	return f, nil
 }
 
 // supervise waits for QEMU to exit. The FIFO never reports EOF (the server
@@ -490,13 +520,13 @@ func removeSocket(path string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("remove qmp socket: %w", err)
+		return fmt.Errorf("remove socket %s: %w", path, err)
 	}
 	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("remove qmp socket: %s is not a socket (%v): left alone", path, fi.Mode().Type())
+		return fmt.Errorf("remove socket: %s is not a socket (%v): left alone", path, fi.Mode().Type())
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove qmp socket: %w", err)
+		return fmt.Errorf("remove socket %s: %w", path, err)
 	}
 	return nil
 }

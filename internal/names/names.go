@@ -87,6 +87,7 @@ const (
 	QMPSocket       // qmp-<tag>-<instance>.sock: unix socket
 	Record          // server-<tag>.json: regular file
 	RecordTemp      // .server-<tag>.json.<hex>.tmp: regular file (a write cut short)
+	GDBSocket       // gdb-<tag>-<instance>.sock: unix socket (QEMU's gdbstub)
 )
 
 func (k Kind) String() string {
@@ -101,6 +102,8 @@ func (k Kind) String() string {
 		return "record"
 	case RecordTemp:
 		return "record-temp"
+	case GDBSocket:
+		return "gdb-socket"
 	}
 	return "unknown"
 }
@@ -111,7 +114,7 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // UnmarshalText reads what MarshalText wrote; anything else is Unknown.
 func (k *Kind) UnmarshalText(b []byte) error {
 	*k = Unknown
-	for c := SerialIn; c <= RecordTemp; c++ {
+	for c := SerialIn; c <= GDBSocket; c++ {
 		if c.String() == string(b) {
 			*k = c
 		}
@@ -140,6 +143,11 @@ func Name(k Kind, o Owner, instance string) string {
 		return "serial-" + t + ".out"
 	case QMPSocket:
 		return "qmp-" + t + ".sock"
+	case GDBSocket:
+		if o.Legacy() {
+			return ""
+		}
+		return "gdb-" + t + ".sock"
 	case Record:
 		return "server-" + o.Tag() + ".json"
 	}
@@ -210,6 +218,12 @@ func Classify(name string) (Entry, bool) {
 	case strings.HasPrefix(name, "qmp-"):
 		if s, ok := strings.CutSuffix(name[len("qmp-"):], ".sock"); ok {
 			return instanceEntry(s, QMPSocket)
+		}
+	case strings.HasPrefix(name, "gdb-"):
+		if s, ok := strings.CutSuffix(name[len("gdb-"):], ".sock"); ok {
+			if e, ok := instanceEntry(s, GDBSocket); ok && !e.Owner.Legacy() {
+				return e, true
+			}
 		}
 	case strings.HasPrefix(name, "server-"):
 		if s, ok := strings.CutSuffix(name[len("server-"):], ".json"); ok {

@@ -13,6 +13,8 @@ func TestClassify(t *testing.T) {
 		"serial-12-345-default.in":   {Owner: o, Kind: names.SerialIn, Instance: "default"},
 		"serial-12-345-a_b-c.out":    {Owner: o, Kind: names.SerialOut, Instance: "a_b-c"},
 		"qmp-12-345-x.sock":          {Owner: o, Kind: names.QMPSocket, Instance: "x"},
+		"gdb-12-345-x.sock":          {Owner: o, Kind: names.GDBSocket, Instance: "x"},
+		"gdb-12.sock":                {},
 		"server-12-345.json":         {Owner: o, Kind: names.Record},
 		".server-12-345.json.0f.tmp": {Owner: o, Kind: names.RecordTemp},
 		// The names of older versions.

@@ -20,7 +20,7 @@ func Want(k names.Kind) FileType {
 	switch k {
 	case names.SerialIn, names.SerialOut:
 		return TypeFIFO
-	case names.QMPSocket:
+	case names.QMPSocket, names.GDBSocket:
 		return TypeSocket
 	case names.Record, names.RecordTemp:
 		return TypeRegular
