@@ -10,3 +10,9 @@ import _ "embed"
 //
 //go:embed testdata/images/tiny.bin
 var TinyKernel []byte
+
+// TinyKernelELF is the same kernel as ELF with symbols and DWARF lines:
+// the debugger's symbols for it.
+//
+//go:embed testdata/images/tiny.elf
+var TinyKernelELF []byte

@@ -370,30 +370,43 @@ func (s *Server) builtinKernel() (string, error) {
 	if len(s.cfg.BuiltinKernel) == 0 {
 		return "", errors.New("no kernel given and this binary has no built-in kernel: pass kernel")
 	}
-	sum := sha256.Sum256(s.cfg.BuiltinKernel)
+	return s.builtinImage(s.cfg.BuiltinKernel, ".bin")
+}
+
+// builtinSymbols writes the built-in kernel's ELF (its symbols) the same way.
+func (s *Server) builtinSymbols() (string, error) {
+	if len(s.cfg.BuiltinSymbols) == 0 {
+		return "", errors.New("this binary has no symbols for its built-in kernel: pass symbols")
+	}
+	return s.builtinImage(s.cfg.BuiltinSymbols, ".elf")
+}
+
+func (s *Server) builtinImage(data []byte, ext string) (string, error) {
+	sum := sha256.Sum256(data)
 	dir := filepath.Join(s.cfg.RuntimeDir, "images")
-	path := filepath.Join(dir, "tiny-"+hex.EncodeToString(sum[:8])+".bin")
+	path := filepath.Join(dir, "tiny-"+hex.EncodeToString(sum[:8])+ext)
 	if b, err := os.ReadFile(path); err == nil && sha256.Sum256(b) == sum {
 		return path, nil
 	}
+	fail := func(err error) (string, error) { return "", fmt.Errorf("write built-in image: %w", err) }
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("write built-in kernel: %w", err)
+		return fail(err)
 	}
 	f, err := os.CreateTemp(dir, ".tiny-*")
 	if err != nil {
-		return "", fmt.Errorf("write built-in kernel: %w", err)
+		return fail(err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(s.cfg.BuiltinKernel); err != nil {
+	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return "", fmt.Errorf("write built-in kernel: %w", err)
+		return fail(err)
 	}
 	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("write built-in kernel: %w", err)
+		return fail(err)
 	}
 	// rename is atomic: a concurrent server sees the old file or the new.
 	if err := os.Rename(f.Name(), path); err != nil {
-		return "", fmt.Errorf("write built-in kernel: %w", err)
+		return fail(err)
 	}
 	return path, nil
 }

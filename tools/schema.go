@@ -20,22 +20,19 @@ import (
 //   - defaults as JSON Schema "default", from a field's `default` tag; the
 //     SDK writes them into the arguments, so no field a boot profile can
 //     set has one (an argument given overrides the profile);
-//   - output schemas keep names and types but not descriptions: what a
-//     model needs to know of a result is in the tool's description;
+//   - no output schemas: a client such as Claude Code gives the model the
+//     name, description and input schema of a tool, never its output
+//     schema, so output schemas would only cost tools/list its budget
+//     (about 9,000 of its 32,000 characters); results are described in
+//     the tools' descriptions and the README, and still come as
+//     structured content;
 //   - every string argument has a maxLength (its `max` tag, or
 //     defaultMaxString), which limits enforces with short errors.
 
 // inputSchema is In's schema for tools/list.
 func inputSchema[In any]() *jsonschema.Schema {
 	s := mustFor[In]()
-	plain(s, reflect.TypeFor[In](), true)
-	return s
-}
-
-// outputSchema is Out's schema for tools/list.
-func outputSchema[Out any]() *jsonschema.Schema {
-	s := mustFor[Out]()
-	plain(s, reflect.TypeFor[Out](), false)
+	plain(s, reflect.TypeFor[In]())
 	return s
 }
 
@@ -47,32 +44,28 @@ func mustFor[T any]() *jsonschema.Schema {
 	return s
 }
 
-// plain rewrites s, the schema of t, as the comment above says; keepDesc
-// keeps descriptions (input schemas).
-func plain(s *jsonschema.Schema, t reflect.Type, keepDesc bool) {
+// plain rewrites s, the schema of t, as the comment above says.
+func plain(s *jsonschema.Schema, t reflect.Type) {
 	if s == nil {
 		return
 	}
 	if len(s.Types) == 2 && s.Types[0] == "null" {
 		s.Type, s.Types = s.Types[1], nil
 	}
-	if !keepDesc {
-		s.Description = ""
-		if b, _ := json.Marshal(s); string(b) == "true" {
-			// An empty schema is the boolean schema true: valid, but the
-			// TypeScript SDK refuses a tools/list with one in it.
-			s.Description = "any JSON value"
-		}
+	if b, _ := json.Marshal(s); string(b) == "true" {
+		// An empty schema is the boolean schema true: valid, but the
+		// TypeScript SDK refuses a tools/list with one in it.
+		s.Description = "any JSON value"
 	}
 	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice) {
 		t = t.Elem()
 	}
 	if s.Items != nil {
-		plain(s.Items, t, keepDesc)
+		plain(s.Items, t)
 	}
 	if t == nil || t.Kind() != reflect.Struct {
 		for _, p := range s.Properties {
-			plain(p, nil, keepDesc)
+			plain(p, nil)
 		}
 		return
 	}
@@ -81,22 +74,20 @@ func plain(s *jsonschema.Schema, t reflect.Type, keepDesc bool) {
 	for name, p := range s.Properties {
 		f, ok := fields[name]
 		if !ok {
-			plain(p, nil, keepDesc)
+			plain(p, nil)
 			continue
 		}
-		plain(p, f.Type, keepDesc)
-		if d, ok := f.Tag.Lookup("default"); ok && keepDesc {
+		plain(p, f.Type)
+		if d, ok := f.Tag.Lookup("default"); ok {
 			p.Default = defaultValue(p, d)
 		}
-		if keepDesc {
-			setMaxLength(p, f.Tag.Get("max"))
-			if m := f.Tag.Get("maxitems"); m != "" && p.Type == "array" {
-				n, err := strconv.Atoi(m)
-				if err != nil {
-					panic(fmt.Sprintf("tools: maxitems tag %q", m))
-				}
-				p.MaxItems = &n
+		setMaxLength(p, f.Tag.Get("max"))
+		if m := f.Tag.Get("maxitems"); m != "" && p.Type == "array" {
+			n, err := strconv.Atoi(m)
+			if err != nil {
+				panic(fmt.Sprintf("tools: maxitems tag %q", m))
 			}
+			p.MaxItems = &n
 		}
 	}
 }
@@ -156,11 +147,18 @@ func defaultValue(p *jsonschema.Schema, d string) json.RawMessage {
 	return json.RawMessage(d)
 }
 
-// add registers a tool with plain schemas and the shared call handling.
+// add registers a tool with a plain input schema, no output schema (see
+// above: the SDK infers one unless the output is typed any), and the
+// shared call handling.
 func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
 	in := inputSchema[In]()
 	t.InputSchema = in
-	t.OutputSchema = outputSchema[Out]()
 	s.inputs[t.Name] = in
-	mcp.AddTool(ms, t, handle(s, h))
+	mcp.AddTool(ms, t, handle(s, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
+		res, out, err := h(ctx, req, args)
+		if err != nil {
+			return res, nil, err
+		}
+		return res, out, nil
+	}))
 }

@@ -35,8 +35,10 @@ type Config struct {
 	RuntimeDir string
 	// WorkDir is the default project_root.
 	WorkDir string
-	// BuiltinKernel is the image booted when qemu_boot names no kernel.
-	BuiltinKernel []byte
+	// BuiltinKernel is the image booted when qemu_boot names no kernel;
+	// BuiltinSymbols its ELF, the debugger's symbols for it.
+	BuiltinKernel  []byte
+	BuiltinSymbols []byte
 	// QEMUBinary overrides qemu-system-riscv64.
 	QEMUBinary string
 	// Version is reported by server_info and the MCP handshake; Revision

@@ -103,15 +103,16 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	cfg := tools.Config{
-		Captures:      kept.Captures(state),
-		KeepCap:       keepCap,
-		RuntimeDir:    dir,
-		BuiltinKernel: qemumcp.TinyKernel,
-		QEMUBinary:    *qemuBin,
-		Version:       version,
-		Revision:      revision(),
-		Transport:     "stdio",
-		Logger:        log,
+		Captures:       kept.Captures(state),
+		KeepCap:        keepCap,
+		RuntimeDir:     dir,
+		BuiltinKernel:  qemumcp.TinyKernel,
+		BuiltinSymbols: qemumcp.TinyKernelELF,
+		QEMUBinary:     *qemuBin,
+		Version:        version,
+		Revision:       revision(),
+		Transport:      "stdio",
+		Logger:         log,
 
 		AllowHostAccess: *allowHost,
 		MaxInstances:    *maxInst,
