@@ -1,0 +1,5 @@
+//go:build !race
+
+package debuginfo
+
+const raceEnabled = false
