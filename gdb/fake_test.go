@@ -1,0 +1,558 @@
+package gdb
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeStub is a scripted gdbstub that behaves like QEMU's where it
+// matters: it drops a packet that arrives while the target "runs" and
+// answers with a stop instead, and it acks in ack mode.
+type fakeStub struct {
+	t    *testing.T
+	addr string
+	// features is the qSupported reply.
+	features string
+	docs     map[string]string
+	mem      map[uint64]byte
+	regs     map[int]string // 'p' replies by regnum
+	gReply   string         // sent as is (may be run-length encoded)
+	// hook may answer a command itself (return true), e.g. to delay,
+	// corrupt or hang up.
+	hook func(f *fakeConn, cmd string) bool
+
+	mu    sync.Mutex
+	conns []*fakeConn
+}
+
+type fakeConn struct {
+	s    *fakeStub
+	conn net.Conn
+
+	wmu      sync.Mutex
+	ack      bool
+	lastSent []byte
+
+	running atomic.Bool
+	acks    atomic.Int32 // '+' received
+	nacks   atomic.Int32
+	cmds    chan string // every command received, in order
+}
+
+func newFakeStub(t *testing.T) *fakeStub {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gdbf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &fakeStub{
+		t:        t,
+		addr:     filepath.Join(dir, "stub.sock"),
+		features: "PacketSize=100;qXfer:features:read+;QStartNoAckMode+;vContSupported+",
+		docs: map[string]string{
+			"target.xml": `<?xml version="1.0"?><!DOCTYPE target SYSTEM "gdb-target.dtd"><target><architecture>riscv:rv64</architecture>` +
+				`<xi:include href="core.xml"/><xi:include href="extra.xml"/></target>`,
+			"core.xml": `<?xml version="1.0"?><!-- ` + strings.Repeat("padding so the document takes several qXfer chunks ", 8) + `-->` +
+				`<feature name="org.gnu.gdb.riscv.cpu"><reg name="zero" bitsize="64" type="int"/><reg name="ra" bitsize="64" type="code_ptr"/>` +
+				`<reg name="sp" bitsize="64" type="data_ptr"/><reg name="pc" bitsize="64" type="code_ptr"/></feature>`,
+			"extra.xml": `<feature name="org.example.extra"><reg name="br}ce#$*" bitsize="32" regnum="100" group="special"/>` +
+				`<reg name="next" bitsize="16"/><reg name="wide" bitsize="128"/></feature>`,
+		},
+		mem:  map[uint64]byte{},
+		regs: map[int]string{0: "0000000000000000", 1: "8877665544332211", 3: "0000208000000000", 0x64: "78563412", 0x65: "3412"},
+		// zero: 16 '0's; ra; sp unavailable; pc 0x80200000 as
+		// "0000" "208" and nine '0's, all run-length encoded.
+		gReply: "0*,8877665544332211xxxxxxxxxxxxxxxx0* 2080*%",
+	}
+	for i := range 1000 {
+		s.mem[0x1000+uint64(i)] = byte(i)
+	}
+	ln, err := net.Listen("unix", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f := &fakeConn{s: s, conn: conn, ack: true, cmds: make(chan string, 1000)}
+			s.mu.Lock()
+			s.conns = append(s.conns, f)
+			s.mu.Unlock()
+			t.Cleanup(func() { conn.Close() })
+			go f.serve()
+		}
+	}()
+	return s
+}
+
+func (s *fakeStub) conn(i int) *fakeConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[i]
+}
+
+func (s *fakeStub) dial(t *testing.T, opts ...Option) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, "unix", s.addr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// send frames payload exactly as given (the caller escapes or encodes).
+func (f *fakeConn) send(payload string) {
+	f.sendRaw(fmt.Sprintf("$%s#%02x", payload, checksum(payload)))
+}
+
+func (f *fakeConn) sendRaw(b string) {
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	if strings.HasPrefix(b, "$") {
+		f.lastSent = []byte(b)
+	}
+	f.conn.Write([]byte(b))
+}
+
+// escapeBinary escapes data as the stub does in binary replies.
+func escapeBinary(data string) string {
+	p := appendPacket(nil, []byte(data))
+	return string(p[1 : len(p)-3])
+}
+
+func checksum(s string) byte {
+	var sum byte
+	for i := range len(s) {
+		sum += s[i]
+	}
+	return sum
+}
+
+func (f *fakeConn) serve() {
+	r := bufio.NewReader(f.conn)
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return
+		}
+		switch b {
+		case '+':
+			f.acks.Add(1)
+			continue
+		case '-':
+			f.nacks.Add(1)
+			f.wmu.Lock()
+			f.conn.Write(f.lastSent)
+			f.wmu.Unlock()
+			continue
+		case 0x03:
+			if f.running.CompareAndSwap(true, false) {
+				f.send("T02thread:01;")
+			}
+			continue
+		case '$':
+		default:
+			continue
+		}
+		raw, err := r.ReadString('#')
+		if err != nil {
+			return
+		}
+		var cs [2]byte
+		if _, err := r.Read(cs[:1]); err != nil {
+			return
+		}
+		if _, err := r.Read(cs[1:]); err != nil {
+			return
+		}
+		if f.running.CompareAndSwap(true, false) {
+			// QEMU: the first byte stops the guest, the packet is lost.
+			f.send("T02thread:01;")
+			continue
+		}
+		raw = raw[:len(raw)-1]
+		if want, _ := strconv.ParseUint(string(cs[:]), 16, 8); byte(want) != checksum(raw) {
+			f.s.t.Errorf("fake stub: bad checksum on %q", raw)
+			continue
+		}
+		cmd, err := unescape([]byte(raw))
+		if err != nil {
+			f.s.t.Errorf("fake stub: %v", err)
+			continue
+		}
+		if f.ack {
+			f.sendRaw("+")
+		}
+		f.cmds <- string(cmd)
+		if f.s.hook != nil && f.s.hook(f, string(cmd)) {
+			continue
+		}
+		f.handle(string(cmd))
+	}
+}
+
+func (f *fakeConn) handle(cmd string) {
+	s := f.s
+	switch {
+	case strings.HasPrefix(cmd, "qSupported"):
+		f.send(s.features)
+	case cmd == "QStartNoAckMode":
+		f.send("OK")
+		f.ack = false
+	case strings.HasPrefix(cmd, "qXfer:features:read:"):
+		rest := strings.TrimPrefix(cmd, "qXfer:features:read:")
+		annex, span, _ := strings.Cut(rest, ":")
+		o, l, _ := strings.Cut(span, ",")
+		off, _ := strconv.ParseUint(o, 16, 64)
+		n, _ := strconv.ParseUint(l, 16, 64)
+		doc, ok := s.docs[annex]
+		if !ok {
+			f.send("E00")
+			return
+		}
+		// Smaller pieces than asked, to make the client loop.
+		n = min(n, 100)
+		kind := "l"
+		if off+n < uint64(len(doc)) {
+			kind = "m"
+		} else {
+			n = uint64(len(doc)) - min(off, uint64(len(doc)))
+		}
+		f.send(kind + escapeBinary(doc[off:off+n]))
+	case cmd == "vCont?":
+		f.send("vCont;c;C;s;S")
+	case cmd == "qC":
+		f.send("QC01")
+	case cmd == "?":
+		f.send("T05thread:01;")
+	case cmd == "g":
+		f.send(s.gReply)
+	case strings.HasPrefix(cmd, "p"):
+		n, _ := strconv.ParseUint(cmd[1:], 16, 32)
+		if v, ok := s.regs[int(n)]; ok {
+			f.send(v)
+		} else {
+			f.send("E14")
+		}
+	case strings.HasPrefix(cmd, "m"):
+		a, l, _ := strings.Cut(cmd[1:], ",")
+		addr, _ := strconv.ParseUint(a, 16, 64)
+		n, _ := strconv.ParseUint(l, 16, 64)
+		var sb strings.Builder
+		for i := range n {
+			b, ok := s.mem[addr+i]
+			if !ok {
+				break
+			}
+			fmt.Fprintf(&sb, "%02x", b)
+		}
+		if sb.Len() == 0 {
+			f.send("E14")
+			return
+		}
+		f.send(sb.String())
+	case cmd == "c" || cmd == "vCont;c":
+		f.running.Store(true)
+	case cmd == "s" || strings.HasPrefix(cmd, "vCont;s"):
+		f.send("T05thread:01;")
+	case cmd == "D" || strings.HasPrefix(cmd, "Z") || strings.HasPrefix(cmd, "z") || strings.HasPrefix(cmd, "P") || strings.HasPrefix(cmd, "M"):
+		f.send("OK")
+	default:
+		f.send("")
+	}
+}
+
+func bg(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestFakeProtocol(t *testing.T) {
+	s := newFakeStub(t)
+	c := s.dial(t)
+	f := s.conn(0)
+	ctx := bg(t)
+
+	if c.Arch() != "riscv:rv64" || c.Supported()["PacketSize"] != "100" || c.Supported()["QStartNoAckMode"] != "+" {
+		t.Errorf("Arch %q, Supported %v", c.Arch(), c.Supported())
+	}
+	var names []string
+	for _, r := range c.Registers() {
+		names = append(names, fmt.Sprintf("%s:%d:%d:%s", r.Name, r.Regnum, r.Bitsize, r.Group))
+	}
+	want := "zero:0:64:general ra:1:64:general sp:2:64:general pc:3:64:general br}ce#$*:100:32:special next:101:16:system wide:102:128:system"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("registers\n got %s\nwant %s", got, want)
+	}
+	if r, ok := c.Register("x1"); !ok || r.Name != "ra" {
+		t.Errorf("x1 = %+v, %v", r, ok)
+	}
+
+	// Nothing is acknowledged in no-ack mode: the client acked up to the
+	// OK of QStartNoAckMode, and no more.
+	acks := f.acks.Load()
+	regs, err := c.ReadRegisters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(regs) != "map[pc:2149580800 ra:1234605616436508552 zero:0]" {
+		t.Errorf("ReadRegisters = %v", regs)
+	}
+	if v, err := c.ReadRegister(ctx, "br}ce#$*"); err != nil || v != 0x12345678 {
+		t.Errorf("read br}ce#$* = %#x, %v", v, err)
+	}
+	if v, err := c.ReadRegister(ctx, "next"); err != nil || v != 0x1234 {
+		t.Errorf("read next = %#x, %v", v, err)
+	}
+	if _, err := c.ReadRegister(ctx, "wide"); err == nil {
+		t.Error("a 128-bit register read into a uint64")
+	}
+	if err := c.WriteRegister(ctx, "next", 0xabcdef); err != nil {
+		t.Fatal(err)
+	}
+	if acks := f.acks.Load() - acks; acks != 0 {
+		t.Errorf("%d acks sent in no-ack mode", acks)
+	}
+
+	// A notification between replies is ignored.
+	f.sendRaw("%Stop:T05thread:01;#" + fmt.Sprintf("%02x", checksum("Stop:T05thread:01;")))
+	got, err := c.ReadMemory(ctx, 0x1000+10, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range got {
+		if b != byte(10+i) {
+			t.Fatalf("memory[%d] = %d", i, b)
+		}
+	}
+	// Reads are split at aligned boundaries: 0x100 bytes of packet make
+	// 128-byte chunks.
+	var reads []string
+	for len(f.cmds) > 0 {
+		if cmd := <-f.cmds; strings.HasPrefix(cmd, "m") {
+			reads = append(reads, cmd)
+		}
+	}
+	if strings.Join(reads, " ") != "m100a,76 m1080,80 m1100,36" {
+		t.Errorf("reads: %v", reads)
+	}
+	got, err = c.ReadMemory(ctx, 0x1000+990, 20)
+	var me *MemoryError
+	if !errors.As(err, &me) || me.Addr != 0x1000+1000 || me.Done != 10 || len(got) != 10 {
+		t.Errorf("read past the end: %d bytes, %v", len(got), err)
+	}
+	var se *StubError
+	if !errors.As(err, &se) || se.Code != 0x14 {
+		t.Errorf("not a StubError E14: %v", err)
+	}
+	if err := c.WriteMemory(ctx, 0x2000, make([]byte, 200)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cmd := lastCmd(f); cmd != "vCont;s:01" {
+		t.Errorf("step sent %q", cmd)
+	}
+}
+
+func lastCmd(f *fakeConn) string {
+	var last string
+	for len(f.cmds) > 0 {
+		last = <-f.cmds
+	}
+	return last
+}
+
+func TestFakeAckModeRetransmit(t *testing.T) {
+	s := newFakeStub(t)
+	s.features = "PacketSize=1000;qXfer:features:read+"
+	var once sync.Once
+	s.hook = func(f *fakeConn, cmd string) bool {
+		handled := false
+		if strings.HasPrefix(cmd, "qSupported") {
+			once.Do(func() {
+				// A corrupted reply: the client must ask again.
+				f.wmu.Lock()
+				f.lastSent = fmt.Appendf(nil, "$%s#%02x", s.features, checksum(s.features))
+				f.conn.Write([]byte("$" + s.features + "#00"))
+				f.wmu.Unlock()
+				handled = true
+			})
+		}
+		return handled
+	}
+	c := s.dial(t)
+	f := s.conn(0)
+	if f.nacks.Load() != 1 {
+		t.Errorf("%d nacks, want 1", f.nacks.Load())
+	}
+	if _, err := c.ReadRegisters(bg(t)); err != nil {
+		t.Fatal(err)
+	}
+	// Every packet of the stub was acknowledged.
+	if f.acks.Load() < 8 {
+		t.Errorf("only %d acks in ack mode", f.acks.Load())
+	}
+}
+
+func TestFakeChecksumErrorWithoutAcks(t *testing.T) {
+	s := newFakeStub(t)
+	s.hook = func(f *fakeConn, cmd string) bool {
+		if cmd == "g" {
+			f.sendRaw("$00#00")
+			return true
+		}
+		return false
+	}
+	c := s.dial(t)
+	_, err := c.ReadRegisters(bg(t))
+	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("ReadRegisters = %v, want a closed connection over a checksum", err)
+	}
+}
+
+func TestFakeDeadPeer(t *testing.T) {
+	s := newFakeStub(t)
+	s.hook = func(f *fakeConn, cmd string) bool {
+		if strings.HasPrefix(cmd, "m") {
+			f.conn.Close()
+			return true
+		}
+		return false
+	}
+	c := s.dial(t)
+	start := time.Now()
+	_, err := c.ReadMemory(bg(t), 0x1000, 4)
+	if !errors.Is(err, ErrClosed) {
+		t.Errorf("ReadMemory = %v, want ErrClosed", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("took %v", time.Since(start))
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close of a dead connection: %v", err)
+	}
+}
+
+func TestFakeCloseUnblocks(t *testing.T) {
+	s := newFakeStub(t)
+	s.hook = func(f *fakeConn, cmd string) bool { return strings.HasPrefix(cmd, "m") } // never answered
+	c := s.dial(t, WithDetachTimeout(100*time.Millisecond))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.ReadMemory(context.Background(), 0x1000, 4)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("ReadMemory = %v, want ErrClosed", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("ReadMemory still blocked 2s after Close")
+	}
+	t.Logf("Close took %v", time.Since(start))
+}
+
+func TestFakeAbandonedReply(t *testing.T) {
+	s := newFakeStub(t)
+	var delayed atomic.Bool
+	s.hook = func(f *fakeConn, cmd string) bool {
+		if strings.HasPrefix(cmd, "m") && delayed.CompareAndSwap(false, true) {
+			// A slow stub: it answers in order, just late.
+			time.Sleep(200 * time.Millisecond)
+			f.send("deadbeef")
+			return true
+		}
+		return false
+	}
+	c := s.dial(t)
+	f := s.conn(0)
+	ctx, cancel := context.WithTimeout(bg(t), 50*time.Millisecond)
+	_, err := c.ReadMemory(ctx, 0x1000, 4)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ReadMemory = %v, want a deadline error", err)
+	}
+	// The late "deadbeef" must not pass for the answer to this.
+	v, err := c.ReadRegister(bg(t), "ra")
+	var cmds []string
+	for len(f.cmds) > 0 {
+		cmds = append(cmds, <-f.cmds)
+	}
+	if got := strings.Join(cmds, " "); !strings.HasSuffix(got, "m1000,4 qC p1") {
+		t.Errorf("commands: %s, want the probe before p1", got)
+	}
+	if err != nil || v != 0x1122334455667788 {
+		t.Errorf("ra = %#x, %v", v, err)
+	}
+	got, err := c.ReadMemory(bg(t), 0x1000, 4)
+	if err != nil || string(got) != "\x00\x01\x02\x03" {
+		t.Errorf("ReadMemory = %x, %v", got, err)
+	}
+}
+
+func TestFakeDroppedWhileRunning(t *testing.T) {
+	s := newFakeStub(t)
+	c := s.dial(t)
+	f := s.conn(0)
+	// Resumed behind the client's back (QMP cont): the next packet is
+	// dropped and answered by a stop.
+	f.running.Store(true)
+	v, err := c.ReadRegister(bg(t), "ra")
+	if err != nil || v != 0x1122334455667788 {
+		t.Fatalf("ra = %#x, %v", v, err)
+	}
+	var cmds []string
+	for len(f.cmds) > 0 {
+		cmds = append(cmds, <-f.cmds)
+	}
+	if got := strings.Join(cmds, " "); !strings.HasSuffix(got, "qC p1") {
+		t.Errorf("commands: %s, want the probe then p1 again", got)
+	}
+	s2, err := c.Wait(bg(t))
+	if err != nil || s2.Signal != SIGINT {
+		t.Errorf("Wait = %+v, %v; want the SIGINT stop", s2, err)
+	}
+
+	// Continue, stop by interrupt, and a stop the target reports itself.
+	if err := c.Continue(bg(t)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Interrupt(bg(t)); err != nil || s.Signal != SIGINT {
+		t.Fatalf("Interrupt = %+v, %v", s, err)
+	}
+	if err := c.Continue(bg(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.running.Store(false)
+	f.send("T05thread:01;watch:1234;")
+	s3, err := c.Wait(bg(t))
+	if err != nil || s3.Reason != ReasonWatch || s3.Addr != 0x1234 {
+		t.Errorf("Wait = %+v, %v", s3, err)
+	}
+}
