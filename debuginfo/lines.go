@@ -21,7 +21,7 @@ import (
 type Location struct {
 	Function string // the symbol's name as in the symbol table
 	Offset   uint64 // addr - symbol address
-	File     string // DWARF path (absolute, or relative to the build dir); "" when unknown
+	File     string // relative to the build directory when under it (kernel/sys.c), else the DWARF path; "" when unknown
 	Line     int    // 0 when unknown
 }
 
@@ -73,6 +73,17 @@ func cleanPath(p string) string {
 		return ""
 	}
 	return path.Clean(strings.ReplaceAll(p, "\\", "/"))
+}
+
+// relPath is p relative to the unit's build directory when it is under it:
+// "kernel/sys.c", as a kernel developer names the file, rather than where
+// the build ran.
+func relPath(p, compDir string) string {
+	compDir = cleanPath(compDir)
+	if compDir != "" && compDir != "." && strings.HasPrefix(p, compDir+"/") {
+		return p[len(compDir)+1:]
+	}
+	return p
 }
 
 // lineProgram returns the unit's line program at off in .debug_line.
@@ -149,7 +160,7 @@ func (f *File) lineReader(dw *dwarfData, u unitRef) (*dwarf.LineReader, string, 
 }
 
 func (f *File) decodeLines(dw *dwarfData, u unitRef) (*lineTable, error) {
-	lr, _, err := f.lineReader(dw, u)
+	lr, compDir, err := f.lineReader(dw, u)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +175,7 @@ func (f *File) decodeLines(dw *dwarfData, u unitRef) (*lineTable, error) {
 		for i, lf := range files {
 			name := ""
 			if lf != nil {
-				name = cleanPath(lf.Name)
+				name = relPath(cleanPath(lf.Name), compDir)
 				if i < noFile {
 					fileIdx[lf] = uint16(i)
 				}
@@ -333,7 +344,6 @@ func (f *File) buildFileIndex(dw *dwarfData, units []unitRef) (*fileIndex, error
 			continue
 		}
 		haveLines = true
-		compDir = cleanPath(compDir)
 		for _, lf := range lr.Files() {
 			if lf == nil {
 				continue
@@ -341,13 +351,9 @@ func (f *File) buildFileIndex(dw *dwarfData, units []unitRef) (*fileIndex, error
 			p := cleanPath(lf.Name)
 			k, ok := byPath[p]
 			if !ok {
-				rel := p
-				if compDir != "" && compDir != "." && strings.HasPrefix(p, compDir+"/") {
-					rel = p[len(compDir)+1:]
-				}
 				k = len(files)
 				byPath[p] = k
-				files = append(files, srcFile{path: p, rel: rel})
+				files = append(files, srcFile{path: p, rel: relPath(p, compDir)})
 			}
 			if n := len(files[k].units); n == 0 || files[k].units[n-1] != uint32(ui) {
 				files[k].units = append(files[k].units, uint32(ui))
@@ -450,7 +456,7 @@ func (f *File) LineAddrs(file string, line int) (LineMatch, error) {
 		want := make([]bool, len(t.files))
 		found := false
 		for i, p := range t.files {
-			if p == src.path {
+			if p == src.path || p == src.rel {
 				want[i], found = true, true
 			}
 		}
@@ -505,7 +511,7 @@ func (f *File) LineAddrs(file string, line int) (LineMatch, error) {
 			lowest[k] = h.addr
 		}
 	}
-	m := LineMatch{File: src.path, Line: best}
+	m := LineMatch{File: src.rel, Line: best}
 	for _, a := range lowest {
 		m.Addrs = append(m.Addrs, a)
 	}

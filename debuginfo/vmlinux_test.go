@@ -75,7 +75,7 @@ func checkVmlinux(t *testing.T, path string) {
 	loc, ok := f.Symbolize(sym.Addr + 8)
 	symbolizeTime := time.Since(t0)
 	firstTotal := time.Since(start)
-	if !ok || loc.Function != "sys_newuname" || loc.Offset != 8 || !strings.HasSuffix(loc.File, "/kernel/sys.c") || loc.Line < 1000 {
+	if !ok || loc.Function != "sys_newuname" || loc.Offset != 8 || loc.File != "kernel/sys.c" || loc.Line < 1000 {
 		t.Fatalf("Symbolize(sys_newuname+8) = %+v, %v; want sys_newuname+8 in kernel/sys.c", loc, ok)
 	}
 	limit := 2 * time.Second
@@ -250,7 +250,9 @@ func TestVmlinuxAgainstAddr2line(t *testing.T) {
 		} else {
 			want = "??:0"
 		}
-		if got != want {
+		// Symbolize names files relative to the build directory, the
+		// tools as DWARF has them (absolute for the kernel's build).
+		if got != want && !strings.HasSuffix(want, "/"+got) {
 			if bad++; bad <= 10 {
 				t.Errorf("%#x (%s+%#x): Symbolize says %s, %s says %s", a, loc.Function, loc.Offset, got, tool, want)
 			}

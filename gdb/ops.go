@@ -627,3 +627,21 @@ func (c *Client) haltReason(ctx context.Context) (Stop, error) {
 	})
 	return s, err
 }
+
+// SetPhysicalMemory switches what ReadMemory and WriteMemory address:
+// with on, guest physical addresses (QEMU's Qqemu.PhyMemMode), else
+// virtual ones through the hart's MMU. Only QEMU's stub has the mode; an
+// empty reply (another stub, or an old QEMU) is ErrUnsupported.
+func (c *Client) SetPhysicalMemory(ctx context.Context, on bool) error {
+	mode := 0
+	if on {
+		mode = 1
+	}
+	err := c.command(ctx, func() error {
+		return c.expectOK(ctx, fmt.Appendf(nil, "Qqemu.PhyMemMode:%d", mode))
+	})
+	if err != nil {
+		return fmt.Errorf("gdb: physical memory mode: %w", err)
+	}
+	return nil
+}

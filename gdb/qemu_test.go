@@ -368,6 +368,18 @@ func TestQEMUMemory(t *testing.T) {
 	// QEMU 7.2 acknowledges debug writes to unmapped addresses; they
 	// just go nowhere.
 	t.Logf("write at 0: %v", c.WriteMemory(ctx, 0, []byte{1}))
+
+	// Physical mode reads the same bytes here (the tiny kernel runs
+	// without translation), and the mode switches back.
+	if err := c.SetPhysicalMemory(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ReadMemory(ctx, start, 64); err != nil || string(got) != string(g.img.text[:64]) {
+		t.Errorf("physical read at _start: %v, equal=%v", err, string(got) == string(g.img.text[:64]))
+	}
+	if err := c.SetPhysicalMemory(ctx, false); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestQEMUBreakpoints(t *testing.T) {

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/debuginfo"
+	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
@@ -62,6 +66,16 @@ type Spec struct {
 	Profile string
 	Prompt  string
 	Panics  []*regexp.Regexp
+	// Debug, if set, starts QEMU's gdbstub and gives the instance a
+	// debugger. The instance owns Debug.Symbols from Boot on, failed
+	// boots included: it is closed with the instance.
+	Debug *DebugSpec
+}
+
+// DebugSpec is a guest's debugger.
+type DebugSpec struct {
+	// Symbols are the kernel's symbols and lines; nil for addresses only.
+	Symbols *debuginfo.File
 }
 
 // TAPSpec says how to make the guest's TAP: a host address, or a bridge to
@@ -116,6 +130,7 @@ type Instance struct {
 	cleanupErr  error
 	stoppedAt   time.Time
 	keptRemoved []kept.File
+	debugger    *debugger.Session
 }
 
 // KeptRemoved lists the kept files this boot removed to stay under the cap.
@@ -165,6 +180,15 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	}()
 
 	m := i.mgr
+	if d := i.spec.Debug; d != nil && d.Symbols != nil {
+		// Closed by the debugger once it exists, else here.
+		i.push("symbols", func() error {
+			if i.Debugger() != nil {
+				return nil
+			}
+			return d.Symbols.Close()
+		})
+	}
 	t0 := time.Now()
 	rep = m.reap()
 	tReap := time.Since(t0)
@@ -216,15 +240,23 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	i.transcript = transcript
 	i.keptRemoved = removed
 	i.mu.Unlock()
-	mch, err := qemu.Start(ctx, qemu.Runtime{
+	rt := qemu.Runtime{
 		SerialBase: filepath.Join(dir, names.SerialBase(m.owner, i.name)),
 		QMPSocket:  filepath.Join(dir, names.Name(names.QMPSocket, m.owner, i.name)),
 		Logger:     m.log.With("instance", i.name), Transcript: transcript, RingSize: m.cfg.RingSize,
-	}, cfg)
+	}
+	if i.spec.Debug != nil {
+		rt.GDBSocket = filepath.Join(dir, names.Name(names.GDBSocket, m.owner, i.name))
+		rt.GDBTCP = m.cfg.GDBTCP
+	}
+	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		return rep, fmt.Errorf("boot: %w", err)
 	}
 	i.push("qemu", mch.Close)
+	if i.spec.Debug != nil {
+		i.startDebugger(mch)
+	}
 	id := mch.Identity()
 	child, err := registry.NewChild(id.PID)
 	if err != nil || child.StartTime != id.StartTime {
@@ -284,6 +316,59 @@ func (i *Instance) makeTAP(t TAPSpec) error {
 		return err
 	})
 	return nil
+}
+
+// startDebugger gives the instance its debugger; it connects to the stub
+// on first use. It is closed (detaching, which lets a stopped guest run)
+// before QEMU is stopped.
+func (i *Instance) startDebugger(mch *qemu.Machine) {
+	log := i.mgr.log.With("instance", i.name)
+	network, addr := "unix", mch.Paths().GDBSocket
+	if a := mch.Paths().GDBAddress; a != "" {
+		network, addr = "tcp", a
+	}
+	d := debugger.New(debugger.Config{
+		Dial: func(ctx context.Context) (*gdb.Client, error) {
+			return gdb.Dial(ctx, network, addr, gdb.WithLogger(log))
+		},
+		Running: func(ctx context.Context) (bool, error) {
+			raw, err := mch.Monitor().Execute(ctx, "query-status", nil)
+			if err != nil {
+				return false, err
+			}
+			var st struct {
+				Running bool `json:"running"`
+			}
+			if err := json.Unmarshal(raw, &st); err != nil {
+				return false, fmt.Errorf("query-status: %w", err)
+			}
+			return st.Running, nil
+		},
+		Symbols: i.spec.Debug.Symbols,
+		Logger:  log,
+	})
+	i.mu.Lock()
+	i.debugger = d
+	i.mu.Unlock()
+	i.push("debugger", i.closeDebugger)
+}
+
+// closeDebugger detaches from the stub, once.
+func (i *Instance) closeDebugger() error {
+	i.mu.Lock()
+	d := i.debugger
+	i.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.Close()
+}
+
+// Debugger is the instance's debugger, nil when it was booted without one.
+func (i *Instance) Debugger() *debugger.Session {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.debugger
 }
 
 // watch undoes everything when QEMU stops by itself (guest poweroff), not
@@ -358,6 +443,11 @@ func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Durat
 			end.Exit, _ = mch.Exited()
 		}
 	} else if mch != nil {
+		// A guest the debugger holds stopped could not shut down by
+		// itself: detaching lets it run.
+		if derr := i.closeDebugger(); derr != nil {
+			i.mgr.log.Debug("detach debugger before stop", "instance", i.name, "err", derr)
+		}
 		end, err = mch.Shutdown(ctx, method, wait)
 	}
 	i.mu.Lock()

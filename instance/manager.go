@@ -69,6 +69,10 @@ type Config struct {
 	// KeepInterval is how often the cap is checked while the server runs;
 	// 0 means 30 s.
 	KeepInterval time.Duration
+	// GDBTCP, if set, makes debug guests' gdbstubs listen on this
+	// loopback TCP address ("127.0.0.1:0": a free port each) instead of a
+	// unix socket in the runtime directory.
+	GDBTCP string
 	// Logger receives what nobody else would see; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -261,6 +265,12 @@ func (m *Manager) List() []*Instance {
 // the instance is stopped meanwhile. The reaper's report is non-nil when it
 // found something of dead servers.
 func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Report, error) {
+	owned := true // the symbols, until an instance takes them
+	defer func() {
+		if owned && spec.Debug != nil && spec.Debug.Symbols != nil {
+			spec.Debug.Symbols.Close()
+		}
+	}()
 	if err := names.CheckInstance(spec.Name); err != nil {
 		return nil, nil, err
 	}
@@ -271,6 +281,7 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Repor
 	if err != nil {
 		return nil, nil, err
 	}
+	owned = false // the instance closes them now
 	rep, err := i.run(ctx)
 	if err != nil {
 		return nil, rep, err

@@ -33,6 +33,9 @@ type Paths struct {
 	SerialOut string `json:"serial_out"`
 	QMPSocket string `json:"qmp_socket"`
 	GDBSocket string `json:"gdb_socket,omitempty"`
+	// GDBAddress is the gdbstub's loopback TCP address, when it listens
+	// on TCP instead of GDBSocket.
+	GDBAddress string `json:"gdb_address,omitempty"`
 }
 
 // Exit describes how QEMU ended.
@@ -85,6 +88,11 @@ type Runtime struct {
 	// GDBSocket, if set, is where QEMU's gdbstub listens (a unix socket,
 	// the server's like the QMP socket); empty means no gdbstub.
 	GDBSocket string
+	// GDBTCP, if set, makes the gdbstub listen on this loopback TCP
+	// address instead ("127.0.0.1:0" picks a free port), so that a
+	// person's gdb can attach with "target remote"; GDBSocket is then
+	// ignored.
+	GDBTCP string
 	// Logger receives supervision logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ConnectTimeout bounds the QMP connection at start; zero means 10s.
@@ -166,7 +174,15 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	defer qmpFile.Close() // QEMU has its own copy once started
 	m.paths = Paths{SerialIn: m.console.InPath(), SerialOut: m.console.OutPath(), QMPSocket: sock}
 	var gdbFile *os.File
-	if rt.GDBSocket != "" {
+	switch {
+	case rt.GDBTCP != "":
+		var addr string
+		if gdbFile, addr, err = listenLoopback(rt.GDBTCP); err != nil {
+			return err
+		}
+		defer gdbFile.Close()
+		m.paths.GDBAddress = addr
+	case rt.GDBSocket != "":
 		if len(rt.GDBSocket) > maxSocketPath {
 			return fmt.Errorf("gdb socket path %s is %d bytes, more than a unix socket allows (%d): use a shorter runtime directory (QEMU_MCP_RUNTIME_DIR)", rt.GDBSocket, len(rt.GDBSocket), maxSocketPath)
 		}
@@ -296,6 +312,37 @@ func (m *Machine) listen(what, path string) (*os.File, error) {
 		return nil, fmt.Errorf("%s socket descriptor: %w", what, err)
 	}
 	return f, nil
+}
+
+// CheckLoopback accepts a loopback host:port for the gdbstub.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("gdb tcp address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("gdb tcp address %q is not loopback: the gdbstub gives whoever connects the whole guest, so only 127.0.0.1 or [::1] is allowed", addr)
+	}
+	return nil
+}
+
+// listenLoopback listens on a loopback TCP address for the gdbstub; any
+// other address is refused, as a debugger port reads and writes all of the
+// guest's memory.
+func listenLoopback(addr string) (*os.File, string, error) {
+	if err := CheckLoopback(addr); err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("listen for the gdbstub on %s: %w", addr, err)
+	}
+	defer ln.Close()
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, "", fmt.Errorf("gdb tcp socket descriptor: %w", err)
+	}
+	return f, ln.Addr().String(), nil
 }
 
 // supervise waits for QEMU to exit. The FIFO never reports EOF (the server

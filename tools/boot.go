@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
@@ -43,6 +45,8 @@ type BootInput struct {
 	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
 	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
 	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
+	GDB         bool         `json:"gdb,omitempty" jsonschema:"start QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
+	Symbols     string       `json:"symbols,omitempty" jsonschema:"the kernel's ELF with symbols (vmlinux), relative to project_root; implies gdb. Default with gdb: the kernel if it is an ELF, else a vmlinux beside it or at the top of its Linux build tree"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
 	Target
 	WaitOptions
@@ -66,6 +70,8 @@ type BootOutput struct {
 	Profile string `json:"profile,omitempty" jsonschema:"the .qemu-mcp.json profile applied"`
 	// Transcript is the complete console log of this boot.
 	Transcript string `json:"transcript" jsonschema:"file holding the complete serial output of this boot (kept after the server exits)"`
+	// Symbols is the ELF the debugger reads symbols from.
+	Symbols string `json:"symbols,omitempty" jsonschema:"the ELF the debugger names addresses by"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -125,6 +131,14 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	spec := instance.Spec{Name: name, Root: root, QEMU: cfg, Restart: in.Restart,
 		Profile: prof.name, Prompt: prof.Prompt, Panics: panics}
+	var symbols string
+	if in.GDB || in.Symbols != "" {
+		d, path, err := s.openSymbols(scope, in, cfg.Kernel)
+		if err != nil {
+			return nil, BootOutput{}, err
+		}
+		spec.Debug, symbols = d, path
+	}
 	if in.Network == "tap" {
 		spec.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge}
 		if in.PCAP {
@@ -137,7 +151,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	m := inst.Machine()
 	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel,
-		Lock: inst.LockPath(), Profile: prof.name, Transcript: inst.Transcript()}
+		Lock: inst.LockPath(), Profile: prof.name, Transcript: inst.Transcript(), Symbols: symbols}
 	if reaped != nil {
 		b := reaped.Bounded(10)
 		out.Reaped = &b
@@ -181,6 +195,69 @@ func bootText(o BootOutput, waitFor string) string {
 		b.WriteString("guest running; read its console with serial_read\n")
 	}
 	return b.String()
+}
+
+// openSymbols opens the debugger's symbols: in.Symbols under the host-path
+// policy, else the kernel when it is an ELF, else a vmlinux beside the
+// kernel or at the top of the Linux build tree it came from
+// (arch/riscv/boot/Image), else none (addresses only). The built-in
+// kernel brings its own.
+func (s *Server) openSymbols(scope *hostpath.Scope, in BootInput, kernel string) (*instance.DebugSpec, string, error) {
+	open := func(f *os.File, path string) (*instance.DebugSpec, string, error) {
+		df, err := debuginfo.OpenFile(f)
+		if err != nil {
+			f.Close()
+			return nil, "", fmt.Errorf("symbols %s: %w", path, err)
+		}
+		if df.Machine() != elf.EM_RISCV {
+			df.Close()
+			return nil, "", fmt.Errorf("symbols %s are for %s, not RISC-V: give the riscv64 kernel's vmlinux", path, df.Machine())
+		}
+		return &instance.DebugSpec{Symbols: df}, path, nil
+	}
+	if in.Symbols != "" {
+		f, err := scope.Open("symbols", in.Symbols, false)
+		if err != nil {
+			return nil, "", err
+		}
+		path, _ := hostpath.Real(f)
+		return open(f, path)
+	}
+	if in.Kernel == "" {
+		path, err := s.builtinSymbols()
+		if err != nil {
+			return nil, "", err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, "", fmt.Errorf("built-in kernel's symbols: %w", err)
+		}
+		return open(f, path)
+	}
+	dir := filepath.Dir(kernel)
+	cands := []string{kernel, filepath.Join(dir, "vmlinux")}
+	if strings.HasSuffix(dir, filepath.Join("arch", "riscv", "boot")) {
+		cands = append(cands, filepath.Join(dir, "..", "..", "..", "vmlinux"))
+	}
+	for _, cand := range cands {
+		f, err := scope.Open("symbols", cand, false)
+		if err != nil {
+			continue
+		}
+		if !isELF(f) {
+			f.Close()
+			continue
+		}
+		path, _ := hostpath.Real(f)
+		return open(f, path)
+	}
+	return &instance.DebugSpec{}, "", nil
+}
+
+func isELF(f *os.File) bool {
+	var magic [4]byte
+	_, err := f.ReadAt(magic[:], 0)
+	return err == nil && string(magic[:]) == elf.ELFMAG
 }
 
 // activeProfile is the profile a boot used, kept for its prompt.
@@ -242,6 +319,8 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 		in.ExtraArgs = p.ExtraArgs
 	}
 	in.GPU = in.GPU || p.GPU
+	in.GDB = in.GDB || p.GDB
+	set(&in.Symbols, p.Symbols)
 	return activeProfile{name: name, Prompt: p.Prompt, Panics: p.PanicPatterns}, nil
 }
 

@@ -337,4 +337,5 @@ func (s *Server) register(ms *mcp.Server) {
 		Description: "List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output.",
 		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, s.list)
+	s.registerDebug(ms)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
@@ -52,6 +53,10 @@ type WaitResult struct {
 	Exited      bool     `json:"exited,omitempty" jsonschema:"QEMU has exited"`
 	ExitStatus  *int     `json:"exit_status,omitempty" jsonschema:"QEMU's exit status, once it exited (128+n when killed by signal n)"`
 	Running     bool     `json:"running" jsonschema:"QEMU is running"`
+	// Triage is what the debugger saw of a panic, on a guest booted with
+	// gdb: true.
+	Triage      *debugger.Triage `json:"triage,omitempty" jsonschema:"on a panic with the debugger attached: pc, ra, sp, the trap and a symbolized backtrace"`
+	TriageError string           `json:"triage_error,omitempty" jsonschema:"why there is no triage"`
 }
 
 // Span is a range of serial cursors [start, end).
@@ -70,6 +75,22 @@ func (w WaitResult) summary(pattern string) string {
 		fmt.Fprintf(&b, "matched %q at cursor %d", w.Match, w.MatchStart)
 	case w.Panicked:
 		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
+		if t := w.Triage; t != nil {
+			if t.Trap != nil && t.Trap.EPC != nil {
+				fmt.Fprintf(&b, "; %s at %s", t.Trap.Cause, t.Trap.EPC.String())
+			}
+			var fns []string
+			for _, f := range t.Backtrace.Frames {
+				if len(fns) == 8 {
+					fns = append(fns, "...")
+					break
+				}
+				if f.Function != "" {
+					fns = append(fns, f.Function)
+				}
+			}
+			fmt.Fprintf(&b, "; backtrace: %s", strings.Join(fns, " < "))
+		}
 	case w.Exited:
 		fmt.Fprintf(&b, "guest exited (status %d) before %s appeared", deref(w.ExitStatus), pattern)
 	case w.Idle:
@@ -169,6 +190,19 @@ func seconds(name string, v float64, def time.Duration) (time.Duration, error) {
 	return time.Duration(v * float64(time.Second)), nil
 }
 
+// checkMaxBytes validates a max_bytes argument, where 0 means def.
+func checkMaxBytes(v, def int) (int, error) {
+	switch {
+	case v > maxMaxBytes:
+		return 0, fmt.Errorf("max_bytes %d: at most %d a result (a client refuses larger results); page with the cursors instead", v, maxMaxBytes)
+	case v < 0:
+		return 0, fmt.Errorf("max_bytes %d: want a positive number", v)
+	case v == 0:
+		return def, nil
+	}
+	return v, nil
+}
+
 // waitPlan is a validated wait: what to wait for, how long, what to report.
 type waitPlan struct {
 	spec serial.Spec
@@ -183,7 +217,6 @@ func (p waitPlan) active() bool { return len(p.spec.Patterns) > 0 || p.spec.Idle
 // plan validates the shared wait arguments; extra are the boot profile's
 // panic patterns, added to the defaults unless panic_patterns is given.
 func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, defMax int, extra []*regexp.Regexp) (waitPlan, error) {
-	maxBytes := o.MaxBytes
 	pats, desc, err := patterns(o.WaitFor)
 	if err != nil {
 		return waitPlan{}, err
@@ -195,14 +228,9 @@ func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, defMax 
 	if o.IdleMS < 0 {
 		return waitPlan{}, fmt.Errorf("idle_ms %d: want a positive number", o.IdleMS)
 	}
-	if maxBytes > maxMaxBytes {
-		return waitPlan{}, fmt.Errorf("max_bytes %d: at most %d a result (a client refuses larger results); page with the cursors instead", maxBytes, maxMaxBytes)
-	}
-	if maxBytes < 0 {
-		return waitPlan{}, fmt.Errorf("max_bytes %d: want a positive number", maxBytes)
-	}
-	if maxBytes == 0 {
-		maxBytes = defMax
+	maxBytes, err := checkMaxBytes(o.MaxBytes, defMax)
+	if err != nil {
+		return waitPlan{}, err
 	}
 	p := waitPlan{spec: serial.Spec{Patterns: pats, Idle: time.Duration(o.IdleMS) * time.Millisecond, Timeout: t, MaxOutput: maxBytes}, desc: desc, raw: o.Raw, max: maxBytes}
 	if !o.Raw {
@@ -302,8 +330,31 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 		w.MatchStart = res.Start
 	}
 	setExit(&w, in.Machine())
+	if w.Panicked && w.Running {
+		s.triage(ctx, in, &w)
+	}
 	s.setCursor(req, in, w.Cursor)
 	return w, nil
+}
+
+// triageTimeout bounds a crash triage: a few hundred stub round trips.
+const triageTimeout = 5 * time.Second
+
+// triage adds the debugger's view of a panic, so the agent sees the
+// crashing function without asking.
+func (s *Server) triage(ctx context.Context, in *instance.Instance, w *WaitResult) {
+	d := in.Debugger()
+	if d == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, triageTimeout)
+	defer cancel()
+	t, err := d.Triage(ctx)
+	if err != nil {
+		w.TriageError = err.Error()
+		return
+	}
+	w.Triage = &t
 }
 
 func setExit(w *WaitResult, m *qemu.Machine) {

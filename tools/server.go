@@ -67,7 +67,10 @@ type Config struct {
 	// directory's. KeepCap bounds their total size (0: kept.DefaultCap).
 	Captures string
 	KeepCap  int64
-	Logger   *slog.Logger
+	// GDBTCP makes gdbstubs listen on this loopback TCP address instead
+	// of a unix socket (see instance.Config).
+	GDBTCP string
+	Logger *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
@@ -177,7 +180,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
-		Captures: cfg.Captures, KeepCap: cfg.KeepCap})
+		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}

@@ -50,6 +50,10 @@ func newSessionWith(t testing.TB, adjust func(*tools.Config), copts *mcp.ClientO
 	if err != nil {
 		t.Fatalf("read tiny kernel: %v", err)
 	}
+	symbols, err := os.ReadFile("../testdata/images/tiny.elf")
+	if err != nil {
+		t.Fatalf("read tiny kernel's symbols: %v", err)
+	}
 	// Unix socket paths are limited to 108 bytes: keep the dir short.
 	dir, err := os.MkdirTemp("", "qmcp")
 	if err != nil {
@@ -60,7 +64,7 @@ func newSessionWith(t testing.TB, adjust func(*tools.Config), copts *mcp.ClientO
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Each session has its own lock: tests of other packages boot guests
 	// from this repository at the same time.
-	cfg := tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, Version: "test", Logger: log,
+	cfg := tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test", Logger: log,
 		LockFile: filepath.Join(t.TempDir(), "qemu.lock")}
 	if adjust != nil {
 		adjust(&cfg)

@@ -27,6 +27,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/rpcframe"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -52,6 +53,7 @@ func run(args []string, stderr io.Writer) int {
 		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
 		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
 		maxKept     = fs.String("max-kept", "2G", "total size of kept transcripts, captures and screenshots in the state directory ("+kept.Env+"); the oldest go first")
+		gdbTCP      = fs.String("gdb-tcp", "", "gdbstubs of guests booted with gdb: true listen on this loopback TCP address (127.0.0.1:0 for a free port each, shown as paths.gdb_address) instead of a private unix socket, so that your own gdb can attach while the server's debugger is idle")
 		allowPaths  []string
 	)
 	fs.Func("allow-path", "let the tools read host files in `DIR` (repeatable; adds to "+hostpath.EnvAllowPaths+", colon-separated)", func(v string) error {
@@ -74,6 +76,12 @@ func run(args []string, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "qemu-mcp: -max-kept: %v\n", err)
 		return 2
+	}
+	if *gdbTCP != "" {
+		if err := qemu.CheckLoopback(*gdbTCP); err != nil {
+			fmt.Fprintf(stderr, "qemu-mcp: -gdb-tcp: %v\n", err)
+			return 2
+		}
 	}
 	if *maxInst < 1 {
 		fmt.Fprintf(stderr, "qemu-mcp: -max-instances %d: want at least 1\n", *maxInst)
@@ -117,6 +125,7 @@ func run(args []string, stderr io.Writer) int {
 		AllowHostAccess: *allowHost,
 		MaxInstances:    *maxInst,
 		AllowPaths:      allowed,
+		GDBTCP:          *gdbTCP,
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -42,6 +42,8 @@ type Profile struct {
 	Drives        []qemu.Drive `json:"drives,omitempty"`
 	Network       string       `json:"network,omitempty"`
 	GPU           bool         `json:"gpu,omitempty"`
+	GDB           bool         `json:"gdb,omitempty"`
+	Symbols       string       `json:"symbols,omitempty"`
 	Prompt        string       `json:"prompt,omitempty"`
 	PanicPatterns []string     `json:"panic_patterns,omitempty"`
 	ExtraArgs     []string     `json:"extra_args,omitempty"`

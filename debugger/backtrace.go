@@ -1,0 +1,324 @@
+package debugger
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+)
+
+// Frame is one frame of a backtrace.
+type Frame struct {
+	Where
+	// Trap is set on a frame the hart trapped out of (an exception or an
+	// interrupt): the frame's pc is the trap's epc, read from the pt_regs
+	// the kernel's entry code saved.
+	Trap *Trap `json:"trap,omitempty"`
+	// User marks a trap taken from user mode: the frame is the user
+	// program's pc, and unwinding ends there.
+	User bool `json:"user,omitempty"`
+}
+
+// Backtrace is the unwound stack and why unwinding ended.
+type Backtrace struct {
+	Frames []Frame `json:"frames"`
+	// End says why the walk stopped, when not at the stack's bottom.
+	End string `json:"end,omitempty"`
+}
+
+// Backtrace unwinds the stack by frame pointers, at most max frames.
+func (s *Session) Backtrace(ctx context.Context, max int) (Backtrace, error) {
+	if max <= 0 || max > 256 {
+		return Backtrace{}, fmt.Errorf("max_frames %d: want 1 to 256", max)
+	}
+	defer s.begin()()
+	var bt Backtrace
+	err := s.stopped(ctx, func(c *gdb.Client) error {
+		regs, err := c.ReadRegisters(ctx)
+		if err != nil {
+			return err
+		}
+		bt = s.unwind(ctx, c, regs, max)
+		return nil
+	})
+	return bt, err
+}
+
+// unwindState is what is known of a frame: the pc and frame pointer, and,
+// for the innermost frame and frames resumed from a trap, the registers.
+type unwindState struct {
+	pc, fp uint64
+	ra, sp uint64
+	exact  bool // ra and sp are the frame's live registers
+	// calleeCFA is the canonical frame address (sp at entry) of the
+	// frame this one called; entry code keeps pt_regs there.
+	calleeCFA uint64
+}
+
+// ptRegs is Linux's struct pt_regs on RISC-V: epc, x1..x31, then status,
+// badaddr, cause (arch/riscv/include/asm/ptrace.h).
+const (
+	ptEPC     = 0
+	ptStatus  = 32 * 8
+	ptBadaddr = 33 * 8
+	ptCause   = 34 * 8
+	ptSize    = 36 * 8
+)
+
+// isEntry reports whether fn is trap entry code that leaves a pt_regs at
+// the stack pointer of the handler it calls.
+func isEntry(fn string) bool {
+	return strings.HasPrefix(fn, "ret_from_") || strings.HasPrefix(fn, "handle_exception") ||
+		strings.HasPrefix(fn, "handle_syscall")
+}
+
+func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uint64, max int) Backtrace {
+	fp := regs["fp"]
+	if v, ok := regs["s0"]; ok {
+		fp = v
+	}
+	st := unwindState{pc: regs["pc"], fp: fp, ra: regs["ra"], sp: regs["sp"], exact: true}
+	var bt Backtrace
+	read := func(a uint64) (uint64, bool) {
+		b, err := c.ReadMemory(ctx, a, 8)
+		if err != nil || len(b) < 8 {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint64(b), true
+	}
+	for len(bt.Frames) < max {
+		f := Frame{Where: s.Where(st.pc)}
+		if !st.exact {
+			f.Where = s.callerWhere(ctx, c, st.pc)
+		}
+		if !st.exact && len(bt.Frames) > 0 && (isEntry(f.Function) || isEntry(s.Where(st.pc).Function)) {
+			// The callee was called by trap entry code: the trapped
+			// context is in the pt_regs at the callee's CFA.
+			bt.Frames = append(bt.Frames, f)
+			b, err := c.ReadMemory(ctx, st.calleeCFA, ptSize)
+			if err != nil || len(b) < ptSize {
+				bt.End = fmt.Sprintf("could not read the trap frame at %s", hex(st.calleeCFA))
+				return bt
+			}
+			word := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+			t := DecodeCause(word(ptCause))
+			t.TVal = hex(word(ptBadaddr))
+			st = unwindState{pc: word(ptEPC), ra: word(1 * 8), sp: word(2 * 8), fp: word(8 * 8), exact: true}
+			f = Frame{Where: s.Where(st.pc), Trap: &t}
+			if len(bt.Frames) >= max {
+				break
+			}
+			if word(ptStatus)>>8&1 == 0 { // SPP: the trap came from user mode
+				f.User = true
+				bt.Frames = append(bt.Frames, f)
+				return bt
+			}
+		}
+		bt.Frames = append(bt.Frames, f)
+		if s.cfg.Symbols != nil && f.Function == "" {
+			if len(bt.Frames) > 1 {
+				bt.End = fmt.Sprintf("%s is not in the kernel's symbols", hex(st.pc))
+			}
+			return bt
+		}
+		pro := s.prologue(ctx, c, st.pc)
+		if !st.exact && !pro.fpSet {
+			pro = standardPrologue // a caller's frame is built; assume it is standard
+		}
+		var next unwindState
+		switch {
+		case st.exact && !pro.fpSet:
+			// Stopped before the prologue set the frame pointer (a
+			// breakpoint on a function): the caller's pc is ra, and
+			// fp is still the caller's.
+			next = unwindState{pc: st.ra, fp: st.fp, calleeCFA: st.sp - uint64(pro.spOff)}
+		case st.fp == 0 || st.fp%8 != 0:
+			bt.End = fmt.Sprintf("frame pointer %s is not a stack address (code built without frame pointers?)", hex(st.fp))
+			return bt
+		default:
+			next = unwindState{calleeCFA: st.fp - uint64(pro.fpPos)}
+			var ok bool
+			if pro.raSaved {
+				next.pc, ok = read(st.fp + uint64(pro.raOff))
+			} else if st.exact {
+				next.pc, ok = st.ra, true // a leaf keeps its return address in ra
+			}
+			if !ok {
+				bt.End = fmt.Sprintf("could not read the return address near frame pointer %s", hex(st.fp))
+				return bt
+			}
+			if next.fp, ok = read(st.fp + uint64(pro.s0Off)); !ok {
+				bt.End = fmt.Sprintf("could not read the saved frame pointer near %s", hex(st.fp))
+				return bt
+			}
+			if next.fp != 0 && next.fp <= st.fp && !isEntry(s.callerWhere(ctx, c, next.pc).Function) {
+				bt.End = fmt.Sprintf("saved frame pointer %s is below %s: the stack is corrupt or the code lacks frame pointers", hex(next.fp), hex(st.fp))
+				return bt
+			}
+		}
+		if next.pc == 0 {
+			return bt // the bottom of a kernel thread's stack
+		}
+		st = next
+	}
+	bt.End = fmt.Sprintf("stopped at max_frames %d", max)
+	return bt
+}
+
+// callerWhere symbolizes a return address: by the call before it when
+// there is one, else (entry code sets ra to a label, such as
+// ret_from_syscall, without a call) as it is.
+func (s *Session) callerWhere(ctx context.Context, c *gdb.Client, ra uint64) Where {
+	if code, _ := c.ReadMemory(ctx, ra-4, 4); len(code) == 4 {
+		if n, call := isCall(code); call && n == 4 {
+			return s.whereReturn(ra)
+		}
+		if n, call := isCall(code[2:]); call && n == 2 {
+			return s.whereReturn(ra)
+		}
+	}
+	return s.Where(ra)
+}
+
+// whereReturn symbolizes a return address by the call before it: a call
+// to a function that does not return can be a function's last
+// instruction, and its return address the next function's first.
+func (s *Session) whereReturn(ra uint64) Where {
+	w := s.Where(ra - 1)
+	w.Addr = hex(ra)
+	if w.Function != "" {
+		off, _ := strconv.ParseUint(strings.TrimPrefix(w.Offset, "0x"), 16, 64)
+		w.Offset = hex(off + 1)
+	}
+	return w
+}
+
+// prologue is what a function's prologue does, as far as pc reached:
+// where it saves ra and the caller's frame pointer, relative to the new
+// frame pointer.
+type prologue struct {
+	spAdjusted bool
+	spOff      int64 // sp relative to the CFA after the adjustment
+	fpSet      bool  // "addi s0,sp,N" ran before pc
+	fpPos      int64 // the frame pointer relative to the CFA
+	raSaved    bool
+	raOff      int64 // ra's slot relative to the frame pointer
+	s0Off      int64 // the caller's fp slot relative to the frame pointer
+}
+
+// standardPrologue is what GCC and Clang emit with frame pointers:
+// ra at fp-8, the caller's fp at fp-16, fp at the CFA.
+var standardPrologue = prologue{fpSet: true, raSaved: true, raOff: -8, s0Off: -16}
+
+// prologue decodes the start of the function holding pc up to pc (at
+// most 32 instructions). Without symbols, or when the code does not read,
+// it assumes the standard prologue.
+func (s *Session) prologue(ctx context.Context, c *gdb.Client, pc uint64) prologue {
+	if s.cfg.Symbols == nil {
+		return standardPrologue
+	}
+	loc, ok := s.cfg.Symbols.Symbolize(pc)
+	if !ok {
+		return standardPrologue
+	}
+	start := pc - loc.Offset
+	n := int(min(loc.Offset, 128))
+	if n == 0 {
+		return prologue{}
+	}
+	code, _ := c.ReadMemory(ctx, start, n)
+	p := scanPrologue(code)
+	if !p.fpSet && loc.Offset > 128 {
+		return standardPrologue // a long function's prologue is long done
+	}
+	return p
+}
+
+// scanPrologue recognises the instructions that build a frame: sp -= N;
+// sd ra,X(sp); sd s0,Y(sp); addi s0,sp,M (each possibly compressed, other
+// instructions between).
+func scanPrologue(code []byte) prologue {
+	var p prologue
+	var raPos, s0Pos int64
+	s0Saved := false
+	for off := 0; off+2 <= len(code); {
+		lo := uint32(binary.LittleEndian.Uint16(code[off:]))
+		if lo&3 != 3 { // compressed
+			off += 2
+			op, f3 := lo&3, lo>>13
+			rd := lo >> 7 & 0x1f
+			switch {
+			case op == 1 && f3 == 3 && rd == 2: // c.addi16sp
+				imm := int64(lo>>12&1)<<9 | int64(lo>>3&3)<<7 | int64(lo>>5&1)<<6 | int64(lo>>2&1)<<5 | int64(lo>>6&1)<<4
+				p.spOff += signExtend(imm, 10)
+				p.spAdjusted = true
+			case op == 1 && f3 == 0 && rd == 2: // c.addi sp,imm
+				imm := int64(lo>>12&1)<<5 | int64(lo>>2&0x1f)
+				p.spOff += signExtend(imm, 6)
+				p.spAdjusted = true
+			case op == 2 && f3 == 7: // c.sdsp rs2, uimm(sp)
+				rs2 := lo >> 2 & 0x1f
+				uimm := int64(lo>>10&7)<<3 | int64(lo>>7&7)<<6
+				if rs2 == 1 {
+					p.raSaved, raPos = true, p.spOff+uimm
+				} else if rs2 == 8 {
+					s0Saved, s0Pos = true, p.spOff+uimm
+				}
+			case op == 0 && f3 == 0 && lo>>2&7 == 0: // c.addi4spn s0,sp,nzuimm
+				nz := int64(lo>>11&3)<<4 | int64(lo>>7&0xf)<<6 | int64(lo>>6&1)<<2 | int64(lo>>5&1)<<3
+				if nz != 0 {
+					p.fpSet, p.fpPos = true, p.spOff+nz
+				}
+			}
+			continue
+		}
+		if off+4 > len(code) {
+			break
+		}
+		x := binary.LittleEndian.Uint32(code[off:])
+		off += 4
+		rd, rs1, rs2 := x>>7&0x1f, x>>15&0x1f, x>>20&0x1f
+		f3 := x >> 12 & 7
+		switch x & 0x7f {
+		case 0x13: // addi
+			if f3 != 0 || rs1 != 2 {
+				continue
+			}
+			imm := signExtend(int64(x>>20), 12)
+			if rd == 2 {
+				p.spOff += imm
+				p.spAdjusted = true
+			} else if rd == 8 {
+				p.fpSet, p.fpPos = true, p.spOff+imm
+			}
+		case 0x23: // store
+			if f3 != 3 || rs1 != 2 {
+				continue
+			}
+			imm := signExtend(int64(x>>25)<<5|int64(x>>7&0x1f), 12)
+			if rs2 == 1 {
+				p.raSaved, raPos = true, p.spOff+imm
+			} else if rs2 == 8 {
+				s0Saved, s0Pos = true, p.spOff+imm
+			}
+		}
+	}
+	if !p.fpSet {
+		return p
+	}
+	if !s0Saved {
+		// Without a saved fp the frame is not a frame-pointer frame;
+		// the standard layout is the best guess.
+		return standardPrologue
+	}
+	p.raOff, p.s0Off = raPos-p.fpPos, s0Pos-p.fpPos
+	return p
+}
+
+func signExtend(v int64, bits uint) int64 {
+	shift := 64 - bits
+	return v << shift >> shift
+}

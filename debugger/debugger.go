@@ -1,0 +1,583 @@
+// Package debugger answers an agent's questions about a RISC-V kernel under
+// QEMU's gdbstub: where it stopped and why, its registers with the trap
+// cause decoded, memory as a hexdump, a backtrace by frame pointers,
+// disassembly, and breakpoints by symbol, address or file:line. It joins a
+// gdb remote-protocol client (package gdb), the kernel's symbols and lines
+// (package debuginfo) and a disassembler (internal/disasm); it knows
+// nothing of MCP or of how the guest was started.
+//
+// Every operation leaves the guest in the run state it found: one that
+// needs a stopped target (the stub answers nothing else) interrupts a
+// running guest and resumes it afterwards. QEMU stops a guest when a
+// debugger connects, so the first operation connects and, if the guest was
+// running, resumes it at once.
+package debugger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/debuginfo"
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+	"github.com/qemu-mcp/qemu-mcp/internal/disasm"
+)
+
+// Config is what a Session needs from its host.
+type Config struct {
+	// Dial connects to the guest's gdbstub.
+	Dial func(ctx context.Context) (*gdb.Client, error)
+	// Running tells whether the guest runs (QMP query-status), asked
+	// once, before connecting: QEMU stops the guest when a debugger
+	// connects, and it must then be resumed.
+	Running func(ctx context.Context) (bool, error)
+	// Symbols are the kernel's symbols and lines; nil means addresses
+	// only (no symbols, no file:line).
+	Symbols *debuginfo.File
+	// Logger receives what the session drops; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Session is one guest's debugger. Its operations are serialised.
+type Session struct {
+	cfg Config
+
+	mu sync.Mutex // one operation at a time
+	c  *gdb.Client
+	// breaks are the breakpoints and watchpoints set, by address.
+	breaks map[uint64]Breakpoint
+}
+
+// New returns a session that connects on first use.
+func New(cfg Config) *Session {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}}
+}
+
+// begin starts an operation; the function it returns ends it.
+func (s *Session) begin() func() {
+	s.mu.Lock()
+	return func() {
+		s.releaseIdle()
+		s.mu.Unlock()
+	}
+}
+
+// releaseIdle disconnects when the session holds nothing (no breakpoints,
+// the guest running): the stub serves one client, and a person's gdb can
+// then attach. The next operation connects again, in milliseconds.
+func (s *Session) releaseIdle() {
+	if s.c == nil || len(s.breaks) > 0 || !s.c.Running() {
+		return
+	}
+	if err := s.c.Close(); err != nil {
+		s.cfg.Logger.Debug("debugger: release the stub", "err", err)
+	}
+	s.c = nil
+}
+
+// Close disconnects from the stub (which lets the guest run, as QEMU does
+// when its debugger leaves) and closes the symbols.
+func (s *Session) Close() error {
+	defer s.begin()()
+	var errs []error
+	if s.c != nil {
+		errs = append(errs, s.c.Close())
+		s.c = nil
+	}
+	if s.cfg.Symbols != nil {
+		errs = append(errs, s.cfg.Symbols.Close())
+		s.cfg.Symbols = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Symbols are the session's symbols, nil when it has none.
+func (s *Session) Symbols() *debuginfo.File { return s.cfg.Symbols }
+
+// client connects on first use, resuming a guest the connection stopped.
+// s.mu must be held.
+func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
+	if s.c != nil {
+		select {
+		case <-s.c.Done():
+			s.c = nil // lost (QEMU restarted its stub?): connect again
+		default:
+			return s.c, nil
+		}
+	}
+	running, err := s.cfg.Running(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("debugger: ask QEMU whether the guest runs: %w", err)
+	}
+	c, err := s.cfg.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("debugger: connect to the gdbstub: %w", err)
+	}
+	// A connection that was lost took its breakpoints with it (QEMU
+	// removes them when its debugger leaves): set them again.
+	for a, b := range s.breaks {
+		if err := c.SetBreakpoint(ctx, b.kind, a, b.Length); err != nil {
+			s.cfg.Logger.Warn("debugger: breakpoint lost on reconnect", "at", b.Where.String(), "err", err)
+			delete(s.breaks, a)
+		}
+	}
+	if running {
+		if err := c.Continue(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("debugger: resume the guest after connecting: %w", err)
+		}
+	}
+	s.c = c
+	return c, nil
+}
+
+// stopped runs f with the guest stopped, and resumes it afterwards if it
+// was running. s.mu must be held.
+func (s *Session) stopped(ctx context.Context, f func(c *gdb.Client) error) error {
+	c, err := s.client(ctx)
+	if err != nil {
+		return err
+	}
+	wasRunning := c.Running()
+	if wasRunning {
+		if _, err := c.Interrupt(ctx); err != nil {
+			return fmt.Errorf("debugger: stop the guest: %w", err)
+		}
+	}
+	ferr := f(c)
+	if wasRunning {
+		if err := c.Continue(ctx); err != nil {
+			return errors.Join(ferr, fmt.Errorf("debugger: resume the guest: %w", err))
+		}
+	}
+	return ferr
+}
+
+// Where is a code address with what the symbols say of it.
+type Where struct {
+	Addr     string `json:"addr"`
+	Function string `json:"function,omitempty"`
+	Offset   string `json:"offset,omitempty"`
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+}
+
+// String is "function+0x8 (file.c:12)" or the address.
+func (w Where) String() string {
+	if w.Function == "" {
+		return w.Addr
+	}
+	s := w.Function
+	if w.Offset != "" && w.Offset != "0x0" {
+		s += "+" + w.Offset
+	}
+	if w.File != "" {
+		s += fmt.Sprintf(" (%s:%d)", w.File, w.Line)
+	}
+	return s
+}
+
+func hex(a uint64) string { return "0x" + strconv.FormatUint(a, 16) }
+
+// Where symbolizes addr.
+func (s *Session) Where(addr uint64) Where {
+	w := Where{Addr: hex(addr)}
+	if s.cfg.Symbols == nil {
+		return w
+	}
+	if loc, ok := s.cfg.Symbols.Symbolize(addr); ok {
+		w.Function, w.Offset, w.File, w.Line = loc.Function, hex(loc.Offset), loc.File, loc.Line
+	}
+	return w
+}
+
+// Resolve turns a location into addresses: "0xADDRESS", "symbol",
+// "symbol+OFFSET" or "file.c:LINE" (which may have several addresses, one
+// per function that has code for the line). desc says what was resolved.
+func (s *Session) Resolve(loc string) (addrs []uint64, desc string, err error) {
+	loc = strings.TrimSpace(loc)
+	if loc == "" {
+		return nil, "", errors.New("empty location: give a symbol, symbol+offset, 0xADDRESS or file.c:LINE")
+	}
+	if a, ok := parseAddr(loc); ok {
+		return []uint64{a}, s.Where(a).String(), nil
+	}
+	syms := s.cfg.Symbols
+	if syms == nil {
+		return nil, "", fmt.Errorf("location %q needs symbols: boot with symbols (an ELF of the kernel), or give an address 0x...", loc)
+	}
+	if file, line, ok := strings.Cut(loc, ":"); ok {
+		n, err := strconv.Atoi(line)
+		if err != nil || n <= 0 {
+			return nil, "", fmt.Errorf("location %q: want file.c:LINE with a line number", loc)
+		}
+		m, err := syms.LineAddrs(file, n)
+		if err != nil {
+			return nil, "", err
+		}
+		desc := fmt.Sprintf("%s:%d", m.File, m.Line)
+		if m.Line != n {
+			desc += fmt.Sprintf(" (line %d has no code; the next line that has)", n)
+		}
+		return m.Addrs, desc, nil
+	}
+	name, offS, hasOff := strings.Cut(loc, "+")
+	var off uint64
+	if hasOff {
+		if off, err = strconv.ParseUint(strings.TrimSpace(offS), 0, 64); err != nil {
+			return nil, "", fmt.Errorf("location %q: the offset %q is not a number", loc, offS)
+		}
+	}
+	sym, err := syms.Lookup(strings.TrimSpace(name))
+	if err != nil {
+		return nil, "", err
+	}
+	a := sym.Addr + off
+	return []uint64{a}, s.Where(a).String(), nil
+}
+
+func parseAddr(s string) (uint64, bool) {
+	if !strings.HasPrefix(s, "0x") && !strings.HasPrefix(s, "0X") {
+		return 0, false
+	}
+	a, err := strconv.ParseUint(s[2:], 16, 64)
+	return a, err == nil
+}
+
+// Breakpoint is a breakpoint or watchpoint the session set.
+type Breakpoint struct {
+	Where
+	// Kind is software, hardware, or a watchpoint: write, read, access.
+	Kind   string `json:"kind"`
+	Length int    `json:"length,omitempty"`
+	kind   gdb.BreakKind
+}
+
+// Break sets (or with remove clears) a breakpoint at every address loc
+// resolves to; hardware asks for a hardware breakpoint. It returns the
+// breakpoints now set at those addresses (or cleared).
+func (s *Session) Break(ctx context.Context, loc string, hardware, remove bool) ([]Breakpoint, error) {
+	addrs, _, err := s.Resolve(loc)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) > 16 {
+		return nil, fmt.Errorf("location %q has code in %d places: give a function or an address", loc, len(addrs))
+	}
+	kind := gdb.Software
+	if hardware {
+		kind = gdb.Hardware
+	}
+	defer s.begin()()
+	var out []Breakpoint
+	err = s.stopped(ctx, func(c *gdb.Client) error {
+		for _, a := range addrs {
+			b := Breakpoint{Where: s.Where(a), Kind: kind.String(), kind: kind}
+			if remove {
+				old, ok := s.breaks[a]
+				if !ok {
+					return fmt.Errorf("no breakpoint at %s: debug_break sets one", b.Where)
+				}
+				if err := c.ClearBreakpoint(ctx, old.kind, a, old.Length); err != nil {
+					return err
+				}
+				delete(s.breaks, a)
+				out = append(out, old)
+				continue
+			}
+			if err := c.SetBreakpoint(ctx, kind, a, 0); err != nil {
+				return err
+			}
+			s.breaks[a] = b
+			out = append(out, b)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Watch sets (or clears) a data watchpoint of length bytes at loc: kind is
+// "write", "read" or "access".
+func (s *Session) Watch(ctx context.Context, loc string, length int, kind string, remove bool) ([]Breakpoint, error) {
+	addrs, _, err := s.Resolve(loc)
+	if err != nil {
+		return nil, err
+	}
+	k := map[string]gdb.BreakKind{"write": gdb.WatchWrite, "": gdb.WatchWrite, "read": gdb.WatchRead, "access": gdb.WatchAccess}[kind]
+	if k == 0 {
+		return nil, fmt.Errorf("watch kind %q: want write, read or access", kind)
+	}
+	if length <= 0 || length > 8 {
+		return nil, fmt.Errorf("watch length %d: want 1 to 8 bytes", length)
+	}
+	defer s.begin()()
+	a := addrs[0]
+	b := Breakpoint{Where: s.Where(a), Kind: k.String(), Length: length, kind: k}
+	b.File, b.Line = "", 0 // data has no source line
+	err = s.stopped(ctx, func(c *gdb.Client) error {
+		if remove {
+			old, ok := s.breaks[a]
+			if !ok {
+				return fmt.Errorf("no watchpoint at %s", hex(a))
+			}
+			if err := c.ClearBreakpoint(ctx, old.kind, a, old.Length); err != nil {
+				return err
+			}
+			delete(s.breaks, a)
+			b = old
+			return nil
+		}
+		if err := c.SetBreakpoint(ctx, k, a, length); err != nil {
+			return err
+		}
+		s.breaks[a] = b
+		return nil
+	})
+	return []Breakpoint{b}, err
+}
+
+// Breakpoints lists what is set.
+func (s *Session) Breakpoints() []Breakpoint {
+	defer s.begin()()
+	out := make([]Breakpoint, 0, len(s.breaks))
+	for _, a := range slices.Sorted(maps.Keys(s.breaks)) {
+		out = append(out, s.breaks[a])
+	}
+	return out
+}
+
+// StopInfo is where and why the guest stopped, or that it still runs.
+type StopInfo struct {
+	Stopped bool `json:"stopped"`
+	Running bool `json:"running"`
+	// Reason is breakpoint, step, watch/rwatch/awatch, paused (by
+	// debug_pause), signal or exited.
+	Reason   string `json:"reason,omitempty"`
+	PC       string `json:"pc,omitempty"`
+	Function string `json:"function,omitempty"`
+	Offset   string `json:"offset,omitempty"`
+	File     string `json:"file,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	// Insn is the instruction at pc, the next to execute.
+	Insn string `json:"insn,omitempty"`
+	// WatchAddr is the data address a watchpoint fired on.
+	WatchAddr string `json:"watch_addr,omitempty"`
+	// Exited says QEMU ended while the debugger waited.
+	Exited bool `json:"exited,omitempty"`
+}
+
+// Where is the stop's location.
+func (i StopInfo) Where() Where {
+	return Where{Addr: i.PC, Function: i.Function, Offset: i.Offset, File: i.File, Line: i.Line}
+}
+
+func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (StopInfo, error) {
+	info := StopInfo{Stopped: true, Reason: st.Reason}
+	switch st.Reason {
+	case gdb.ReasonExited, gdb.ReasonTerminated:
+		return StopInfo{Exited: true, Reason: gdb.ReasonExited}, nil
+	case gdb.ReasonWatch, gdb.ReasonRWatch, gdb.ReasonAWatch:
+		info.WatchAddr = hex(st.Addr)
+	case gdb.ReasonSignal:
+		if st.Signal == gdb.SIGINT {
+			info.Reason = "paused"
+		}
+	}
+	pc, err := c.ReadRegister(ctx, "pc")
+	if err != nil {
+		return info, fmt.Errorf("debugger: read pc: %w", err)
+	}
+	w := s.Where(pc)
+	info.PC, info.Function, info.Offset, info.File, info.Line = w.Addr, w.Function, w.Offset, w.File, w.Line
+	if code, _ := c.ReadMemory(ctx, pc, 4); len(code) >= 2 {
+		if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
+			info.Insn = in[0].Text
+			if in[0].Target != "" {
+				info.Insn += " <" + in[0].Target + ">"
+			}
+		}
+	}
+	return info, nil
+}
+
+// Continue resumes a stopped guest and waits up to timeout for the next
+// stop. Past the timeout the guest keeps running, and the result says so.
+func (s *Session) Continue(ctx context.Context, timeout time.Duration) (StopInfo, error) {
+	defer s.begin()()
+	c, err := s.client(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	if !c.Running() {
+		if err := c.Continue(ctx); err != nil {
+			return StopInfo{}, err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := c.Wait(wctx)
+	if err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return StopInfo{Running: true}, nil
+		}
+		return StopInfo{}, err
+	}
+	return s.stopInfo(ctx, c, st)
+}
+
+// Pause stops a running guest (a stopped one stays stopped) and says where.
+func (s *Session) Pause(ctx context.Context) (StopInfo, error) {
+	defer s.begin()()
+	c, err := s.client(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	st := gdb.Stop{Reason: gdb.ReasonSignal, Signal: gdb.SIGINT}
+	if c.Running() {
+		if st, err = c.Interrupt(ctx); err != nil {
+			return StopInfo{}, err
+		}
+	}
+	return s.stopInfo(ctx, c, st)
+}
+
+// Step executes count instructions of a stopped guest (it is paused
+// first if it runs); with over, a call is stepped over as one.
+func (s *Session) Step(ctx context.Context, count int, over bool) (StopInfo, error) {
+	if count <= 0 || count > 10000 {
+		return StopInfo{}, fmt.Errorf("count %d: want 1 to 10000", count)
+	}
+	defer s.begin()()
+	c, err := s.client(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	if c.Running() {
+		if _, err := c.Interrupt(ctx); err != nil {
+			return StopInfo{}, err
+		}
+	}
+	var st gdb.Stop
+	for range count {
+		if over {
+			if st, err = s.stepOver(ctx, c); err != nil {
+				return StopInfo{}, err
+			}
+		} else if st, err = c.Step(ctx); err != nil {
+			return StopInfo{}, err
+		}
+		if st.Reason != gdb.ReasonStep && st.Reason != gdb.ReasonBreakpoint {
+			break // exited, or a watchpoint fired
+		}
+	}
+	return s.stopInfo(ctx, c, st)
+}
+
+// stepOver steps one instruction, or, when it is a call (jal/jalr that
+// links ra), runs until the call returns to the next instruction.
+func (s *Session) stepOver(ctx context.Context, c *gdb.Client) (gdb.Stop, error) {
+	pc, err := c.ReadRegister(ctx, "pc")
+	if err != nil {
+		return gdb.Stop{}, err
+	}
+	code, err := c.ReadMemory(ctx, pc, 4)
+	if err != nil || len(code) < 2 {
+		return c.Step(ctx)
+	}
+	n, call := isCall(code)
+	if !call {
+		return c.Step(ctx)
+	}
+	next := pc + uint64(n)
+	_, had := s.breaks[next]
+	if !had {
+		if err := c.SetBreakpoint(ctx, gdb.Software, next, 0); err != nil {
+			return gdb.Stop{}, err
+		}
+		defer c.ClearBreakpoint(context.WithoutCancel(ctx), gdb.Software, next, 0)
+	}
+	if err := c.Continue(ctx); err != nil {
+		return gdb.Stop{}, err
+	}
+	st, err := c.Wait(ctx)
+	if err != nil {
+		// Leave no guest running behind a step.
+		c.Interrupt(context.WithoutCancel(ctx))
+		return gdb.Stop{}, err
+	}
+	if st.Reason == gdb.ReasonBreakpoint {
+		st.Reason = gdb.ReasonStep
+	}
+	return st, nil
+}
+
+// isCall reports whether code starts with a call: jal/jalr linking ra, or
+// c.jalr; n is the instruction's length.
+func isCall(code []byte) (n int, call bool) {
+	if code[0]&3 != 3 {
+		x := uint16(code[0]) | uint16(code[1])<<8
+		// c.jalr rs1: funct4 1001, rs1 != 0, rs2 == 0.
+		return 2, x&0xf07f == 0x9002 && (x>>7)&0x1f != 0
+	}
+	if len(code) < 4 {
+		return 4, false
+	}
+	x := uint32(code[0]) | uint32(code[1])<<8 | uint32(code[2])<<16 | uint32(code[3])<<24
+	rd := (x >> 7) & 0x1f
+	switch x & 0x7f {
+	case 0x6f, 0x67: // jal, jalr
+		return 4, rd == 1
+	}
+	return 4, false
+}
+
+// Disassemble decodes count instructions at loc ("" means the pc).
+func (s *Session) Disassemble(ctx context.Context, loc string, count int) ([]disasm.Inst, uint64, error) {
+	if count <= 0 || count > 256 {
+		return nil, 0, fmt.Errorf("count %d: want 1 to 256", count)
+	}
+	defer s.begin()()
+	var insts []disasm.Inst
+	var pc uint64
+	err := s.stopped(ctx, func(c *gdb.Client) error {
+		var err error
+		if pc, err = c.ReadRegister(ctx, "pc"); err != nil {
+			return err
+		}
+		addr := pc
+		if loc != "" {
+			addrs, _, err := s.Resolve(loc)
+			if err != nil {
+				return err
+			}
+			addr = addrs[0]
+		}
+		code, rerr := c.ReadMemory(ctx, addr, count*4)
+		if len(code) == 0 {
+			return fmt.Errorf("read code at %s: %w", hex(addr), rerr)
+		}
+		insts = disasm.Decode(code, addr, count, s.symbolizer())
+		return nil
+	})
+	return insts, pc, err
+}
+
+func (s *Session) symbolizer() disasm.Symbolizer {
+	if s.cfg.Symbols == nil {
+		return nil
+	}
+	return func(a uint64) (string, uint64, bool) {
+		loc, ok := s.cfg.Symbols.Symbolize(a)
+		return loc.Function, loc.Offset, ok
+	}
+}

@@ -1,0 +1,75 @@
+package debugger
+
+import (
+	"context"
+
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+)
+
+// Triage is what an agent needs first about a crashed kernel: where the
+// hart is, the trap that brought it down, and how it got there.
+type Triage struct {
+	PC   Where  `json:"pc"`
+	RA   Where  `json:"ra"`
+	SP   string `json:"sp"`
+	Priv string `json:"priv,omitempty"`
+	// Trap is the innermost fault in the backtrace (read from the
+	// trap frame the kernel saved); without one, the last trap into
+	// supervisor mode (scause), which TrapSource then says.
+	Trap       *Trap     `json:"trap,omitempty"`
+	TrapSource string    `json:"trap_source,omitempty"`
+	Backtrace  Backtrace `json:"backtrace"`
+}
+
+// triageFrames bounds a triage's backtrace: enough to reach the faulting
+// function through panic's frames and a trap frame.
+const triageFrames = 32
+
+// Triage stops the guest (if it runs), reads where it is and unwinds, and
+// leaves it in the run state it found.
+func (s *Session) Triage(ctx context.Context) (Triage, error) {
+	defer s.begin()()
+	var t Triage
+	err := s.stopped(ctx, func(c *gdb.Client) error {
+		regs, err := c.ReadRegisters(ctx)
+		if err != nil {
+			return err
+		}
+		t.PC, t.RA, t.SP = s.Where(regs["pc"]), s.callerWhere(ctx, c, regs["ra"]), hex(regs["sp"])
+		if p, err := c.ReadRegister(ctx, "priv"); err == nil {
+			t.Priv = privName(p)
+		}
+		t.Backtrace = s.unwind(ctx, c, regs, triageFrames)
+		for _, f := range t.Backtrace.Frames {
+			if f.Trap != nil && isFault(*f.Trap) {
+				tr := *f.Trap
+				tr.EPC = &f.Where
+				t.Trap, t.TrapSource = &tr, "trap frame"
+				return nil
+			}
+		}
+		// Without a trap frame, scause is the last trap into S-mode: an
+		// exception there may be the crash (a kernel that panics in its
+		// trap handler without a frame to show); an interrupt is noise.
+		if v, err := c.ReadRegister(ctx, "scause"); err == nil && v != 0 && isFault(DecodeCause(v)) {
+			tr := DecodeCause(v)
+			if e, err := c.ReadRegister(ctx, "sepc"); err == nil {
+				w := s.Where(e)
+				tr.EPC = &w
+			}
+			if v, err := c.ReadRegister(ctx, "stval"); err == nil {
+				tr.TVal = hex(v)
+			}
+			t.Trap, t.TrapSource = &tr, "scause: the last trap into supervisor mode, which may predate the crash"
+		}
+		return nil
+	})
+	return t, err
+}
+
+// isFault reports whether t is an exception that can crash a kernel: not
+// an interrupt, and not a system call (an ecall is how a crash reached
+// through a syscall entered the kernel, which the backtrace shows).
+func isFault(t Trap) bool {
+	return !t.Interrupt && (t.Code < 8 || t.Code > 11)
+}

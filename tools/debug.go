@@ -1,0 +1,412 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/disasm"
+)
+
+// debugTimeout bounds a debugger operation other than debug_continue's
+// wait: the stub answers in microseconds, so this only ends a hung one.
+const debugTimeout = 10 * time.Second
+
+// debugger returns the guest's debugger, or an error that says how to get
+// one.
+func (s *Server) debugger(t Target) (*instance.Instance, *debugger.Session, error) {
+	inst, _, err := s.running(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	d := inst.Debugger()
+	if d == nil {
+		return nil, nil, fmt.Errorf("guest %q was booted without its debugger: boot it again with gdb: true (and restart: true), adding symbols: the kernel's ELF (vmlinux) to break and unwind by name", inst.Name())
+	}
+	return inst, d, nil
+}
+
+// BreakInput is debug_break's arguments.
+type BreakInput struct {
+	Location string `json:"location" max:"512" jsonschema:"symbol, symbol+0xOFFSET, 0xADDRESS or file.c:LINE"`
+	Remove   bool   `json:"remove,omitempty" jsonschema:"remove the breakpoint at location instead"`
+	Hardware bool   `json:"hardware,omitempty" jsonschema:"a hardware breakpoint (for code not yet in memory or read-only)"`
+	Target
+}
+
+// BreakOutput is debug_break's result.
+type BreakOutput struct {
+	Changed []debugger.Breakpoint `json:"breakpoints" jsonschema:"the breakpoints set (or removed): address, function, offset, file, line"`
+	// All is every breakpoint now set, when there are others.
+	Set int `json:"set" jsonschema:"breakpoints and watchpoints set now, in all"`
+}
+
+func (s *Server) debugBreak(ctx context.Context, _ *mcp.CallToolRequest, in BreakInput) (*mcp.CallToolResult, BreakOutput, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, BreakOutput{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	bs, err := d.Break(ctx, in.Location, in.Hardware, in.Remove)
+	if err != nil {
+		return nil, BreakOutput{}, err
+	}
+	out := BreakOutput{Changed: bs, Set: len(d.Breakpoints())}
+	verb := "set"
+	if in.Remove {
+		verb = "removed"
+	}
+	var at []string
+	for _, b := range bs {
+		at = append(at, b.Where.String()+" "+b.Addr)
+	}
+	return textResult(fmt.Sprintf("breakpoint %s at %s; %d set", verb, strings.Join(at, ", "), out.Set)), out, nil
+}
+
+// ContinueInput is debug_continue's arguments.
+type ContinueInput struct {
+	Timeout float64 `json:"timeout,omitempty" default:"10" jsonschema:"seconds to wait for the next stop; the guest keeps running past it"`
+	Target
+}
+
+func stopText(st debugger.StopInfo) string {
+	switch {
+	case st.Exited:
+		return "QEMU exited"
+	case st.Running:
+		return "still running (no stop within the timeout)"
+	}
+	t := fmt.Sprintf("stopped (%s) at %s", st.Reason, st.Where().String())
+	if st.Insn != "" {
+		t += ": " + st.Insn
+	}
+	return t
+}
+
+func (s *Server) debugContinue(ctx context.Context, req *mcp.CallToolRequest, in ContinueInput) (*mcp.CallToolResult, debugger.StopInfo, error) {
+	inst, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	timeout, err := seconds("timeout", in.Timeout, 10*time.Second)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	// A stop of the guest ends the wait at once.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(inst.Context(), cancel)()
+	st, err := d.Continue(ctx, timeout)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	return textResult(stopText(st)), st, nil
+}
+
+func (s *Server) debugPause(ctx context.Context, _ *mcp.CallToolRequest, in Target) (*mcp.CallToolResult, debugger.StopInfo, error) {
+	_, d, err := s.debugger(in)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	st, err := d.Pause(ctx)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	return textResult(stopText(st)), st, nil
+}
+
+// StepInput is debug_step's arguments.
+type StepInput struct {
+	Count int  `json:"count,omitempty" default:"1" jsonschema:"instructions to execute (1 to 10000)"`
+	Over  bool `json:"over,omitempty" jsonschema:"step over calls: a call and everything it does counts as one instruction"`
+	Target
+}
+
+func (s *Server) debugStep(ctx context.Context, _ *mcp.CallToolRequest, in StepInput) (*mcp.CallToolResult, debugger.StopInfo, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	if in.Count == 0 {
+		in.Count = 1
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	st, err := d.Step(ctx, in.Count, in.Over)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	return textResult(stopText(st)), st, nil
+}
+
+func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in Target) (*mcp.CallToolResult, debugger.Registers, error) {
+	_, d, err := s.debugger(in)
+	if err != nil {
+		return nil, debugger.Registers{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	r, err := d.Registers(ctx)
+	if err != nil {
+		return nil, debugger.Registers{}, err
+	}
+	t := fmt.Sprintf("pc %s in %s mode", r.PC.String(), r.Priv)
+	if r.SCause != nil {
+		t += "; last trap into S-mode: " + r.SCause.Cause
+	}
+	return textResult(t), r, nil
+}
+
+// MemoryInput is debug_memory's arguments.
+type MemoryInput struct {
+	Location string `json:"location" max:"512" jsonschema:"0xADDRESS, symbol or symbol+0xOFFSET"`
+	Length   int    `json:"length,omitempty" default:"256" jsonschema:"bytes to read, up to 65536"`
+	Physical bool   `json:"physical,omitempty" jsonschema:"location is a guest physical address (default: virtual, through the hart's MMU)"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"most characters of hexdump to return (default 16384, at most 32768); next says where to read on"`
+	Target
+}
+
+// MemoryOutput is debug_memory's result.
+type MemoryOutput struct {
+	Addr       string   `json:"addr" jsonschema:"the first address read"`
+	Symbol     string   `json:"symbol,omitempty" jsonschema:"what the symbols say of addr"`
+	Length     int      `json:"length"`
+	Hexdump    string   `json:"hexdump" jsonschema:"address, 16 bytes in hex, ASCII; ?? for bytes that could not be read; * for repeated lines"`
+	Unreadable []string `json:"unreadable,omitempty" jsonschema:"ranges that could not be read (nothing mapped there)"`
+	Next       string   `json:"next,omitempty" jsonschema:"the hexdump stops before here (max_bytes): ask again from this address"`
+}
+
+func (s *Server) debugMemory(ctx context.Context, _ *mcp.CallToolRequest, in MemoryInput) (*mcp.CallToolResult, MemoryOutput, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, MemoryOutput{}, err
+	}
+	if in.Length == 0 {
+		in.Length = 256
+	}
+	limit, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes)
+	if err != nil {
+		return nil, MemoryOutput{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	m, err := d.Memory(ctx, in.Location, in.Length, in.Physical)
+	if err != nil {
+		return nil, MemoryOutput{}, err
+	}
+	out := MemoryOutput{Addr: fmt.Sprintf("0x%x", m.Addr), Length: len(m.Data)}
+	if m.Where.Function != "" {
+		out.Symbol = m.Where.String()
+	}
+	var next int
+	out.Hexdump, next = m.Hexdump(0, limit)
+	if next < len(m.Data) {
+		out.Next = fmt.Sprintf("0x%x", m.Addr+uint64(next))
+	}
+	for _, r := range m.Unreadable {
+		out.Unreadable = append(out.Unreadable, r.String())
+	}
+	t := fmt.Sprintf("%d bytes at %s", out.Length, out.Addr)
+	if len(out.Unreadable) > 0 {
+		t += fmt.Sprintf("; unreadable: %s", strings.Join(out.Unreadable, ", "))
+	}
+	if out.Next != "" {
+		t += "; hexdump cut at max_bytes, read on from " + out.Next
+	}
+	return textResult(t), out, nil
+}
+
+// BacktraceInput is debug_backtrace's arguments.
+type BacktraceInput struct {
+	MaxFrames int `json:"max_frames,omitempty" default:"32" jsonschema:"most frames to unwind (1 to 256)"`
+	Target
+}
+
+func (s *Server) debugBacktrace(ctx context.Context, _ *mcp.CallToolRequest, in BacktraceInput) (*mcp.CallToolResult, debugger.Backtrace, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, debugger.Backtrace{}, err
+	}
+	if in.MaxFrames == 0 {
+		in.MaxFrames = 32
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	bt, err := d.Backtrace(ctx, in.MaxFrames)
+	if err != nil {
+		return nil, debugger.Backtrace{}, err
+	}
+	return textResult(backtraceText(bt)), bt, nil
+}
+
+func backtraceText(bt debugger.Backtrace) string {
+	var b strings.Builder
+	for i, f := range bt.Frames {
+		fmt.Fprintf(&b, "#%d %s", i, f.Where.String())
+		if f.Trap != nil {
+			fmt.Fprintf(&b, " [trap: %s]", f.Trap.Cause)
+		}
+		b.WriteByte('\n')
+	}
+	if bt.End != "" {
+		b.WriteString("(" + bt.End + ")\n")
+	}
+	return b.String()
+}
+
+// DisassembleInput is debug_disassemble's arguments.
+type DisassembleInput struct {
+	Location string `json:"location,omitempty" max:"512" jsonschema:"where to start: symbol, symbol+0xOFFSET, 0xADDRESS or file.c:LINE; default the pc"`
+	Count    int    `json:"count,omitempty" default:"16" jsonschema:"instructions to decode (1 to 256)"`
+	Target
+}
+
+// DisassembleOutput is debug_disassemble's result.
+type DisassembleOutput struct {
+	PC           string   `json:"pc" jsonschema:"the hart's pc (its line is marked =>)"`
+	Instructions []string `json:"instructions" jsonschema:"one per line: address, encoding, instruction, <target> of a jump; symbol+offset where a symbol starts"`
+}
+
+func (s *Server) debugDisassemble(ctx context.Context, _ *mcp.CallToolRequest, in DisassembleInput) (*mcp.CallToolResult, DisassembleOutput, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, DisassembleOutput{}, err
+	}
+	if in.Count == 0 {
+		in.Count = 16
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	insts, pc, err := d.Disassemble(ctx, in.Location, in.Count)
+	if err != nil {
+		return nil, DisassembleOutput{}, err
+	}
+	out := DisassembleOutput{PC: fmt.Sprintf("0x%x", pc), Instructions: listing(d, insts, pc)}
+	return textResult(fmt.Sprintf("%d instructions from 0x%x", len(insts), insts[0].Addr)), out, nil
+}
+
+// listing formats instructions as objdump does, with a label line where
+// a symbol starts and => at the pc.
+func listing(d *debugger.Session, insts []disasm.Inst, pc uint64) []string {
+	var out []string
+	for k, in := range insts {
+		if w := d.Where(in.Addr); w.Function != "" && (k == 0 || w.Offset == "0x0") {
+			label := "<" + w.Function
+			if w.Offset != "0x0" {
+				label += "+" + w.Offset
+			}
+			label += ">:"
+			if w.File != "" {
+				label += fmt.Sprintf(" %s:%d", w.File, w.Line)
+			}
+			out = append(out, label)
+		}
+		mark := "  "
+		if in.Addr == pc {
+			mark = "=>"
+		}
+		line := fmt.Sprintf("%s %x: %-8s %s", mark, in.Addr, in.Encoding, in.Text)
+		if in.Target != "" {
+			line += " <" + in.Target + ">"
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// SymbolizeInput is debug_symbolize's arguments.
+type SymbolizeInput struct {
+	Address string `json:"address" max:"512" jsonschema:"0xADDRESS to name, or a symbol or file.c:LINE to find the address of"`
+	Target
+}
+
+// SymbolizeOutput is debug_symbolize's result.
+type SymbolizeOutput struct {
+	Locations []debugger.Where `json:"locations" jsonschema:"address, function (the symbol), offset, file, line; several for a line with code in several functions"`
+}
+
+func (s *Server) debugSymbolize(_ context.Context, _ *mcp.CallToolRequest, in SymbolizeInput) (*mcp.CallToolResult, SymbolizeOutput, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, SymbolizeOutput{}, err
+	}
+	addrs, _, err := d.Resolve(in.Address)
+	if err != nil {
+		return nil, SymbolizeOutput{}, err
+	}
+	var out SymbolizeOutput
+	var text []string
+	for _, a := range addrs {
+		w := d.Where(a)
+		out.Locations = append(out.Locations, w)
+		text = append(text, w.Addr+" "+w.String())
+	}
+	return textResult(strings.Join(text, "\n")), out, nil
+}
+
+// registerDebug adds the debug_* tools; each needs a guest booted with
+// gdb: true.
+func (s *Server) registerDebug(ms *mcp.Server) {
+	f := false
+	t := true
+	mutating := &mcp.ToolAnnotations{DestructiveHint: &t, OpenWorldHint: &f}
+	reading := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &f}
+	ann := func(a *mcp.ToolAnnotations, title string) *mcp.ToolAnnotations {
+		c := *a
+		c.Title = title
+		return &c
+	}
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_break",
+		Description: "Set or remove a breakpoint at a symbol, 0xADDRESS or file.c:LINE (guest booted with gdb: true). The guest keeps its run state; debug_continue waits for the hit.",
+		Annotations: ann(mutating, "Breakpoint"),
+	}, s.debugBreak)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_continue",
+		Description: "Resume a stopped guest and wait for the next stop (breakpoint, watchpoint): reason, pc, function+offset, file:line, instruction. On timeout the guest keeps running and running is true.",
+		Annotations: ann(mutating, "Continue"),
+	}, s.debugContinue)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_pause",
+		Description: "Stop the guest's hart where it is and say where (QMP and the console keep working; debug_continue resumes).",
+		Annotations: ann(mutating, "Pause"),
+	}, s.debugPause)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_step",
+		Description: "Execute count instructions (over: a call counts as one) and say where the hart stopped.",
+		Annotations: ann(mutating, "Step"),
+	}, s.debugStep)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_registers",
+		Description: "pc, x1..x31 by ABI name, privilege mode, and the trap CSRs (sstatus, sepc, scause, stval, satp, mstatus, mepc, mcause...) with causes decoded.",
+		Annotations: ann(reading, "Registers"),
+	}, s.debugRegisters)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_memory",
+		Description: "Hexdump up to 64 KiB of guest memory at a symbol or address (virtual, or physical), unreadable ranges reported.",
+		Annotations: ann(reading, "Read memory"),
+	}, s.debugMemory)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_backtrace",
+		Description: "Unwind the stack by frame pointers: each frame as function+offset at file:line; trap frames (exceptions, syscalls) carry their cause.",
+		Annotations: ann(reading, "Backtrace"),
+	}, s.debugBacktrace)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_disassemble",
+		Description: "Disassemble count instructions at a location (default the pc), privileged ones included, jumps symbolized.",
+		Annotations: ann(reading, "Disassemble"),
+	}, s.debugDisassemble)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_symbolize",
+		Description: "Name an address (function+offset, file:line), or find the address of a symbol or file.c:LINE.",
+		Annotations: ann(reading, "Symbolize"),
+	}, s.debugSymbolize)
+}

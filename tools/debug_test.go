@@ -1,0 +1,334 @@
+package tools_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/tools"
+)
+
+type stopOut struct {
+	Stopped  bool   `json:"stopped"`
+	Running  bool   `json:"running"`
+	Reason   string `json:"reason"`
+	PC       string `json:"pc"`
+	Function string `json:"function"`
+	Offset   string `json:"offset"`
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Insn     string `json:"insn"`
+}
+
+type whereOut struct {
+	Addr     string `json:"addr"`
+	Function string `json:"function"`
+	Offset   string `json:"offset"`
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+}
+
+type breakOut struct {
+	Breakpoints []whereOut `json:"breakpoints"`
+	Set         int        `json:"set"`
+}
+
+type frameOut struct {
+	whereOut
+	Trap *struct {
+		Cause     string `json:"cause"`
+		Interrupt bool   `json:"interrupt"`
+	} `json:"trap"`
+	User bool `json:"user"`
+}
+
+type backtraceOut struct {
+	Frames []frameOut `json:"frames"`
+	End    string     `json:"end"`
+}
+
+// The built-in kernel under the debugger: a breakpoint by symbol stops it
+// when the shell reaches the command; stepping moves one instruction at a
+// time and over calls; disassembly names every instruction, privileged
+// ones included; the console, QMP and shutdown keep working while the
+// guest is stopped.
+func TestDebugTinyKernel(t *testing.T) {
+	s := newSession(t)
+	var b struct {
+		bootOut
+		Symbols string `json:"symbols"`
+		Paths   struct {
+			GDBSocket string `json:"gdb_socket"`
+		} `json:"paths"`
+	}
+	s.mustCall("qemu_boot", map[string]any{"gdb": true, "wait_for": prompt}, &b)
+	if !b.Matched || !strings.HasSuffix(b.Symbols, ".elf") || b.Paths.GDBSocket == "" {
+		t.Fatalf("boot: %+v", b)
+	}
+
+	var br breakOut
+	s.mustCall("debug_break", map[string]any{"location": "cmd_echo"}, &br)
+	if len(br.Breakpoints) != 1 || br.Breakpoints[0].Function != "cmd_echo" || br.Breakpoints[0].Addr != "0x80200228" || br.Set != 1 {
+		t.Fatalf("debug_break: %+v", br)
+	}
+	// The guest kept running: the console answers a command that does
+	// not reach the breakpoint.
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "help", "wait_for": prompt}, &w)
+	if !w.Matched {
+		t.Fatalf("help with a breakpoint set elsewhere: %+v", w)
+	}
+
+	s.mustCall("serial_send", map[string]any{"data": "echo hello"}, nil)
+	var st stopOut
+	s.mustCall("debug_continue", map[string]any{"timeout": 10}, &st)
+	if !st.Stopped || st.Reason != "breakpoint" || st.Function != "cmd_echo" || st.PC != "0x80200228" || !strings.HasPrefix(st.Insn, "bgeu") {
+		t.Fatalf("debug_continue: %+v", st)
+	}
+
+	// While stopped: QMP answers, and a console wait ends by its timeout
+	// without the echo (the guest does not run).
+	var q struct {
+		Return struct {
+			Running bool `json:"running"`
+		} `json:"return"`
+	}
+	s.mustCall("qmp_command", map[string]any{"command": "query-status"}, &q)
+	if q.Return.Running {
+		t.Errorf("query-status says running while the debugger holds the guest")
+	}
+	s.mustCall("serial_read", map[string]any{"wait_for": "\nhello\r\n", "timeout": 0.3}, &w)
+	if w.Matched {
+		t.Errorf("the echo came while the guest was stopped: %+v", w)
+	}
+
+	// Single steps stay in cmd_echo and move forward.
+	prev := st.PC
+	for range 2 {
+		s.mustCall("debug_step", nil, &st)
+		if !st.Stopped || st.Reason != "step" || st.Function != "cmd_echo" || st.PC == prev {
+			t.Fatalf("debug_step from %s: %+v", prev, st)
+		}
+		prev = st.PC
+	}
+	// Stepping over the calls to putn and puts lands after each of them,
+	// in cmd_echo, with the output printed.
+	for st.PC != "0x80200246" {
+		s.mustCall("debug_step", map[string]any{"over": true}, &st)
+		if st.Function != "cmd_echo" {
+			t.Fatalf("step over left cmd_echo: %+v", st)
+		}
+	}
+	s.mustCall("serial_read", map[string]any{"wait_for": "hello\r\n", "timeout": 5}, &w)
+	if !w.Matched {
+		t.Errorf("the echo did not come out while stepping over the calls: %+v", w)
+	}
+
+	var regs struct {
+		PC   whereOut          `json:"pc"`
+		Priv string            `json:"priv"`
+		GPRs map[string]string `json:"gprs"`
+		CSRs map[string]string `json:"csrs"`
+	}
+	s.mustCall("debug_registers", nil, &regs)
+	if regs.PC.Addr != "0x80200246" || regs.Priv != "supervisor" || regs.GPRs["sp"] == "" || regs.CSRs["sstatus"] == "" || len(regs.GPRs) != 31 {
+		t.Errorf("debug_registers: %+v", regs)
+	}
+
+	var dis struct {
+		PC           string   `json:"pc"`
+		Instructions []string `json:"instructions"`
+	}
+	s.mustCall("debug_disassemble", map[string]any{"location": "halt", "count": 4}, &dis)
+	all := strings.Join(dis.Instructions, "\n")
+	if !strings.Contains(all, "<halt>:") || !strings.Contains(all, "wfi") || !strings.Contains(all, "<park>:") || strings.Contains(all, ".word") {
+		t.Errorf("disassembly of halt:\n%s", all)
+	}
+	s.mustCall("debug_disassemble", nil, &dis)
+	if dis.PC != "0x80200246" || !strings.Contains(strings.Join(dis.Instructions, "\n"), "=> 80200246") {
+		t.Errorf("disassembly at the pc: %+v", dis)
+	}
+
+	var mem struct {
+		Addr    string `json:"addr"`
+		Symbol  string `json:"symbol"`
+		Hexdump string `json:"hexdump"`
+	}
+	s.mustCall("debug_memory", map[string]any{"location": "str_banner1", "length": 32}, &mem)
+	if !strings.Contains(mem.Hexdump, "|qemu-mcp tiny ke|") || !strings.HasPrefix(mem.Symbol, "str_banner1") {
+		t.Errorf("debug_memory of str_banner1: %+v", mem)
+	}
+
+	var sym struct {
+		Locations []whereOut `json:"locations"`
+	}
+	s.mustCall("debug_symbolize", map[string]any{"address": "0x8020043c"}, &sym)
+	if len(sym.Locations) != 1 || sym.Locations[0].Function != "puts" || sym.Locations[0].Offset != "0x2" {
+		t.Errorf("debug_symbolize: %+v", sym)
+	}
+
+	// A C function called from assembly: the backtrace shows it and its
+	// caller.
+	s.mustCall("debug_break", map[string]any{"location": "cmd_echo", "remove": true}, &br)
+	if br.Set != 0 {
+		t.Errorf("remove: %+v", br)
+	}
+	s.mustCall("debug_break", map[string]any{"location": "tk_cmd_input"}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.2}, &st)
+	if !st.Running {
+		t.Fatalf("continue with nothing to hit: %+v", st)
+	}
+	s.mustCall("serial_send", map[string]any{"data": "input"}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 10}, &st)
+	if st.Function != "tk_cmd_input" {
+		s.mustCall("serial_read", map[string]any{"since": 0}, &w)
+		t.Fatalf("continue to tk_cmd_input: %+v; console:\n%s", st, w.Output)
+	}
+	var bt backtraceOut
+	s.mustCall("debug_backtrace", nil, &bt)
+	if len(bt.Frames) < 2 || bt.Frames[0].Function != "tk_cmd_input" || bt.Frames[1].Function != "cmd_input" || bt.Frames[1].Offset != "0x8" {
+		t.Errorf("backtrace: %+v", bt)
+	}
+	// A step into the C function's body, past its prologue: the frame
+	// pointer is set, and the leaf's caller is still found.
+	s.mustCall("debug_step", map[string]any{"count": 3}, &st)
+	s.mustCall("debug_backtrace", nil, &bt)
+	if len(bt.Frames) < 2 || bt.Frames[0].Function != "tk_cmd_input" || bt.Frames[1].Function != "cmd_input" {
+		t.Errorf("backtrace after the prologue: %+v", bt)
+	}
+
+	// Shutdown works on a stopped guest, at once.
+	t0 := time.Now()
+	var sd struct {
+		How string `json:"how"`
+	}
+	s.mustCall("qemu_shutdown", nil, &sd)
+	if time.Since(t0) > 3*time.Second {
+		t.Errorf("shutdown of a stopped guest took %s (%+v)", time.Since(t0), sd)
+	}
+	assertEmptyRuntimeDir(t, s.dir)
+}
+
+// The Linux guest under the debugger: a breakpoint on sys_newuname stops
+// the kernel when the shell runs uname, the backtrace names it at
+// kernel/sys.c and the system call it came from, linux_banner reads
+// "Linux version" (virtually and physically), removing the breakpoint
+// lets the shell answer, and a sysrq crash's wait carries a triage that
+// names sysrq_handle_crash.
+func TestDebugLinux(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = lin.Dir }, nil)
+	var b struct {
+		bootOut
+		Symbols string `json:"symbols"`
+	}
+	s.mustCall("qemu_boot", map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,
+		"memory": "256M", "gdb": true, "wait_for": testguest.LinuxPrompt, "timeout": 60}, &b)
+	if !b.Matched || filepath.Base(b.Symbols) != "vmlinux" {
+		t.Fatalf("boot: %+v", b)
+	}
+
+	var br breakOut
+	s.mustCall("debug_break", map[string]any{"location": "sys_newuname"}, &br)
+	if len(br.Breakpoints) != 1 || br.Breakpoints[0].Function != "sys_newuname" || br.Breakpoints[0].File != "kernel/sys.c" {
+		t.Fatalf("debug_break: %+v", br)
+	}
+	s.mustCall("serial_send", map[string]any{"data": "uname -sr"}, nil)
+	var st stopOut
+	s.mustCall("debug_continue", map[string]any{"timeout": 20}, &st)
+	if !st.Stopped || st.Reason != "breakpoint" || st.Function != "sys_newuname" || st.File != "kernel/sys.c" || st.Line == 0 {
+		t.Fatalf("debug_continue: %+v", st)
+	}
+
+	var bt backtraceOut
+	s.mustCall("debug_backtrace", nil, &bt)
+	t.Logf("backtrace: %+v", bt)
+	if len(bt.Frames) < 2 || bt.Frames[0].Function != "sys_newuname" || bt.Frames[0].File != "kernel/sys.c" || bt.Frames[0].Line != st.Line {
+		t.Fatalf("backtrace: %+v", bt)
+	}
+	last := bt.Frames[len(bt.Frames)-1]
+	if !last.User || last.Trap == nil || last.Trap.Cause != "environment call from U-mode" {
+		t.Errorf("the backtrace does not end in the user program's system call: %+v", bt)
+	}
+
+	var regs struct {
+		Priv   string `json:"priv"`
+		SCause struct {
+			Cause string `json:"cause"`
+		} `json:"scause"`
+		Satp string `json:"satp"`
+	}
+	s.mustCall("debug_registers", nil, &regs)
+	if regs.Priv != "supervisor" || regs.SCause.Cause != "environment call from U-mode" || !strings.HasPrefix(regs.Satp, "Sv") {
+		t.Errorf("debug_registers: %+v", regs)
+	}
+
+	var mem struct {
+		Addr    string `json:"addr"`
+		Symbol  string `json:"symbol"`
+		Hexdump string `json:"hexdump"`
+	}
+	s.mustCall("debug_memory", map[string]any{"location": "linux_banner", "length": 64}, &mem)
+	if !strings.Contains(mem.Hexdump, "|Linux version 6.") {
+		t.Errorf("linux_banner:\n%s", mem.Hexdump)
+	}
+	// The kernel's image is mapped at 0xffffffff80000000 from where
+	// OpenSBI loaded it, 0x80200000.
+	virt, err := strconv.ParseUint(strings.TrimPrefix(mem.Addr, "0x"), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phys := virt - 0xffffffff80000000 + 0x80200000
+	s.mustCall("debug_memory", map[string]any{"location": fmt.Sprintf("0x%x", phys), "length": 16, "physical": true}, &mem)
+	if !strings.Contains(mem.Hexdump, "|Linux version 6.") {
+		t.Errorf("linux_banner at physical 0x%x:\n%s", phys, mem.Hexdump)
+	}
+	// Unmapped memory is reported, not an error.
+	var um struct {
+		Unreadable []string `json:"unreadable"`
+		Hexdump    string   `json:"hexdump"`
+	}
+	s.mustCall("debug_memory", map[string]any{"location": "0x1000", "length": 32}, &um)
+	if len(um.Unreadable) != 1 || !strings.Contains(um.Hexdump, "?? ??") {
+		t.Errorf("unmapped read: %+v", um)
+	}
+
+	s.mustCall("debug_break", map[string]any{"location": "sys_newuname", "remove": true}, &br)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.5}, &st)
+	if !st.Running {
+		t.Errorf("continue without breakpoints: %+v", st)
+	}
+	var w waitOut
+	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, &w)
+	if !w.Matched || !strings.Contains(w.Output, "Linux 6.1") {
+		t.Errorf("uname after the breakpoint: %+v", w)
+	}
+
+	var p struct {
+		Panicked   bool   `json:"panicked"`
+		PanicMatch string `json:"panic_match"`
+		Triage     *struct {
+			PC        whereOut     `json:"pc"`
+			Backtrace backtraceOut `json:"backtrace"`
+		} `json:"triage"`
+		TriageError string `json:"triage_error"`
+	}
+	res := s.call("serial_send", map[string]any{"data": "echo c > /proc/sysrq-trigger", "wait_for": testguest.LinuxPrompt, "timeout": 30}, &p)
+	if !p.Panicked || p.Triage == nil {
+		t.Fatalf("panic: %+v", p)
+	}
+	tj, _ := json.MarshalIndent(res.StructuredContent.(map[string]any)["triage"], "", " ")
+	t.Logf("triage: %s\n%s", text(res), tj)
+	found := false
+	for _, f := range p.Triage.Backtrace.Frames {
+		found = found || f.Function == "sysrq_handle_crash"
+	}
+	if !found {
+		t.Errorf("triage backtrace does not name sysrq_handle_crash: %+v", p.Triage)
+	}
+}
