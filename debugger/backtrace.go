@@ -68,6 +68,12 @@ const (
 	ptSize    = 36 * 8
 )
 
+// isVector reports whether fn is Linux's trap vector (its labels
+// included), where the registers of the trapped context are being saved.
+func isVector(fn string) bool {
+	return strings.HasPrefix(fn, "handle_exception") || fn == "_save_context" || fn == "_restore_kernel_tpsp"
+}
+
 // isEntry reports whether fn is trap entry code that leaves a pt_regs at
 // the stack pointer of the handler it calls.
 func isEntry(fn string) bool {
@@ -113,6 +119,26 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 			}
 			if word(ptStatus)>>8&1 == 0 { // SPP: the trap came from user mode
 				f.User = true
+				bt.Frames = append(bt.Frames, f)
+				return bt
+			}
+		}
+		if st.exact && isVector(f.Function) {
+			// Stopped in the trap vector, before the handler: the
+			// trapped context is sepc and what the vector has not yet
+			// moved into pt_regs.
+			bt.Frames = append(bt.Frames, f)
+			next, t, user, err := s.inVector(ctx, c, st)
+			if err != nil {
+				bt.End = err.Error()
+				return bt
+			}
+			if len(bt.Frames) >= max {
+				break
+			}
+			st = next
+			f = Frame{Where: s.Where(st.pc), Trap: &t, User: user}
+			if user {
 				bt.Frames = append(bt.Frames, f)
 				return bt
 			}
@@ -168,6 +194,50 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 	return bt
 }
 
+// inVector recovers the context a trap interrupted while the hart is in
+// the trap vector: pc from sepc, the cause from scause, the mode from
+// sstatus.SPP; ra, sp and s0 live until the vector has saved them in
+// pt_regs (at ra 8, sp 16, s0 64), and from there after.
+func (s *Session) inVector(ctx context.Context, c *gdb.Client, st unwindState) (unwindState, Trap, bool, error) {
+	csr := func(name string) (uint64, error) {
+		v, err := c.ReadRegister(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("read %s in the trap vector: %w", name, err)
+		}
+		return v, nil
+	}
+	epc, err := csr("sepc")
+	if err != nil {
+		return st, Trap{}, false, err
+	}
+	cause, err := csr("scause")
+	if err != nil {
+		return st, Trap{}, false, err
+	}
+	status, err := csr("sstatus")
+	if err != nil {
+		return st, Trap{}, false, err
+	}
+	t := DecodeCause(cause)
+	if v, err := csr("stval"); err == nil {
+		t.TVal = hex(v)
+	}
+	next := unwindState{pc: epc, ra: st.ra, sp: st.sp, fp: st.fp, exact: true}
+	if pro := s.prologue(ctx, c, st.pc); pro.spAdjusted {
+		b, err := c.ReadMemory(ctx, st.sp, ptSize)
+		if err == nil && len(b) == ptSize {
+			next.sp = binary.LittleEndian.Uint64(b[2*8:])
+			if pro.raSaved { // the vector sets ra to ret_from_exception later
+				next.ra = binary.LittleEndian.Uint64(b[1*8:])
+			}
+			if pro.s0Stored {
+				next.fp = binary.LittleEndian.Uint64(b[8*8:])
+			}
+		}
+	}
+	return next, t, status>>8&1 == 0, nil
+}
+
 // callerWhere symbolizes a return address: by the call before it when
 // there is one, else (entry code sets ra to a label, such as
 // ret_from_syscall, without a call) as it is.
@@ -207,14 +277,23 @@ type prologue struct {
 	raSaved    bool
 	raOff      int64 // ra's slot relative to the frame pointer
 	s0Off      int64 // the caller's fp slot relative to the frame pointer
+	// s0Stored says s0 was stored at s0Slot, relative to the current sp
+	// (trap entry code saving registers into pt_regs).
+	s0Stored bool
+	s0Slot   int64
 }
 
 // standardPrologue is what GCC and Clang emit with frame pointers:
 // ra at fp-8, the caller's fp at fp-16, fp at the CFA.
 var standardPrologue = prologue{fpSet: true, raSaved: true, raOff: -8, s0Off: -16}
 
+// prologueScan bounds the code read to find a prologue: a frame is set
+// up in the first few instructions, and Linux's trap vector stores the
+// registers into pt_regs within its first 400 bytes.
+const prologueScan = 512
+
 // prologue decodes the start of the function holding pc up to pc (at
-// most 32 instructions). Without symbols, or when the code does not read,
+// most prologueScan bytes). Without symbols, or when the code does not read,
 // it assumes the standard prologue.
 func (s *Session) prologue(ctx context.Context, c *gdb.Client, pc uint64) prologue {
 	if s.cfg.Symbols == nil {
@@ -225,13 +304,13 @@ func (s *Session) prologue(ctx context.Context, c *gdb.Client, pc uint64) prolog
 		return standardPrologue
 	}
 	start := pc - loc.Offset
-	n := int(min(loc.Offset, 128))
+	n := int(min(loc.Offset, prologueScan))
 	if n == 0 {
 		return prologue{}
 	}
 	code, _ := c.ReadMemory(ctx, start, n)
 	p := scanPrologue(code)
-	if !p.fpSet && loc.Offset > 128 {
+	if !p.fpSet && loc.Offset > prologueScan {
 		return standardPrologue // a long function's prologue is long done
 	}
 	return p
@@ -306,6 +385,9 @@ func scanPrologue(code []byte) prologue {
 			}
 		}
 	}
+	if s0Saved {
+		p.s0Stored, p.s0Slot = true, s0Pos-p.spOff
+	}
 	if !p.fpSet {
 		return p
 	}
@@ -315,6 +397,7 @@ func scanPrologue(code []byte) prologue {
 		return standardPrologue
 	}
 	p.raOff, p.s0Off = raPos-p.fpPos, s0Pos-p.fpPos
+	p.s0Stored, p.s0Slot = false, 0
 	return p
 }
 

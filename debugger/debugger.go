@@ -53,6 +53,8 @@ type Session struct {
 	c  *gdb.Client
 	// breaks are the breakpoints and watchpoints set, by address.
 	breaks map[uint64]Breakpoint
+	// last is the last stop reported.
+	last gdb.Stop
 }
 
 // New returns a session that connects on first use.
@@ -130,6 +132,10 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 			s.cfg.Logger.Warn("debugger: breakpoint lost on reconnect", "at", b.Where.String(), "err", err)
 			delete(s.breaks, a)
 		}
+	}
+	if !running {
+		// The stop the connection caused is not news.
+		s.pending(ctx, c)
 	}
 	if running {
 		if err := c.Continue(ctx); err != nil {
@@ -381,7 +387,21 @@ func (i StopInfo) Where() Where {
 	return Where{Addr: i.PC, Function: i.Function, Offset: i.Offset, File: i.File, Line: i.Line}
 }
 
+// pending returns the stop of a stopped guest that no call has reported
+// yet (it hit a breakpoint between calls).
+func (s *Session) pending(ctx context.Context, c *gdb.Client) (gdb.Stop, bool) {
+	if c.Running() {
+		return gdb.Stop{}, false
+	}
+	st, err := c.Wait(ctx)
+	return st, err == nil
+}
+
 func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (StopInfo, error) {
+	if st.Reason == "" {
+		st = gdb.Stop{Reason: gdb.ReasonSignal, Signal: gdb.SIGINT}
+	}
+	s.last = st
 	info := StopInfo{Stopped: true, Reason: st.Reason}
 	switch st.Reason {
 	case gdb.ReasonExited, gdb.ReasonTerminated:
@@ -419,6 +439,11 @@ func (s *Session) Continue(ctx context.Context, timeout time.Duration) (StopInfo
 		return StopInfo{}, err
 	}
 	if !c.Running() {
+		// A breakpoint hit since the last call is this call's answer:
+		// resuming would pass it by unreported.
+		if st, ok := s.pending(ctx, c); ok {
+			return s.stopInfo(ctx, c, st)
+		}
 		if err := c.Continue(ctx); err != nil {
 			return StopInfo{}, err
 		}
@@ -442,11 +467,15 @@ func (s *Session) Pause(ctx context.Context) (StopInfo, error) {
 	if err != nil {
 		return StopInfo{}, err
 	}
-	st := gdb.Stop{Reason: gdb.ReasonSignal, Signal: gdb.SIGINT}
+	var st gdb.Stop
 	if c.Running() {
 		if st, err = c.Interrupt(ctx); err != nil {
 			return StopInfo{}, err
 		}
+	} else if p, ok := s.pending(ctx, c); ok {
+		st = p
+	} else {
+		st = s.last // already stopped: say why it stopped
 	}
 	return s.stopInfo(ctx, c, st)
 }
@@ -466,6 +495,8 @@ func (s *Session) Step(ctx context.Context, count int, over bool) (StopInfo, err
 		if _, err := c.Interrupt(ctx); err != nil {
 			return StopInfo{}, err
 		}
+	} else {
+		s.pending(ctx, c) // a step from a breakpoint hit between calls
 	}
 	var st gdb.Stop
 	for range count {

@@ -31,7 +31,7 @@ func TestScanPrologue(t *testing.T) {
 			prologue{spAdjusted: true, spOff: -112, fpSet: true, s0Off: -16}},
 		// Stopped before the frame pointer is set.
 		{"__se_sys_sethostname before add s0", "5971 a2f0 a6ec cae8",
-			prologue{spAdjusted: true, spOff: -112}},
+			prologue{spAdjusted: true, spOff: -112, s0Stored: true, s0Slot: 96}},
 		// panic: the frame pointer 64 bytes below the CFA.
 		// add sp,sp,-160; sd s0,80(sp); sd s1,72(sp); sd s2,64(sp);
 		// sd ra,88(sp); sd s3..s7; add s0,sp,96

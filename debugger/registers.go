@@ -54,9 +54,9 @@ var abiNames = []string{
 	"t3", "t4", "t5", "t6",
 }
 
-// csrNames are the CSRs worth showing when asking "why did it trap":
+// TrapCSRs are the CSRs Registers reads: the ones worth showing when asking "why did it trap":
 // supervisor first (where a kernel runs), then machine (firmware).
-var csrNames = []string{
+var TrapCSRs = []string{
 	"sstatus", "sepc", "scause", "stval", "satp", "stvec", "sie", "sip", "sscratch",
 	"mstatus", "mepc", "mcause", "mtval", "mtvec", "medeleg", "mideleg", "mie", "mip",
 }
@@ -207,7 +207,7 @@ func (s *Session) readRegisters(ctx context.Context, c *gdb.Client) (Registers, 
 	if p, err := c.ReadRegister(ctx, "priv"); err == nil {
 		r.Priv = privName(p)
 	}
-	for _, n := range csrNames {
+	for _, n := range TrapCSRs {
 		if _, ok := c.Register(n); !ok {
 			r.Unavailable = append(r.Unavailable, n)
 			continue

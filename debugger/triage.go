@@ -16,9 +16,44 @@ type Triage struct {
 	// Trap is the innermost fault in the backtrace (read from the
 	// trap frame the kernel saved); without one, the last trap into
 	// supervisor mode (scause), which TrapSource then says.
-	Trap       *Trap     `json:"trap,omitempty"`
-	TrapSource string    `json:"trap_source,omitempty"`
-	Backtrace  Backtrace `json:"backtrace"`
+	Trap       *Trap  `json:"trap,omitempty"`
+	TrapSource string `json:"trap_source,omitempty"`
+	// Culprit is where the crash came from: the faulting pc of Trap, or
+	// else the caller of the panic machinery (panic, die, ...), whatever
+	// the hart was doing (printing, delaying) when it was stopped.
+	Culprit   *Where    `json:"culprit,omitempty"`
+	Backtrace Backtrace `json:"backtrace"`
+}
+
+// panicking are the functions a kernel crashes through; the frame below
+// the outermost of them is the one that crashed.
+var panicking = map[string]bool{
+	"panic": true, "nmi_panic": true, "die": true, "die_kernel_fault": true,
+	"make_task_dead": true, "do_exit": true, "do_group_exit": true, "oops_end": true,
+	"__warn": true, "report_bug": true, "do_trap_break": true, "handle_break": true,
+}
+
+// culprit finds the crashing frame of bt (see Triage.Culprit).
+func culprit(bt Backtrace, trap *Trap) *Where {
+	if trap != nil && trap.EPC != nil {
+		return trap.EPC
+	}
+	last := -1
+	for i, f := range bt.Frames {
+		if panicking[f.Function] {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	for _, f := range bt.Frames[last+1:] {
+		if f.Function != "" && !isEntry(f.Function) {
+			w := f.Where
+			return &w
+		}
+	}
+	return nil
 }
 
 // triageFrames bounds a triage's backtrace: enough to reach the faulting
@@ -40,6 +75,7 @@ func (s *Session) Triage(ctx context.Context) (Triage, error) {
 			t.Priv = privName(p)
 		}
 		t.Backtrace = s.unwind(ctx, c, regs, triageFrames)
+		defer func() { t.Culprit = culprit(t.Backtrace, t.Trap) }()
 		for _, f := range t.Backtrace.Frames {
 			if f.Trap != nil && isFault(*f.Trap) {
 				tr := *f.Trap

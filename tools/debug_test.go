@@ -85,6 +85,17 @@ func TestDebugTinyKernel(t *testing.T) {
 	}
 
 	s.mustCall("serial_send", map[string]any{"data": "echo hello"}, nil)
+	// The breakpoint is hit between calls: reading the registers finds
+	// the guest there and leaves it so, and debug_continue reports that
+	// stop rather than passing it by.
+	time.Sleep(300 * time.Millisecond)
+	var pc struct {
+		PC whereOut `json:"pc"`
+	}
+	s.mustCall("debug_registers", nil, &pc)
+	if pc.PC.Function != "cmd_echo" {
+		t.Errorf("registers after the hit: pc %+v", pc.PC)
+	}
 	var st stopOut
 	s.mustCall("debug_continue", map[string]any{"timeout": 10}, &st)
 	if !st.Stopped || st.Reason != "breakpoint" || st.Function != "cmd_echo" || st.PC != "0x80200228" || !strings.HasPrefix(st.Insn, "bgeu") {
@@ -309,11 +320,36 @@ func TestDebugLinux(t *testing.T) {
 		t.Errorf("uname after the breakpoint: %+v", w)
 	}
 
+	// Stopped in the trap vector, before and after it saved the
+	// registers: the backtrace finds the trapped context either way.
+	s.mustCall("debug_break", map[string]any{"location": "handle_exception"}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 10}, &st)
+	if st.Function != "handle_exception" {
+		t.Fatalf("continue to the trap vector: %+v", st)
+	}
+	s.mustCall("debug_backtrace", nil, &bt)
+	if len(bt.Frames) < 2 || bt.Frames[1].Trap == nil {
+		t.Fatalf("backtrace in the vector: %+v", bt)
+	}
+	trapped := bt.Frames[1]
+	s.mustCall("debug_step", map[string]any{"count": 30}, &st)
+	if st.Function != "_save_context" {
+		t.Fatalf("30 steps into the vector: %+v", st)
+	}
+	s.mustCall("debug_backtrace", nil, &bt)
+	if len(bt.Frames) < 2 || bt.Frames[1].Addr != trapped.Addr || bt.Frames[1].Trap == nil || bt.Frames[1].Trap.Cause != trapped.Trap.Cause {
+		t.Errorf("backtrace in the vector after the save: %+v; before: %+v", bt, trapped)
+	}
+	t.Logf("trapped context: %+v, trap %+v", trapped, *trapped.Trap)
+	s.mustCall("debug_break", map[string]any{"location": "handle_exception", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.2}, &st)
+
 	var p struct {
 		Panicked   bool   `json:"panicked"`
 		PanicMatch string `json:"panic_match"`
 		Triage     *struct {
 			PC        whereOut     `json:"pc"`
+			Culprit   *whereOut    `json:"culprit"`
 			Backtrace backtraceOut `json:"backtrace"`
 		} `json:"triage"`
 		TriageError string `json:"triage_error"`
@@ -328,7 +364,10 @@ func TestDebugLinux(t *testing.T) {
 	for _, f := range p.Triage.Backtrace.Frames {
 		found = found || f.Function == "sysrq_handle_crash"
 	}
-	if !found {
-		t.Errorf("triage backtrace does not name sysrq_handle_crash: %+v", p.Triage)
+	if !found || p.Triage.Culprit == nil || p.Triage.Culprit.Function != "sysrq_handle_crash" || p.Triage.Culprit.File != "drivers/tty/sysrq.c" {
+		t.Errorf("triage does not name sysrq_handle_crash: %+v", p.Triage)
+	}
+	if !strings.Contains(text(res), "in sysrq_handle_crash") {
+		t.Errorf("the wait's summary does not name the culprit: %s", text(res))
 	}
 }

@@ -78,16 +78,17 @@ func (w WaitResult) summary(pattern string) string {
 		if t := w.Triage; t != nil {
 			if t.Trap != nil && t.Trap.EPC != nil {
 				fmt.Fprintf(&b, "; %s at %s", t.Trap.Cause, t.Trap.EPC.String())
+			} else if t.Culprit != nil {
+				fmt.Fprintf(&b, "; in %s", t.Culprit.String())
 			}
 			var fns []string
 			for _, f := range t.Backtrace.Frames {
-				if len(fns) == 8 {
-					fns = append(fns, "...")
-					break
-				}
 				if f.Function != "" {
 					fns = append(fns, f.Function)
 				}
+			}
+			if len(fns) > 10 {
+				fns = append(fns[:10], "...")
 			}
 			fmt.Fprintf(&b, "; backtrace: %s", strings.Join(fns, " < "))
 		}

@@ -142,6 +142,13 @@ func main() {
 		}
 		rows = append(rows, row{fmt.Sprintf("peak RSS while the guest floods for %v (%s of output)", *soak, mib(n)), mib(peak), "idle " + mib(idle), "-", "bounded"})
 	}
+	if *debugRuns > 0 {
+		drows, err := debugRows(ctx, *debugRuns)
+		if err != nil {
+			fail("debugger", err)
+		}
+		rows = append(rows, drows...)
+	}
 	printTable(rows)
 }
 
@@ -200,6 +207,15 @@ func resultSizes(ctx context.Context) ([]size, error) {
 		{"server_info", nil},
 		{"qmp_command", map[string]any{"command": "query-status"}},
 		{"qmp_command", map[string]any{"command": "query-qmp-schema"}},
+		{"qemu_boot", map[string]any{"gdb": true, "restart": true, "wait_for": `tiny> $`}},
+		{"debug_break", map[string]any{"location": "puts"}},
+		{"serial_send", map[string]any{"data": "help"}},
+		{"debug_continue", nil},
+		{"debug_registers", nil},
+		{"debug_backtrace", nil},
+		{"debug_disassemble", map[string]any{"count": 256}},
+		{"debug_memory", map[string]any{"location": "_start", "length": 65536}},
+		{"debug_step", map[string]any{"over": true}},
 		{"qemu_shutdown", nil},
 	} {
 		if err := measure(c.name, c.args); err != nil {
@@ -554,7 +570,7 @@ func mcpFlood(ctx context.Context, size int) (float64, error) {
 			Output string `json:"output"`
 			Cursor int64  `json:"cursor"`
 		}
-		if err := s.call(ctx, "serial_read", map[string]any{"since": cursor, "max_bytes": 1 << 20, "raw": true}, &r); err != nil {
+		if err := s.call(ctx, "serial_read", map[string]any{"since": cursor, "max_bytes": 32 << 10, "raw": true}, &r); err != nil {
 			return 0, err
 		}
 		got.WriteString(r.Output)
@@ -634,7 +650,7 @@ type rawQEMU struct {
 	r       *bufio.Reader
 }
 
-func startRaw() (*rawQEMU, error) {
+func startRaw(extra ...string) (*rawQEMU, error) {
 	dir, err := os.MkdirTemp("", "qmr")
 	if err != nil {
 		return nil, err
@@ -649,6 +665,7 @@ func startRaw() (*rawQEMU, error) {
 	out, _ := os.OpenFile(base+".out", os.O_RDWR, 0)
 	args := []string{"-machine", "virt", "-nodefaults", "-display", "none", "-m", "128M", "-bios", "default",
 		"-kernel", *kernel, "-chardev", "pipe,id=s0,path=" + base, "-serial", "chardev:s0"}
+	args = append(args, extra...)
 	cmd := exec.Command("qemu-system-riscv64", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

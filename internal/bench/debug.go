@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/debuginfo"
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+)
+
+var (
+	debugRuns = flag.Int("debug-runs", 50, "breakpoint stops and register reads per side (0 skips the debugger)")
+	symbols   = flag.String("symbols", "testdata/images/tiny.elf", "the tiny kernel's ELF (breakpoint address for the raw runs)")
+	vmlinux   = flag.String("vmlinux", "", "vmlinux for the symbol index time (default: the Linux guest scripts/build-linux caches; skipped without one)")
+)
+
+// debugRows measures the debugger through MCP against the bare gdbstub:
+// a breakpoint stop (continue until the shell reaches cmd_echo again) and
+// a register read, then the first symbol and line answers on vmlinux
+// against addr2line's.
+func debugRows(ctx context.Context, n int) ([]row, error) {
+	ourStop, ourRegs, err := mcpDebug(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: %w", err)
+	}
+	rawStop, rawRegs, err := rawDebug(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("raw: %w", err)
+	}
+	rows := []row{
+		{fmt.Sprintf("breakpoint: debug_continue until the stop is reported, median of %d (raw: gdb client on the stub, continue and wait)", n),
+			ms(median(ourStop)), ms(median(rawStop)), ratio(median(ourStop), median(rawStop)), ""},
+		{fmt.Sprintf("debug_registers (pc, x1..x31, priv, %d CSRs), median of %d (raw: the same reads on the stub)", len(debugger.TrapCSRs), n),
+			ms(median(ourRegs)), ms(median(rawRegs)), ratio(median(ourRegs), median(rawRegs)), ""},
+	}
+	path := *vmlinux
+	if path == "" {
+		if out, err := exec.Command("scripts/build-linux", "--print-dir").Output(); err == nil {
+			path = filepath.Join(strings.TrimSpace(string(out)), "vmlinux")
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no vmlinux (run scripts/build-linux or pass -vmlinux): symbol index time skipped\n")
+		return rows, nil
+	}
+	ours, raw, size, err := symbolIndex(path)
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, row{fmt.Sprintf("vmlinux (%s): open, first symbol, first symbolize with line, first file:line (raw: addr2line -f for one address)", mib(size)),
+		ms(ours), ms(raw), ratio(ours, raw), "<= 2 s"})
+	return rows, nil
+}
+
+func mcpDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.close()
+	var b struct {
+		Matched bool `json:"matched"`
+	}
+	if err := s.call(ctx, "qemu_boot", map[string]any{"gdb": true, "wait_for": "tiny> ", "timeout": 60}, &b); err != nil || !b.Matched {
+		return nil, nil, fmt.Errorf("boot: %v (matched %v)", err, b.Matched)
+	}
+	if err := s.call(ctx, "debug_break", map[string]any{"location": "cmd_echo"}, nil); err != nil {
+		return nil, nil, err
+	}
+	var st struct {
+		Stopped  bool   `json:"stopped"`
+		Function string `json:"function"`
+	}
+	for i := range n + 5 {
+		if err := s.call(ctx, "serial_send", map[string]any{"data": "echo x"}, nil); err != nil {
+			return nil, nil, err
+		}
+		t := time.Now()
+		if err := s.call(ctx, "debug_continue", map[string]any{"timeout": 10}, &st); err != nil {
+			return nil, nil, err
+		}
+		if !st.Stopped || st.Function != "cmd_echo" {
+			return nil, nil, fmt.Errorf("continue %d: %+v", i, st)
+		}
+		if i >= 5 {
+			stops = append(stops, time.Since(t))
+		}
+	}
+	for i := range n + 5 {
+		t := time.Now()
+		if err := s.call(ctx, "debug_registers", nil, nil); err != nil {
+			return nil, nil, err
+		}
+		if i >= 5 {
+			regs = append(regs, time.Since(t))
+		}
+	}
+	return stops, regs, nil
+}
+
+func rawDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
+	syms, err := debuginfo.Open(*symbols)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer syms.Close()
+	sym, err := syms.Lookup("cmd_echo")
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "qmg")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "gdb")
+	q, err := startRaw("-gdb", "unix:"+sock+",server=on,wait=off")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer q.close()
+	if _, err := q.readUntil("tiny> "); err != nil {
+		return nil, nil, err
+	}
+	c, err := gdb.Dial(ctx, "unix", sock)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	if err := c.SetBreakpoint(ctx, gdb.Software, sym.Addr, 0); err != nil {
+		return nil, nil, err
+	}
+	for i := range n + 5 {
+		if _, err := q.in.WriteString("echo x\r"); err != nil {
+			return nil, nil, err
+		}
+		t := time.Now()
+		if err := c.Continue(ctx); err != nil {
+			return nil, nil, err
+		}
+		if _, err := c.Wait(ctx); err != nil {
+			return nil, nil, err
+		}
+		if i >= 5 {
+			stops = append(stops, time.Since(t))
+		}
+	}
+	for i := range n + 5 {
+		t := time.Now()
+		if _, err := c.ReadRegisters(ctx); err != nil {
+			return nil, nil, err
+		}
+		for _, r := range append([]string{"priv"}, debugger.TrapCSRs...) {
+			if _, err := c.ReadRegister(ctx, r); err != nil {
+				return nil, nil, err
+			}
+		}
+		if i >= 5 {
+			regs = append(regs, time.Since(t))
+		}
+	}
+	return stops, regs, nil
+}
+
+// symbolIndex times what a first debugger query on vmlinux costs, cold
+// index (the file itself is in the page cache after the first run), and
+// addr2line's time for one address.
+func symbolIndex(path string) (ours, raw time.Duration, size int64, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	t := time.Now()
+	f, err := debuginfo.Open(path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer f.Close()
+	sym, err := f.Lookup("sys_newuname")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	loc, ok := f.Symbolize(sym.Addr + 8)
+	if !ok || loc.Line == 0 {
+		return 0, 0, 0, fmt.Errorf("no line for sys_newuname+8: %+v", loc)
+	}
+	if _, err := f.LineAddrs(loc.File, loc.Line); err != nil {
+		return 0, 0, 0, err
+	}
+	ours = time.Since(t)
+	t = time.Now()
+	out, err := exec.Command("riscv64-linux-gnu-addr2line", "-f", "-e", path, fmt.Sprintf("%#x", sym.Addr+8)).Output()
+	raw = time.Since(t)
+	if err != nil || !strings.Contains(string(out), "sys.c") {
+		return 0, 0, 0, fmt.Errorf("addr2line: %v: %s", err, out)
+	}
+	return ours, raw, fi.Size(), nil
+}
