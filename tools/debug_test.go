@@ -1,6 +1,7 @@
 package tools_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
@@ -369,5 +371,69 @@ func TestDebugLinux(t *testing.T) {
 	}
 	if !strings.Contains(text(res), "in sysrq_handle_crash") {
 		t.Errorf("the wait's summary does not name the culprit: %s", text(res))
+	}
+}
+
+// With -gdb-tcp the stub listens on loopback TCP; the server's debugger
+// uses it, and once it holds nothing (no breakpoints, guest running) it
+// lets go, so that a person's gdb can attach.
+func TestDebugTCPLetsAnotherDebuggerAttach(t *testing.T) {
+	s := newSessionWith(t, func(c *tools.Config) { c.GDBTCP = "127.0.0.1:0" }, nil)
+	var b struct {
+		bootOut
+		Paths struct {
+			GDBSocket  string `json:"gdb_socket"`
+			GDBAddress string `json:"gdb_address"`
+		} `json:"paths"`
+	}
+	s.mustCall("qemu_boot", map[string]any{"gdb": true, "wait_for": prompt}, &b)
+	if b.Paths.GDBAddress == "" || b.Paths.GDBSocket != "" || !strings.HasPrefix(b.Paths.GDBAddress, "127.0.0.1:") {
+		t.Fatalf("paths: %+v", b.Paths)
+	}
+	var br breakOut
+	s.mustCall("debug_break", map[string]any{"location": "cmd_echo"}, &br)
+	s.mustCall("serial_send", map[string]any{"data": "echo x"}, nil)
+	var st stopOut
+	s.mustCall("debug_continue", nil, &st)
+	if st.Function != "cmd_echo" {
+		t.Fatalf("continue: %+v", st)
+	}
+	// While the server holds the stub, another debugger is not served.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if c, err := gdb.Dial(ctx, "tcp", b.Paths.GDBAddress); err == nil {
+		c.Close()
+		t.Errorf("a second debugger attached while the server held the stub")
+	}
+	s.mustCall("debug_break", map[string]any{"location": "cmd_echo", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, &st)
+	if !st.Running {
+		t.Fatalf("continue: %+v", st)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := gdb.Dial(ctx, "tcp", b.Paths.GDBAddress)
+	if err != nil {
+		t.Fatalf("attach after the server let go: %v", err)
+	}
+	pc, err := c.ReadRegister(ctx, "pc")
+	if err != nil || pc < 0x80200000 {
+		t.Errorf("pc %#x, %v", pc, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("detach: %v", err)
+	}
+	// The guest runs on, and the server's debugger attaches again.
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo again", "wait_for": "again\r\ntiny> $"}, &w)
+	if !w.Matched {
+		t.Errorf("the guest does not answer after the other debugger left: %+v", w)
+	}
+	var regs struct {
+		Priv string `json:"priv"`
+	}
+	s.mustCall("debug_registers", nil, &regs)
+	if regs.Priv != "supervisor" {
+		t.Errorf("registers after reattaching: %+v", regs)
 	}
 }

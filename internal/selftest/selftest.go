@@ -86,6 +86,9 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 		if res.IsError {
 			return errors.New(toolText(res))
 		}
+		if out == nil {
+			return nil
+		}
 		b, err := json.Marshal(res.StructuredContent)
 		if err != nil {
 			return err
@@ -123,7 +126,7 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 			return strconv.Itoa(len(res.Tools)) + " tools", nil
 		}},
 		{"boot tiny kernel", func() (string, error) {
-			if err := call("qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 30}, &boot); err != nil {
+			if err := call("qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 30, "gdb": true}, &boot); err != nil {
 				return "", err
 			}
 			if !boot.Matched {
@@ -149,6 +152,38 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 				return "", fmt.Errorf("echo of %s not seen; output: %q", token, out.Output)
 			}
 			return "echoed " + token, nil
+		}},
+		{"debugger", func() (string, error) {
+			if err := call("debug_break", map[string]any{"location": "cmd_echo"}, nil); err != nil {
+				return "", err
+			}
+			if err := call("serial_send", map[string]any{"data": "echo stop"}, nil); err != nil {
+				return "", err
+			}
+			var st struct {
+				Stopped  bool   `json:"stopped"`
+				Function string `json:"function"`
+				PC       string `json:"pc"`
+			}
+			if err := call("debug_continue", map[string]any{"timeout": 10}, &st); err != nil {
+				return "", err
+			}
+			if !st.Stopped || st.Function != "cmd_echo" {
+				return "", fmt.Errorf("no stop at the breakpoint on cmd_echo: %+v", st)
+			}
+			if err := call("debug_break", map[string]any{"location": "cmd_echo", "remove": true}, nil); err != nil {
+				return "", err
+			}
+			var run struct {
+				Running bool `json:"running"`
+			}
+			if err := call("debug_continue", map[string]any{"timeout": 0.1}, &run); err != nil {
+				return "", err
+			}
+			if !run.Running {
+				return "", fmt.Errorf("the guest did not run on after the breakpoint was removed")
+			}
+			return "stopped at cmd_echo (" + st.PC + ") and resumed", nil
 		}},
 		{"qmp query-status", func() (string, error) {
 			var out struct {
