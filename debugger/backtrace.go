@@ -112,6 +112,7 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 			word := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
 			t := DecodeCause(word(ptCause))
 			t.TVal = hex(word(ptBadaddr))
+			t.epc, t.tval, t.status = word(ptEPC), word(ptBadaddr), word(ptStatus)
 			st = unwindState{pc: word(ptEPC), ra: word(1 * 8), sp: word(2 * 8), fp: word(8 * 8), exact: true}
 			f = Frame{Where: s.Where(st.pc), Trap: &t}
 			if len(bt.Frames) >= max {
@@ -220,8 +221,9 @@ func (s *Session) inVector(ctx context.Context, c *gdb.Client, st unwindState) (
 	}
 	t := DecodeCause(cause)
 	if v, err := csr("stval"); err == nil {
-		t.TVal = hex(v)
+		t.TVal, t.tval = hex(v), v
 	}
+	t.epc, t.status = epc, status
 	next := unwindState{pc: epc, ra: st.ra, sp: st.sp, fp: st.fp, exact: true}
 	if pro := s.prologue(ctx, c, st.pc); pro.spAdjusted {
 		b, err := c.ReadMemory(ctx, st.sp, ptSize)

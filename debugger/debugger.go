@@ -53,6 +53,8 @@ type Session struct {
 	c  *gdb.Client
 	// breaks are the breakpoints and watchpoints set, by address.
 	breaks map[uint64]Breakpoint
+	// watches are the watchpoints set, by address.
+	watches map[uint64]*watch
 	// last is the last stop reported.
 	last gdb.Stop
 }
@@ -62,7 +64,7 @@ func New(cfg Config) *Session {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}}
+	return &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}, watches: map[uint64]*watch{}}
 }
 
 // begin starts an operation; the function it returns ends it.
@@ -78,7 +80,7 @@ func (s *Session) begin() func() {
 // the guest running): the stub serves one client, and a person's gdb can
 // then attach. The next operation connects again, in milliseconds.
 func (s *Session) releaseIdle() {
-	if s.c == nil || len(s.breaks) > 0 || !s.c.Running() {
+	if s.c == nil || len(s.breaks) > 0 || len(s.watches) > 0 || !s.c.Running() {
 		return
 	}
 	if err := s.c.Close(); err != nil {
@@ -131,6 +133,12 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 		if err := c.SetBreakpoint(ctx, b.kind, a, b.Length); err != nil {
 			s.cfg.Logger.Warn("debugger: breakpoint lost on reconnect", "at", b.Where.String(), "err", err)
 			delete(s.breaks, a)
+		}
+	}
+	for a, w := range s.watches {
+		if err := c.SetBreakpoint(ctx, w.kind, a, w.Length); err != nil {
+			s.cfg.Logger.Warn("debugger: watchpoint lost on reconnect", "at", hex(a), "err", err)
+			delete(s.watches, a)
 		}
 	}
 	if !running {
@@ -312,52 +320,15 @@ func (s *Session) Break(ctx context.Context, loc string, hardware, remove bool) 
 	return out, err
 }
 
-// Watch sets (or clears) a data watchpoint of length bytes at loc: kind is
-// "write", "read" or "access".
-func (s *Session) Watch(ctx context.Context, loc string, length int, kind string, remove bool) ([]Breakpoint, error) {
-	addrs, _, err := s.Resolve(loc)
-	if err != nil {
-		return nil, err
-	}
-	k := map[string]gdb.BreakKind{"write": gdb.WatchWrite, "": gdb.WatchWrite, "read": gdb.WatchRead, "access": gdb.WatchAccess}[kind]
-	if k == 0 {
-		return nil, fmt.Errorf("watch kind %q: want write, read or access", kind)
-	}
-	if length <= 0 || length > 8 {
-		return nil, fmt.Errorf("watch length %d: want 1 to 8 bytes", length)
-	}
-	defer s.begin()()
-	a := addrs[0]
-	b := Breakpoint{Where: s.Where(a), Kind: k.String(), Length: length, kind: k}
-	b.File, b.Line = "", 0 // data has no source line
-	err = s.stopped(ctx, func(c *gdb.Client) error {
-		if remove {
-			old, ok := s.breaks[a]
-			if !ok {
-				return fmt.Errorf("no watchpoint at %s", hex(a))
-			}
-			if err := c.ClearBreakpoint(ctx, old.kind, a, old.Length); err != nil {
-				return err
-			}
-			delete(s.breaks, a)
-			b = old
-			return nil
-		}
-		if err := c.SetBreakpoint(ctx, k, a, length); err != nil {
-			return err
-		}
-		s.breaks[a] = b
-		return nil
-	})
-	return []Breakpoint{b}, err
-}
-
 // Breakpoints lists what is set.
 func (s *Session) Breakpoints() []Breakpoint {
 	defer s.begin()()
-	out := make([]Breakpoint, 0, len(s.breaks))
+	out := make([]Breakpoint, 0, len(s.breaks)+len(s.watches))
 	for _, a := range slices.Sorted(maps.Keys(s.breaks)) {
 		out = append(out, s.breaks[a])
+	}
+	for _, a := range slices.Sorted(maps.Keys(s.watches)) {
+		out = append(out, s.watches[a].Breakpoint)
 	}
 	return out
 }
@@ -376,15 +347,44 @@ type StopInfo struct {
 	Line     int    `json:"line,omitempty"`
 	// Insn is the instruction at pc, the next to execute.
 	Insn string `json:"insn,omitempty"`
-	// WatchAddr is the data address a watchpoint fired on.
-	WatchAddr string `json:"watch_addr,omitempty"`
+	// WatchAddr is the data address a watchpoint fired on; Access what
+	// it caught, and Backtrace how the accessing code was reached.
+	WatchAddr string     `json:"watch_addr,omitempty"`
+	Access    *Access    `json:"access,omitempty"`
+	Backtrace *Backtrace `json:"backtrace,omitempty"`
 	// Exited says QEMU ended while the debugger waited.
 	Exited bool `json:"exited,omitempty"`
 }
 
+// watchFrames bounds the backtrace of a watchpoint stop.
+const watchFrames = 12
+
 // Where is the stop's location.
 func (i StopInfo) Where() Where {
 	return Where{Addr: i.PC, Function: i.Function, Offset: i.Offset, File: i.File, Line: i.Line}
+}
+
+// Unreported returns a stop no call has reported yet (a breakpoint or
+// watchpoint hit while the agent waited on the console), and reports it:
+// the next Continue resumes. It does not wait for an operation in
+// progress; ok is false then, as when there is nothing to report.
+func (s *Session) Unreported(ctx context.Context) (info StopInfo, ok bool) {
+	if !s.mu.TryLock() {
+		return StopInfo{}, false
+	}
+	defer func() {
+		s.releaseIdle()
+		s.mu.Unlock()
+	}()
+	if s.c == nil {
+		return StopInfo{}, false
+	}
+	st, ok := s.pending(ctx, s.c)
+	if !ok {
+		return StopInfo{}, false
+	}
+	info, err := s.stopInfo(ctx, s.c, st)
+	return info, err == nil
 }
 
 // pending returns the stop of a stopped guest that no call has reported
@@ -411,6 +411,17 @@ func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (Sto
 	case gdb.ReasonSignal:
 		if st.Signal == gdb.SIGINT {
 			info.Reason = "paused"
+		}
+	}
+	var err error
+	if info.WatchAddr != "" {
+		// First, as it may step the access to its end.
+		if info.Access, err = s.watchStop(ctx, c, st); err != nil {
+			return info, fmt.Errorf("debugger: read what the watchpoint caught: %w", err)
+		}
+		if regs, err := c.ReadRegisters(ctx); err == nil {
+			bt := s.unwind(ctx, c, regs, watchFrames)
+			info.Backtrace = &bt
 		}
 	}
 	pc, err := c.ReadRegister(ctx, "pc")

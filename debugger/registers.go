@@ -78,6 +78,9 @@ type Registers struct {
 	Satp   string `json:"satp,omitempty"`
 	// Unavailable lists CSRs the stub does not expose on this QEMU.
 	Unavailable []string `json:"unavailable,omitempty"`
+	// Verdict explains the trap the hart is taking, when it is stopped
+	// in the trap vector.
+	Verdict string `json:"verdict,omitempty"`
 }
 
 // Trap is a decoded trap: cause, faulting pc and trap value.
@@ -90,6 +93,15 @@ type Trap struct {
 	// TVal is stval/mtval: the faulting address for access and page
 	// faults, the instruction bits for an illegal instruction.
 	TVal string `json:"tval,omitempty"`
+
+	// The trap's raw state, for its verdict: where it was taken, the
+	// trap value and the status (SPP, SUM, MXR, FS) it was taken with.
+	epc, tval, status uint64
+}
+
+// fault returns what a verdict needs of t.
+func (t Trap) fault() fault {
+	return fault{trap: t, epc: t.epc, tval: t.tval, status: t.status}
 }
 
 var exceptionNames = map[uint64]string{
@@ -243,6 +255,14 @@ func (s *Session) readRegisters(ctx context.Context, c *gdb.Client) (Registers, 
 	}
 	if v, ok := r.CSRs.Get("satp"); ok {
 		r.Satp = decodeSatp(v)
+	}
+	stvec, _ := r.CSRs.Get("stvec")
+	if r.SCause != nil && (isVector(r.PC.Function) || all["pc"] == stvec&^3) {
+		t := *r.SCause
+		t.epc, _ = r.CSRs.Get("sepc")
+		t.tval, _ = r.CSRs.Get("stval")
+		t.status, _ = r.CSRs.Get("sstatus")
+		r.Verdict, _ = s.explain(ctx, c, t.fault())
 	}
 	return r, nil
 }

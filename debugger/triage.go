@@ -21,7 +21,11 @@ type Triage struct {
 	// Culprit is where the crash came from: the faulting pc of Trap, or
 	// else the caller of the panic machinery (panic, die, ...), whatever
 	// the hart was doing (printing, delaying) when it was stopped.
-	Culprit   *Where    `json:"culprit,omitempty"`
+	Culprit *Where `json:"culprit,omitempty"`
+	// Verdict says in one sentence why Trap happened; Walk is the page
+	// walk of its address, for page and access faults.
+	Verdict   string    `json:"verdict,omitempty"`
+	Walk      *Walk     `json:"walk,omitempty"`
 	Backtrace Backtrace `json:"backtrace"`
 }
 
@@ -81,6 +85,7 @@ func (s *Session) Triage(ctx context.Context) (Triage, error) {
 				tr := *f.Trap
 				tr.EPC = &f.Where
 				t.Trap, t.TrapSource = &tr, "trap frame"
+				t.Verdict, t.Walk = s.explain(ctx, c, tr.fault())
 				return nil
 			}
 		}
@@ -94,9 +99,16 @@ func (s *Session) Triage(ctx context.Context) (Triage, error) {
 				tr.EPC = &w
 			}
 			if v, err := c.ReadRegister(ctx, "stval"); err == nil {
-				tr.TVal = hex(v)
+				tr.TVal, tr.tval = hex(v), v
+			}
+			if e, err := c.ReadRegister(ctx, "sepc"); err == nil {
+				tr.epc = e
+			}
+			if v, err := c.ReadRegister(ctx, "sstatus"); err == nil {
+				tr.status = v
 			}
 			t.Trap, t.TrapSource = &tr, "scause: the last trap into supervisor mode, which may predate the crash"
+			t.Verdict, t.Walk = s.explain(ctx, c, tr.fault())
 		}
 		return nil
 	})

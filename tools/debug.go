@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -81,6 +82,15 @@ func stopText(st debugger.StopInfo) string {
 		return "QEMU exited"
 	case st.Running:
 		return "still running (no stop within the timeout)"
+	}
+	if a := st.Access; a != nil {
+		t := fmt.Sprintf("%s watchpoint on %s: %q at %s", a.Kind, a.Data, a.Text, a.Insn.String())
+		if a.Old != a.New {
+			t += fmt.Sprintf(" changed it %s -> %s", a.Old, a.New)
+		} else {
+			t += " (value " + a.New + ")"
+		}
+		return t + "; stopped at " + st.Where().String()
 	}
 	t := fmt.Sprintf("stopped (%s) at %s", st.Reason, st.Where().String())
 	if st.Insn != "" {
@@ -352,6 +362,75 @@ func (s *Server) debugSymbolize(_ context.Context, _ *mcp.CallToolRequest, in Sy
 	return textResult(strings.Join(text, "\n")), out, nil
 }
 
+// WatchInput is debug_watch's arguments.
+type WatchInput struct {
+	Location string `json:"location" max:"512" jsonschema:"symbol, symbol+0xOFFSET or 0xADDRESS of the data"`
+	Length   int    `json:"length,omitempty" jsonschema:"bytes watched, 1 to 8; default the symbol's size (up to 8)"`
+	Kind     string `json:"kind,omitempty" default:"write" jsonschema:"write, read or access"`
+	Remove   bool   `json:"remove,omitempty" jsonschema:"remove the watchpoint at location instead"`
+	Target
+}
+
+// WatchOutput is debug_watch's result.
+type WatchOutput struct {
+	Watchpoint debugger.Breakpoint `json:"watchpoint" jsonschema:"the watchpoint set (or removed): addr, symbol, kind, length"`
+	Set        int                 `json:"set" jsonschema:"breakpoints and watchpoints set now, in all"`
+}
+
+func (s *Server) debugWatch(ctx context.Context, _ *mcp.CallToolRequest, in WatchInput) (*mcp.CallToolResult, WatchOutput, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, WatchOutput{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	w, err := d.Watch(ctx, in.Location, in.Length, in.Kind, in.Remove)
+	if err != nil {
+		return nil, WatchOutput{}, err
+	}
+	out := WatchOutput{Watchpoint: w, Set: len(d.Breakpoints())}
+	verb := "set"
+	if in.Remove {
+		verb = "removed"
+	}
+	return textResult(fmt.Sprintf("%s watchpoint %s on %d bytes at %s %s; %d set", w.Kind, verb, w.Length, w.Where.String(), w.Addr, out.Set)), out, nil
+}
+
+// TranslateInput is debug_translate's arguments.
+type TranslateInput struct {
+	Address string `json:"address" max:"512" jsonschema:"virtual address: 0xADDRESS, symbol or symbol+0xOFFSET"`
+	Satp    string `json:"satp,omitempty" max:"32" jsonschema:"the satp value whose page table to walk, as 0x...; default the hart's"`
+	Target
+}
+
+func (s *Server) debugTranslate(ctx context.Context, _ *mcp.CallToolRequest, in TranslateInput) (*mcp.CallToolResult, debugger.Walk, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, debugger.Walk{}, err
+	}
+	var satp *uint64
+	if in.Satp != "" {
+		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(in.Satp), "0x"), 16, 64)
+		if err != nil {
+			return nil, debugger.Walk{}, fmt.Errorf("satp %q: want a hex number such as 0x8000000000080a3d", in.Satp)
+		}
+		satp = &v
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	w, err := d.Translate(ctx, in.Address, satp)
+	if err != nil {
+		return nil, debugger.Walk{}, err
+	}
+	t := fmt.Sprintf("%s %s: ", w.Mode, w.VA)
+	if w.Fault != "" {
+		t += "no page: " + w.Fault
+	} else {
+		t += fmt.Sprintf("physical %s (%s page, %s)", w.PA, w.PageSize, w.Flags)
+	}
+	return textResult(t), w, nil
+}
+
 // registerDebug adds the debug_* tools; each needs a guest booted with
 // gdb: true.
 func (s *Server) registerDebug(ms *mcp.Server) {
@@ -404,6 +483,16 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 		Description: "Disassemble count instructions at a location (default the pc), privileged ones included, jumps symbolized.",
 		Annotations: ann(reading, "Disassemble"),
 	}, s.debugDisassemble)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_watch",
+		Description: "Set or remove a data watchpoint (write, read or access) on a symbol or address. debug_continue then reports the accessing instruction, its function and line, old and new value, and a backtrace.",
+		Annotations: ann(mutating, "Watchpoint"),
+	}, s.debugWatch)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_translate",
+		Description: "Walk the page table for a virtual address as the MMU does (Sv39/48/57): each level's PTE and flags, the physical address and page size, or where and why the walk stops.",
+		Annotations: ann(reading, "Translate"),
+	}, s.debugTranslate)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_symbolize",
 		Description: "Name an address (function+offset, file:line), or find the address of a symbol or file.c:LINE.",

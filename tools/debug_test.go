@@ -86,6 +86,26 @@ func TestDebugTinyKernel(t *testing.T) {
 		t.Fatalf("help with a breakpoint set elsewhere: %+v", w)
 	}
 
+	// A console wait that the breakpoint makes quiet says so, and the
+	// stop it reported is not reported again.
+	var ws struct {
+		waitOut
+		DebugStop *stopOut `json:"debug_stop"`
+	}
+	s.mustCall("serial_send", map[string]any{"data": "echo first", "wait_for": "first\r\ntiny> $", "timeout": 2}, &ws)
+	if !ws.TimedOut || ws.DebugStop == nil || ws.DebugStop.Function != "cmd_echo" || ws.DebugStop.Reason != "breakpoint" {
+		t.Fatalf("wait stopped by the breakpoint: %+v, debug_stop %+v", ws.waitOut, ws.DebugStop)
+	}
+	var st stopOut
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.3}, &st)
+	if !st.Running {
+		t.Fatalf("continue after a stop the wait reported: %+v", st)
+	}
+	s.mustCall("serial_read", map[string]any{"wait_for": "first\r\ntiny> $", "timeout": 5}, &w)
+	if !w.Matched {
+		t.Fatalf("echo after continuing: %+v", w)
+	}
+
 	s.mustCall("serial_send", map[string]any{"data": "echo hello"}, nil)
 	// The breakpoint is hit between calls: reading the registers finds
 	// the guest there and leaves it so, and debug_continue reports that
@@ -98,7 +118,6 @@ func TestDebugTinyKernel(t *testing.T) {
 	if pc.PC.Function != "cmd_echo" {
 		t.Errorf("registers after the hit: pc %+v", pc.PC)
 	}
-	var st stopOut
 	s.mustCall("debug_continue", map[string]any{"timeout": 10}, &st)
 	if !st.Stopped || st.Reason != "breakpoint" || st.Function != "cmd_echo" || st.PC != "0x80200228" || !strings.HasPrefix(st.Insn, "bgeu") {
 		t.Fatalf("debug_continue: %+v", st)
@@ -334,6 +353,14 @@ func TestDebugLinux(t *testing.T) {
 		t.Fatalf("backtrace in the vector: %+v", bt)
 	}
 	trapped := bt.Frames[1]
+	var vr struct {
+		Verdict string `json:"verdict"`
+	}
+	s.mustCall("debug_registers", nil, &vr)
+	if vr.Verdict == "" {
+		t.Errorf("debug_registers in the trap vector has no verdict")
+	}
+	t.Logf("in the vector: %s", vr.Verdict)
 	s.mustCall("debug_step", map[string]any{"count": 30}, &st)
 	if st.Function != "_save_context" {
 		t.Fatalf("30 steps into the vector: %+v", st)
@@ -435,5 +462,127 @@ func TestDebugTCPLetsAnotherDebuggerAttach(t *testing.T) {
 	s.mustCall("debug_registers", nil, &regs)
 	if regs.Priv != "supervisor" {
 		t.Errorf("registers after reattaching: %+v", regs)
+	}
+}
+
+// Why did it fault, and who wrote this: with the Linux guest, a write
+// watchpoint on panic_timeout catches the sysctl store, a translation
+// agrees with QEMU's own, and LKDTM faults get their verdicts.
+func TestDebugLinuxFaults(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = lin.Dir }, nil)
+	boot := func() {
+		var b bootOut
+		s.mustCall("qemu_boot", map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,
+			"memory": "256M", "gdb": true, "wait_for": testguest.LinuxPrompt, "timeout": 60, "restart": true}, &b)
+		if !b.Matched {
+			t.Fatalf("boot: %+v", b)
+		}
+	}
+	boot()
+
+	var wo struct {
+		Watchpoint struct {
+			whereOut
+			Kind   string `json:"kind"`
+			Length int    `json:"length"`
+		} `json:"watchpoint"`
+	}
+	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout"}, &wo)
+	if wo.Watchpoint.Function != "panic_timeout" || wo.Watchpoint.Length != 4 || wo.Watchpoint.Kind != "write" {
+		t.Fatalf("debug_watch: %+v", wo)
+	}
+	s.mustCall("serial_send", map[string]any{"data": "echo 7 > /proc/sys/kernel/panic"}, nil)
+	var st struct {
+		stopOut
+		Access *struct {
+			Kind string   `json:"kind"`
+			Insn whereOut `json:"insn_at"`
+			Text string   `json:"insn"`
+			Old  string   `json:"old"`
+			New  string   `json:"new"`
+		} `json:"access"`
+		Backtrace *backtraceOut `json:"backtrace"`
+	}
+	res := s.call("debug_continue", map[string]any{"timeout": 20}, &st)
+	t.Logf("watch stop: %s", text(res))
+	if st.Access == nil || st.Access.Old != "0x0" || st.Access.New != "0x7" || st.Access.Insn.Function != "do_proc_dointvec_conv" ||
+		st.Access.Insn.File != "kernel/sysctl.c" || st.Access.Insn.Line == 0 || !strings.HasPrefix(st.Access.Text, "sw ") {
+		t.Fatalf("watch stop: %+v access %+v", st.stopOut, st.Access)
+	}
+	if st.Backtrace == nil || len(st.Backtrace.Frames) < 3 {
+		t.Errorf("watch stop backtrace: %+v", st.Backtrace)
+	}
+	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.2}, nil)
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "cat /proc/sys/kernel/panic", "wait_for": `\n7\r\n`}, &w)
+	if !w.Matched {
+		t.Errorf("panic_timeout reads back: %+v", w)
+	}
+
+	// Translation agrees with HMP gva2gpa.
+	var sym struct {
+		Locations []whereOut `json:"locations"`
+	}
+	s.mustCall("debug_symbolize", map[string]any{"address": "linux_banner"}, &sym)
+	var hmp struct {
+		Return string `json:"return"`
+	}
+	s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa " + sym.Locations[0].Addr}}, &hmp)
+	var walk struct {
+		Mode     string `json:"mode"`
+		PA       string `json:"pa"`
+		PageSize string `json:"page_size"`
+		Flags    string `json:"flags"`
+		Fault    string `json:"fault"`
+		Levels   []struct {
+			Level int    `json:"level"`
+			Flags string `json:"flags"`
+		} `json:"levels"`
+	}
+	s.mustCall("debug_translate", map[string]any{"address": "linux_banner"}, &walk)
+	t.Logf("gva2gpa: %q; walk: %+v", hmp.Return, walk)
+	if walk.PA == "" || !strings.Contains(hmp.Return, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.Levels[len(walk.Levels)-1].Flags[1] != 'R' {
+		t.Errorf("translate linux_banner: %+v; QEMU says %q", walk, hmp.Return)
+	}
+	s.mustCall("debug_translate", map[string]any{"address": "0x0"}, &walk)
+	if walk.PA != "" || !strings.Contains(walk.Fault, "not valid") {
+		t.Errorf("translate 0x0: %+v", walk)
+	}
+	s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa 0"}}, &hmp)
+	if !strings.Contains(hmp.Return, "Unmapped") {
+		t.Errorf("QEMU translates 0: %q", hmp.Return)
+	}
+
+	// LKDTM faults, each ending in a panic (panic_on_oops).
+	type triageOut struct {
+		Panicked bool `json:"panicked"`
+		Triage   *struct {
+			Culprit *whereOut `json:"culprit"`
+			Verdict string    `json:"verdict"`
+			Trap    *struct {
+				Cause string `json:"cause"`
+				TVal  string `json:"tval"`
+			} `json:"trap"`
+		} `json:"triage"`
+	}
+	for _, tc := range []struct {
+		crash, culprit, verdict string
+	}{
+		{"WRITE_RO", "lkdtm_WRITE_RO", "store page fault at 0x"},
+		{"ACCESS_NULL", "lkdtm_ACCESS_NULL", "load page fault at 0x0 from S-mode: no mapping"},
+	} {
+		boot()
+		s.mustCall("serial_send", map[string]any{"data": "mount -t debugfs none /sys/kernel/debug; echo 1 > /proc/sys/kernel/panic_on_oops", "wait_for": testguest.LinuxPrompt}, nil)
+		var p triageOut
+		res := s.call("serial_send", map[string]any{"data": "echo " + tc.crash + " > /sys/kernel/debug/provoke-crash/DIRECT", "wait_for": testguest.LinuxPrompt, "timeout": 30}, &p)
+		t.Logf("%s: %s", tc.crash, text(res))
+		if !p.Panicked || p.Triage == nil || p.Triage.Culprit == nil || p.Triage.Culprit.Function != tc.culprit || !strings.Contains(p.Triage.Verdict, tc.verdict) {
+			t.Errorf("%s: %+v", tc.crash, p.Triage)
+		}
+		if tc.crash == "WRITE_RO" && (p.Triage == nil || !strings.Contains(p.Triage.Verdict, "not writable (W=0)")) {
+			t.Errorf("WRITE_RO verdict: %+v", p.Triage)
+		}
 	}
 }

@@ -57,6 +57,9 @@ type WaitResult struct {
 	// gdb: true.
 	Triage      *debugger.Triage `json:"triage,omitempty" jsonschema:"on a panic with the debugger attached: pc, ra, sp, the trap and a symbolized backtrace"`
 	TriageError string           `json:"triage_error,omitempty" jsonschema:"why there is no triage"`
+	// DebugStop is a breakpoint or watchpoint the guest stopped at while
+	// the call waited: why the console went quiet.
+	DebugStop *debugger.StopInfo `json:"debug_stop,omitempty" jsonschema:"the guest stopped at a breakpoint or watchpoint during the wait (debug_continue resumes it)"`
 }
 
 // Span is a range of serial cursors [start, end).
@@ -73,16 +76,29 @@ func (w WaitResult) summary(pattern string) string {
 	switch {
 	case w.Matched:
 		fmt.Fprintf(&b, "matched %q at cursor %d", w.Match, w.MatchStart)
+	case w.DebugStop != nil:
+		fmt.Fprintf(&b, "the guest stopped at a %s (%s) while waiting for %s: debug_continue resumes it",
+			w.DebugStop.Reason, w.DebugStop.Where().String(), pattern)
 	case w.Panicked:
 		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
 		if t := w.Triage; t != nil {
-			if t.Trap != nil && t.Trap.EPC != nil {
-				fmt.Fprintf(&b, "; %s at %s", t.Trap.Cause, t.Trap.EPC.String())
-			} else if t.Culprit != nil {
+			if t.Culprit != nil {
 				fmt.Fprintf(&b, "; in %s", t.Culprit.String())
 			}
+			if t.Verdict != "" {
+				fmt.Fprintf(&b, "; %s", t.Verdict)
+			}
+			// The frames from the culprit down: those above it are the
+			// crash being reported (printk, panic), which the console shows.
 			var fns []string
-			for _, f := range t.Backtrace.Frames {
+			from := 0
+			for i, f := range t.Backtrace.Frames {
+				if t.Culprit != nil && f.Addr == t.Culprit.Addr {
+					from = i
+					break
+				}
+			}
+			for _, f := range t.Backtrace.Frames[from:] {
 				if f.Function != "" {
 					fns = append(fns, f.Function)
 				}
@@ -333,6 +349,10 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 	setExit(&w, in.Machine())
 	if w.Panicked && w.Running {
 		s.triage(ctx, in, &w)
+	} else if d := in.Debugger(); d != nil && w.Running && !w.Matched {
+		if st, ok := d.Unreported(ctx); ok {
+			w.DebugStop = &st
+		}
 	}
 	s.setCursor(req, in, w.Cursor)
 	return w, nil
