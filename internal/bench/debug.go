@@ -40,11 +40,25 @@ func debugRows(ctx context.Context, n int) ([]row, error) {
 		{fmt.Sprintf("debug_registers (pc, x1..x31, priv, %d CSRs), median of %d (raw: the same reads on the stub)", len(debugger.TrapCSRs), n),
 			ms(median(ourRegs)), ms(median(rawRegs)), ratio(median(ourRegs), median(rawRegs)), ""},
 	}
+	ourWatch, rawWatch, err := watchStops(ctx, n)
+	if err != nil {
+		return nil, fmt.Errorf("watchpoints: %w", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("watchpoint: debug_continue until the write is reported with old and new value, median of %d (raw: gdb client, continue and wait)", n),
+		ms(median(ourWatch)), ms(median(rawWatch)), ratio(median(ourWatch), median(rawWatch)), ""})
 	path := *vmlinux
 	if path == "" {
 		if out, err := exec.Command("scripts/build-linux", "--print-dir").Output(); err == nil {
 			path = filepath.Join(strings.TrimSpace(string(out)), "vmlinux")
 		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		ours, raw, err := translations(ctx, filepath.Dir(path), n)
+		if err != nil {
+			return nil, fmt.Errorf("translations: %w", err)
+		}
+		rows = append(rows, row{fmt.Sprintf("debug_translate linux_banner (Sv57, 4 levels), median of %d (raw: QEMU's own HMP gva2gpa through qmp_command)", n),
+			ms(median(ours)), ms(median(raw)), ratio(median(ours), median(raw)), ""})
 	}
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: no vmlinux (run scripts/build-linux or pass -vmlinux): symbol index time skipped\n")
@@ -202,4 +216,141 @@ func symbolIndex(path string) (ours, raw time.Duration, size int64, err error) {
 		return 0, 0, 0, fmt.Errorf("addr2line: %v: %s", err, out)
 	}
 	return ours, raw, fi.Size(), nil
+}
+
+// watchStops times a write watchpoint on the tiny kernel's line buffer,
+// which the first character of every command line writes.
+func watchStops(ctx context.Context, n int) (ours, raw []time.Duration, err error) {
+	s, err := startServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.close()
+	var b struct {
+		Matched bool `json:"matched"`
+	}
+	if err := s.call(ctx, "qemu_boot", map[string]any{"gdb": true, "wait_for": "tiny> ", "timeout": 60}, &b); err != nil || !b.Matched {
+		return nil, nil, fmt.Errorf("boot: %v (matched %v)", err, b.Matched)
+	}
+	if err := s.call(ctx, "debug_watch", map[string]any{"location": "line_buf", "length": 1}, nil); err != nil {
+		return nil, nil, err
+	}
+	var st struct {
+		Access *struct {
+			New string `json:"new"`
+		} `json:"access"`
+	}
+	for i := range n + 5 {
+		if err := s.call(ctx, "serial_send", map[string]any{"data": "echo x"}, nil); err != nil {
+			return nil, nil, err
+		}
+		t := time.Now()
+		if err := s.call(ctx, "debug_continue", map[string]any{"timeout": 10}, &st); err != nil {
+			return nil, nil, err
+		}
+		if st.Access == nil || st.Access.New != "0x65" { // 'e'
+			return nil, nil, fmt.Errorf("watch stop %d: %+v", i, st.Access)
+		}
+		if i >= 5 {
+			ours = append(ours, time.Since(t))
+		}
+	}
+
+	syms, err := debuginfo.Open(*symbols)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer syms.Close()
+	sym, err := syms.Lookup("line_buf")
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "qmg")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "gdb")
+	q, err := startRaw("-gdb", "unix:"+sock+",server=on,wait=off")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer q.close()
+	if _, err := q.readUntil("tiny> "); err != nil {
+		return nil, nil, err
+	}
+	c, err := gdb.Dial(ctx, "unix", sock)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	if err := c.SetBreakpoint(ctx, gdb.WatchWrite, sym.Addr, 1); err != nil {
+		return nil, nil, err
+	}
+	for i := range n + 5 {
+		if _, err := q.in.WriteString("echo x\r"); err != nil {
+			return nil, nil, err
+		}
+		t := time.Now()
+		if err := c.Continue(ctx); err != nil {
+			return nil, nil, err
+		}
+		if _, err := c.Wait(ctx); err != nil {
+			return nil, nil, err
+		}
+		if i >= 5 {
+			raw = append(raw, time.Since(t))
+		}
+	}
+	return ours, raw, nil
+}
+
+// translations times debug_translate against QEMU's own gva2gpa on the
+// Linux guest, both through the server.
+func translations(ctx context.Context, dir string, n int) (ours, raw []time.Duration, err error) {
+	s, err := startServer(ctx, "-allow-path", dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.close()
+	var b struct {
+		Matched bool `json:"matched"`
+	}
+	if err := s.call(ctx, "qemu_boot", map[string]any{"kernel": filepath.Join(dir, "Image"), "initrd": filepath.Join(dir, "initramfs.cpio.gz"),
+		"append": "console=ttyS0", "memory": "256M", "gdb": true, "wait_for": "qemu-mcp-linux# ", "timeout": 120}, &b); err != nil || !b.Matched {
+		return nil, nil, fmt.Errorf("boot Linux: %v (matched %v)", err, b.Matched)
+	}
+	var sym struct {
+		Locations []struct {
+			Addr string `json:"addr"`
+		} `json:"locations"`
+	}
+	if err := s.call(ctx, "debug_symbolize", map[string]any{"address": "linux_banner"}, &sym); err != nil {
+		return nil, nil, err
+	}
+	var w struct {
+		PA string `json:"pa"`
+	}
+	var h struct {
+		Return string `json:"return"`
+	}
+	for i := range n + 5 {
+		t := time.Now()
+		if err := s.call(ctx, "debug_translate", map[string]any{"address": "linux_banner"}, &w); err != nil {
+			return nil, nil, err
+		}
+		d := time.Since(t)
+		t = time.Now()
+		if err := s.call(ctx, "qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa " + sym.Locations[0].Addr}}, &h); err != nil {
+			return nil, nil, err
+		}
+		dr := time.Since(t)
+		if w.PA == "" || !strings.Contains(h.Return, w.PA) {
+			return nil, nil, fmt.Errorf("walk says %q, QEMU %q", w.PA, h.Return)
+		}
+		if i >= 5 {
+			ours, raw = append(ours, d), append(raw, dr)
+		}
+	}
+	return ours, raw, nil
 }
