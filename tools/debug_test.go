@@ -513,6 +513,16 @@ func TestDebugLinuxFaults(t *testing.T) {
 	if st.Backtrace == nil || len(st.Backtrace.Frames) < 3 {
 		t.Errorf("watch stop backtrace: %+v", st.Backtrace)
 	}
+	// Several at once: a second watchpoint, and a duplicate refused.
+	var two struct {
+		Set int `json:"set"`
+	}
+	s.mustCall("debug_watch", map[string]any{"location": "panic_on_oops", "kind": "access"}, &two)
+	if two.Set != 2 {
+		t.Errorf("two watchpoints: %+v", two)
+	}
+	s.wantError("debug_watch", map[string]any{"location": "panic_on_oops"}, "already set", "remove it first")
+	s.mustCall("debug_watch", map[string]any{"location": "panic_on_oops", "remove": true}, nil)
 	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout", "remove": true}, nil)
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.2}, nil)
 	var w waitOut
