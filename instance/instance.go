@@ -66,6 +66,9 @@ type Spec struct {
 	Profile string
 	Prompt  string
 	Panics  []*regexp.Regexp
+	// Snapshot, if set, starts the guest from a saved state instead of a
+	// boot: Snapshot.Meta.Machine must be the machine of QEMU.
+	Snapshot *SnapshotSpec
 	// Debug, if set, starts QEMU's gdbstub and gives the instance a
 	// debugger. The instance owns Debug.Symbols from Boot on, failed
 	// boots included: it is closed with the instance.
@@ -131,6 +134,16 @@ type Instance struct {
 	stoppedAt   time.Time
 	keptRemoved []kept.File
 	debugger    *debugger.Session
+	// console outlives each QEMU of the instance (a restore starts a new
+	// one); files are the host files' descriptors kept for that restart,
+	// cfg the configuration QEMU was started with (TAP names filled in).
+	console *serial.Console
+	files   map[string]*os.File
+	cfg     qemu.Config
+	// replacing is set while a restore swaps QEMU: the exit of the old
+	// one is not the guest's end.
+	replacing bool
+	restoreMu sync.Mutex // one save or restore at a time
 }
 
 // KeptRemoved lists the kept files this boot removed to stay under the cap.
@@ -240,37 +253,68 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	i.transcript = transcript
 	i.keptRemoved = removed
 	i.mu.Unlock()
-	rt := qemu.Runtime{
-		SerialBase: filepath.Join(dir, names.SerialBase(m.owner, i.name)),
-		QMPSocket:  filepath.Join(dir, names.Name(names.QMPSocket, m.owner, i.name)),
-		Logger:     m.log.With("instance", i.name), Transcript: transcript, RingSize: m.cfg.RingSize,
+	// The console is the instance's, not one QEMU's: a restore starts a
+	// new QEMU on it, and output and cursors go on.
+	opts := []serial.Option{serial.WithLogger(m.log.With("instance", i.name)), serial.WithTranscript(transcript)}
+	if m.cfg.RingSize > 0 {
+		opts = append(opts, serial.WithRingSize(m.cfg.RingSize))
 	}
-	if i.spec.Debug != nil {
-		rt.GDBSocket = filepath.Join(dir, names.Name(names.GDBSocket, m.owner, i.name))
-		rt.GDBTCP = m.cfg.GDBTCP
+	con, err := serial.Create(filepath.Join(dir, names.SerialBase(m.owner, i.name)), opts...)
+	if err != nil {
+		return rep, fmt.Errorf("boot: %w", err)
+	}
+	i.mu.Lock()
+	i.console = con
+	i.mu.Unlock()
+	i.push("console", con.Close)
+	// Start closes the descriptors it is given; a restore needs them
+	// again, so the instance keeps copies.
+	files, err := dupFiles(cfg.Files)
+	if err != nil {
+		return rep, fmt.Errorf("boot: %w", err)
+	}
+	i.files, i.cfg = files, cfg
+	i.cfg.Files = nil
+	i.push("host files", func() error { return closeFiles(files) })
+
+	// A start from a snapshot needs the stub too (see resumeTimer).
+	rt := i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
+	var staged string
+	if snap := i.spec.Snapshot; snap != nil {
+		if staged, err = i.stage(snap.Store, snap.Meta); err != nil {
+			return rep, err
+		}
+		cfg.LoadVM = &qemu.LoadVM{Path: staged}
+		rt.BeforeCont = loadSnapshot(snap.Meta.Tag, func() {
+			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.Meta.Name, snap.Meta.Created.Format(time.RFC3339)))
+		})
 	}
 	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		return rep, fmt.Errorf("boot: %w", err)
 	}
-	i.push("qemu", mch.Close)
+	i.push("qemu", func() error {
+		if mch := i.Machine(); mch != nil {
+			return mch.Close()
+		}
+		return nil
+	})
+	i.mu.Lock()
+	i.machine = mch
+	i.mu.Unlock()
 	if i.spec.Debug != nil {
-		i.startDebugger(mch)
+		i.startDebugger()
 	}
-	id := mch.Identity()
-	child, err := registry.NewChild(id.PID)
-	if err != nil || child.StartTime != id.StartTime {
-		// QEMU already exited; the record must still not name a stranger.
-		child = registry.Child{PID: id.PID, StartTime: id.StartTime, Executable: mch.Argv()[0]}
-	}
-	m.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = &child })
+	i.recordQEMU(mch)
 	i.push("qemu in record", func() error {
 		m.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = nil })
 		return nil
 	})
+	if snap := i.spec.Snapshot; snap != nil {
+		i.unstage(ctx, mch, staged)
+	}
 
 	i.mu.Lock()
-	i.machine = mch
 	stopping := i.state != Booting
 	if !stopping {
 		i.state = Running
@@ -319,30 +363,25 @@ func (i *Instance) makeTAP(t TAPSpec) error {
 }
 
 // startDebugger gives the instance its debugger; it connects to the stub
-// on first use. It is closed (detaching, which lets a stopped guest run)
-// before QEMU is stopped.
-func (i *Instance) startDebugger(mch *qemu.Machine) {
+// of whichever QEMU runs the guest on first use. It is closed (detaching,
+// which lets a stopped guest run) before QEMU is stopped.
+func (i *Instance) startDebugger() {
 	log := i.mgr.log.With("instance", i.name)
-	network, addr := "unix", mch.Paths().GDBSocket
-	if a := mch.Paths().GDBAddress; a != "" {
-		network, addr = "tcp", a
-	}
 	d := debugger.New(debugger.Config{
 		Dial: func(ctx context.Context) (*gdb.Client, error) {
+			mch, err := i.Running()
+			if err != nil {
+				return nil, err
+			}
+			network, addr := gdbAddress(mch)
 			return gdb.Dial(ctx, network, addr, gdb.WithLogger(log))
 		},
 		Running: func(ctx context.Context) (bool, error) {
-			raw, err := mch.Monitor().Execute(ctx, "query-status", nil)
+			mch, err := i.Running()
 			if err != nil {
 				return false, err
 			}
-			var st struct {
-				Running bool `json:"running"`
-			}
-			if err := json.Unmarshal(raw, &st); err != nil {
-				return false, fmt.Errorf("query-status: %w", err)
-			}
-			return st.Running, nil
+			return queryRunning(ctx, mch)
 		},
 		Symbols: i.spec.Debug.Symbols,
 		Logger:  log,
@@ -351,6 +390,29 @@ func (i *Instance) startDebugger(mch *qemu.Machine) {
 	i.debugger = d
 	i.mu.Unlock()
 	i.push("debugger", i.closeDebugger)
+}
+
+// gdbAddress is where mch's gdbstub listens.
+func gdbAddress(mch *qemu.Machine) (network, addr string) {
+	if a := mch.Paths().GDBAddress; a != "" {
+		return "tcp", a
+	}
+	return "unix", mch.Paths().GDBSocket
+}
+
+// queryRunning asks QMP whether the guest runs.
+func queryRunning(ctx context.Context, mch *qemu.Machine) (bool, error) {
+	raw, err := mch.Monitor().Execute(ctx, "query-status", nil)
+	if err != nil {
+		return false, err
+	}
+	var st struct {
+		Running bool `json:"running"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return false, fmt.Errorf("query-status: %w", err)
+	}
+	return st.Running, nil
 }
 
 // closeDebugger detaches from the stub, once.
@@ -375,8 +437,47 @@ func (i *Instance) Debugger() *debugger.Session {
 // only when it is stopped.
 func (i *Instance) watch(mch *qemu.Machine) {
 	<-mch.Done()
+	i.mu.Lock()
+	replaced := i.replacing || i.machine != mch
+	con := i.console
+	i.mu.Unlock()
+	if replaced {
+		return // a restore stopped it and runs the next QEMU
+	}
+	// What the guest printed last is still in the pipe: keep it, then
+	// wake the waiters with the end.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	con.Finish(ctx)
+	cancel()
 	exit, _ := mch.Exited()
 	i.teardown(&qemu.Ending{How: "exited", Exit: exit})
+}
+
+// runtime is where every QEMU of the instance keeps its sockets, on the
+// instance's console.
+func (i *Instance) runtime(withGDB bool) qemu.Runtime {
+	m, dir := i.mgr, i.mgr.cfg.RuntimeDir
+	rt := qemu.Runtime{
+		QMPSocket: filepath.Join(dir, names.Name(names.QMPSocket, m.owner, i.name)),
+		Logger:    m.log.With("instance", i.name),
+		Console:   i.console,
+	}
+	if withGDB {
+		rt.GDBSocket = filepath.Join(dir, names.Name(names.GDBSocket, m.owner, i.name))
+		rt.GDBTCP = m.cfg.GDBTCP
+	}
+	return rt
+}
+
+// recordQEMU names the instance's QEMU in the server's record.
+func (i *Instance) recordQEMU(mch *qemu.Machine) {
+	id := mch.Identity()
+	child, err := registry.NewChild(id.PID)
+	if err != nil || child.StartTime != id.StartTime {
+		// QEMU already exited; the record must still not name a stranger.
+		child = registry.Child{PID: id.PID, StartTime: id.StartTime, Executable: mch.Argv()[0]}
+	}
+	i.mgr.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = &child })
 }
 
 // teardown runs the cleanup stack, newest first, exactly once; later

@@ -33,6 +33,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
@@ -69,6 +70,9 @@ type Config struct {
 	// KeepInterval is how often the cap is checked while the server runs;
 	// 0 means 30 s.
 	KeepInterval time.Duration
+	// Snapshots is the snapshot store's directory: its size counts
+	// towards KeepCap, though snapshots are never removed for it.
+	Snapshots string
 	// GDBTCP, if set, makes debug guests' gdbstubs listen on this
 	// loopback TCP address ("127.0.0.1:0": a free port each) instead of a
 	// unix socket in the runtime directory.
@@ -185,7 +189,11 @@ func (m *Manager) enforceCap() []kept.File {
 			inUse[st.Path] = true
 		}
 	}
-	removed, err := kept.Enforce(m.cfg.Captures, m.cfg.KeepCap, func(p string) bool {
+	var snapshots int64
+	if m.cfg.Snapshots != "" {
+		snapshots = snapshot.Store{Dir: m.cfg.Snapshots}.Total()
+	}
+	removed, err := kept.Enforce(m.cfg.Captures, m.cfg.KeepCap, snapshots, func(p string) bool {
 		if inUse[p] {
 			return true
 		}

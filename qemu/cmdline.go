@@ -66,11 +66,28 @@ type Config struct {
 	// path meanwhile. Start closes them once QEMU has its copies.
 	Files map[string]*os.File
 
+	// LoadVM, if set, attaches the qcow2 holding a snapshot as a block
+	// node with no device (SnapshotNode), for the caller to load before
+	// the guest runs (QMP snapshot-load; -loadvm would look for the
+	// machine state in the first drive instead).
+	LoadVM *LoadVM
+
 	// fds numbers the Files as QEMU inherits them, and gdbFD is the
 	// gdbstub's listening socket (set by Start).
 	fds   map[string]int
 	gdbFD int
 }
+
+// LoadVM is a saved state to start from.
+type LoadVM struct {
+	// Path is the qcow2 holding the machine state: a file of the
+	// server's own, opened read-write by QEMU (a snapshot is loaded
+	// from a writable image only).
+	Path string
+}
+
+// SnapshotNode is the block node name of LoadVM's image.
+const SnapshotNode = "qmcp-snapshot"
 
 // ref is how QEMU is told about path: its inherited descriptor if the
 // server opened it, else the path itself.
@@ -347,6 +364,9 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	)
 	if c.gdbFD > 0 {
 		argv = append(argv, "-chardev", "socket,id=gdb0,fd="+strconv.Itoa(c.gdbFD)+",server=on,wait=off", "-gdb", "chardev:gdb0")
+	}
+	if l := c.LoadVM; l != nil {
+		argv = append(argv, "-blockdev", "driver=qcow2,node-name="+SnapshotNode+",file.driver=file,file.filename="+escapeOpt(l.Path))
 	}
 	return append(argv, c.ExtraArgs...)
 }

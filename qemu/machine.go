@@ -68,8 +68,10 @@ type Machine struct {
 	cmd     *exec.Cmd
 	stderr  *tail
 	console *serial.Console
-	mon     *qmp.Monitor
-	domain  *goqemu.Domain
+	// borrowed says console belongs to the caller (Runtime.Console).
+	borrowed bool
+	mon      *qmp.Monitor
+	domain   *goqemu.Domain
 
 	done chan struct{} // closed once QEMU exited and its output is drained
 	exit Exit
@@ -102,6 +104,14 @@ type Runtime struct {
 	Transcript string
 	// RingSize is the in-memory serial buffer; zero means serial's default.
 	RingSize int
+	// Console, if set, is a console that outlives this machine (a guest
+	// restored into a new QEMU keeps its output and cursors): the machine
+	// uses its FIFOs and neither finishes nor closes it. SerialBase,
+	// Transcript and RingSize are then ignored.
+	Console *serial.Console
+	// BeforeCont, if set, runs once QMP is connected and before the guest
+	// is resumed; an error fails the start.
+	BeforeCont func(ctx context.Context, m *Machine) error
 }
 
 // maxSocketPath is sun_path's size less its terminating NUL.
@@ -155,11 +165,15 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	if len(sock) > maxSocketPath {
 		return fmt.Errorf("qmp socket path %s is %d bytes, more than a unix socket allows (%d): use a shorter runtime directory (QEMU_MCP_RUNTIME_DIR)", sock, len(sock), maxSocketPath)
 	}
-	m.console, err = serial.Create(rt.SerialBase, opts...)
-	if err != nil {
-		return err
+	if rt.Console != nil {
+		m.console, m.borrowed = rt.Console, true
+	} else {
+		m.console, err = serial.Create(rt.SerialBase, opts...)
+		if err != nil {
+			return err
+		}
+		m.addCleanup(m.console.Close)
 	}
-	m.addCleanup(m.console.Close)
 
 	// The server listens on the QMP socket and hands QEMU the listening
 	// descriptor: the connect below then succeeds at once and the greeting
@@ -263,6 +277,11 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	if err != nil {
 		return m.startError("attach QMP", err)
 	}
+	if rt.BeforeCont != nil {
+		if err := rt.BeforeCont(cctx, m); err != nil {
+			return m.startError("prepare the guest", err)
+		}
+	}
 	if _, err := m.mon.Execute(cctx, "cont", nil); err != nil {
 		return m.startError("resume guest", err)
 	}
@@ -363,10 +382,13 @@ func (m *Machine) supervise() {
 		m.log.Warn("wait for qemu", "pid", m.ident.PID, "err", err)
 	}
 	m.exit = exit
-	// Whatever the guest printed last is still in the pipe: keep it.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	m.console.Finish(ctx)
-	cancel()
+	// Whatever the guest printed last is still in the pipe: keep it. A
+	// borrowed console goes on draining for the next QEMU.
+	if !m.borrowed {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.console.Finish(ctx)
+		cancel()
+	}
 	m.log.Info("qemu exited", "pid", m.ident.PID, "status", exit.String())
 	// A guest that powered itself off leaves nothing to talk to: remove the
 	// FIFOs and the socket before anyone can observe the exit, so "exited"

@@ -22,6 +22,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/profile"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -45,6 +46,7 @@ type BootInput struct {
 	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
 	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
 	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
+	Snapshot    string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot straight into this saved snapshot of the project (qemu_snapshot_save); machine arguments not given are the snapshot's, and given ones must match it"`
 	GDB         bool         `json:"gdb,omitempty" jsonschema:"start QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
 	Symbols     string       `json:"symbols,omitempty" jsonschema:"the kernel's ELF with symbols (vmlinux), relative to project_root; implies gdb. Default with gdb: the kernel if it is an ELF, else a vmlinux beside it or at the top of its Linux build tree"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
@@ -104,9 +106,20 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		return nil, BootOutput{}, err
 	}
 	root = scope.Dir()
+	explicitWait := in.WaitFor != nil
 	prof, err := applyProfile(root, &in)
 	if err != nil {
 		return nil, BootOutput{}, err
+	}
+	var snaps []snapshot.Meta
+	if in.Snapshot != "" {
+		if snaps, err = s.bootSnapshots(root, &in); err != nil {
+			return nil, BootOutput{}, err
+		}
+		if !explicitWait {
+			// A restored guest does not print its prompt again.
+			in.WaitFor = nil
+		}
 	}
 	panics, err := compileAll("panic_patterns of the profile", prof.Panics)
 	if err != nil {
@@ -131,6 +144,24 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	spec := instance.Spec{Name: name, Root: root, QEMU: cfg, Restart: in.Restart,
 		Profile: prof.name, Prompt: prof.Prompt, Panics: panics}
+	if in.Snapshot != "" {
+		mach, err := snapshot.Describe(cfg)
+		if err != nil {
+			return nil, BootOutput{}, err
+		}
+		var diffs []string
+		for _, m := range snaps {
+			if m.Machine.Hash() == mach.Hash() {
+				spec.Snapshot = &instance.SnapshotSpec{Store: s.snapshots(), Meta: m}
+				break
+			}
+			diffs = append(diffs, strings.Join(snapshot.Diff(m.Machine, mach), "; "))
+		}
+		if spec.Snapshot == nil {
+			return nil, BootOutput{}, fmt.Errorf("snapshot %q was saved on another machine than these arguments give: %s; leave the machine arguments out to boot the snapshot's own",
+				in.Snapshot, strings.Join(diffs, " | "))
+		}
+	}
 	var symbols string
 	if in.GDB || in.Symbols != "" {
 		d, path, err := s.openSymbols(scope, in, cfg.Kernel)
@@ -195,6 +226,44 @@ func bootText(o BootOutput, waitFor string) string {
 		b.WriteString("guest running; read its console with serial_read\n")
 	}
 	return b.String()
+}
+
+// bootSnapshots finds the snapshots called in.Snapshot in the project and,
+// when the call gives no machine arguments and the name is one snapshot's,
+// fills them from it.
+func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, error) {
+	metas, err := s.snapshots().Find(root, in.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	if len(metas) == 0 {
+		return nil, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", in.Snapshot, root)
+	}
+	given := in.Kernel != "" || in.Initrd != "" || in.DTB != "" || in.BIOS != "" || in.Memory != "" || in.SMP != 0 ||
+		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != ""
+	if given {
+		return metas, nil
+	}
+	if len(metas) > 1 {
+		return nil, fmt.Errorf("project %s has %d snapshots called %q, of different machines: give the machine arguments (kernel, memory ...) of the one to boot", root, len(metas), in.Snapshot)
+	}
+	m := metas[0].Machine
+	builtin := sha256.Sum256(s.cfg.BuiltinKernel)
+	if k := m.Kernel; k != nil && k.SHA256 != hex.EncodeToString(builtin[:]) {
+		in.Kernel = k.Path
+	}
+	if m.Initrd != nil {
+		in.Initrd = m.Initrd.Path
+	}
+	if m.DTB != nil {
+		in.DTB = m.DTB.Path
+	}
+	in.BIOS, in.Memory, in.SMP, in.Append = m.BIOS.Path, m.Memory, m.SMP, m.Append
+	for _, d := range m.Drives {
+		in.Drives = append(in.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly})
+	}
+	in.ExtraArgs, in.GPU, in.Network = m.ExtraArgs, m.GPU, m.Network
+	return metas, nil
 }
 
 // openSymbols opens the debugger's symbols: in.Symbols under the host-path

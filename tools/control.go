@@ -338,4 +338,5 @@ func (s *Server) register(ms *mcp.Server) {
 		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, s.list)
 	s.registerDebug(ms)
+	s.registerSnapshots(ms)
 }

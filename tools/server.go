@@ -22,6 +22,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/boundary"
 	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
@@ -67,6 +68,9 @@ type Config struct {
 	// directory's. KeepCap bounds their total size (0: kept.DefaultCap).
 	Captures string
 	KeepCap  int64
+	// Snapshots is where saved guest states are kept; empty means beside
+	// Captures (kept.Snapshots).
+	Snapshots string
 	// GDBTCP makes gdbstubs listen on this loopback TCP address instead
 	// of a unix socket (see instance.Config).
 	GDBTCP string
@@ -171,6 +175,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Captures == "" {
 		cfg.Captures = runtimedir.CapturesDir(cfg.RuntimeDir)
 	}
+	if cfg.Snapshots == "" {
+		cfg.Snapshots = kept.Snapshots(cfg.Captures)
+	}
 	rec, err := registry.Self(cfg.Transport, cfg.Address, cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
@@ -180,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
-		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP})
+		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}

@@ -56,6 +56,10 @@ func Ensure(dir string) error {
 // Captures is where transcripts, captures and screenshots go.
 func Captures(dir string) string { return runtimedir.CapturesDir(dir) }
 
+// Snapshots is where saved guest states go (package snapshot), beside
+// captures: they count towards the cap but are never removed for it.
+func Snapshots(captures string) string { return filepath.Join(filepath.Dir(captures), "snapshots") }
+
 // File is one kept file.
 type File struct {
 	Path    string    `json:"path"`
@@ -96,16 +100,17 @@ func Total(files []File) int64 {
 	return n
 }
 
-// Enforce removes the oldest files of dir until they fit in limit, skipping
-// those inUse says are still written or read. It returns what it removed;
-// files in use can keep the total above the cap (one boot's transcript is
-// never cut).
-func Enforce(dir string, limit int64, inUse func(path string) bool) ([]File, error) {
+// Enforce removes the oldest files of dir until they and other (bytes
+// kept elsewhere that are never removed for the cap, such as snapshots)
+// fit in limit, skipping those inUse says are still written or read. It
+// returns what it removed; files in use can keep the total above the cap
+// (one boot's transcript is never cut).
+func Enforce(dir string, limit, other int64, inUse func(path string) bool) ([]File, error) {
 	files, err := List(dir)
 	if err != nil {
 		return nil, err
 	}
-	total := Total(files)
+	total := Total(files) + other
 	var removed []File
 	var errs []error
 	for _, f := range files {

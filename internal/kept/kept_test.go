@@ -24,7 +24,7 @@ func TestEnforce(t *testing.T) {
 	inUse := mk("b", 100, 3*time.Hour)
 	older := mk("c", 100, 2*time.Hour)
 	newest := mk("d", 100, time.Hour)
-	removed, err := kept.Enforce(dir, 250, func(p string) bool { return p == inUse })
+	removed, err := kept.Enforce(dir, 250, 0, func(p string) bool { return p == inUse })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +36,15 @@ func TestEnforce(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
+	// Bytes kept elsewhere (snapshots) count: with 100 of them, the
+	// newest file goes too, the one in use stays.
+	removed, _ = kept.Enforce(dir, 250, 100, func(p string) bool { return p == inUse })
+	if len(removed) != 1 || removed[0].Path != newest {
+		t.Errorf("removed %+v with 100 bytes kept elsewhere, want the newest", removed)
+	}
+	mk("d", 100, time.Hour)
 	// Files in use may keep the total above the cap: nothing else to do.
-	removed, _ = kept.Enforce(dir, 10, func(string) bool { return true })
+	removed, _ = kept.Enforce(dir, 10, 0, func(string) bool { return true })
 	if len(removed) != 0 {
 		t.Errorf("removed files in use: %+v", removed)
 	}

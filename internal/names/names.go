@@ -81,13 +81,14 @@ type Kind int
 // The kinds of entries a server leaves. Every other name is Unknown and is
 // never touched.
 const (
-	Unknown    Kind = iota
-	SerialIn        // serial-<tag>-<instance>.in: FIFO
-	SerialOut       // serial-<tag>-<instance>.out: FIFO
-	QMPSocket       // qmp-<tag>-<instance>.sock: unix socket
-	Record          // server-<tag>.json: regular file
-	RecordTemp      // .server-<tag>.json.<hex>.tmp: regular file (a write cut short)
-	GDBSocket       // gdb-<tag>-<instance>.sock: unix socket (QEMU's gdbstub)
+	Unknown       Kind = iota
+	SerialIn           // serial-<tag>-<instance>.in: FIFO
+	SerialOut          // serial-<tag>-<instance>.out: FIFO
+	QMPSocket          // qmp-<tag>-<instance>.sock: unix socket
+	Record             // server-<tag>.json: regular file
+	RecordTemp         // .server-<tag>.json.<hex>.tmp: regular file (a write cut short)
+	GDBSocket          // gdb-<tag>-<instance>.sock: unix socket (QEMU's gdbstub)
+	SnapshotStage      // snapload-<tag>-<instance>.qcow2: regular file (a snapshot's copy a QEMU loads)
 )
 
 func (k Kind) String() string {
@@ -104,6 +105,8 @@ func (k Kind) String() string {
 		return "record-temp"
 	case GDBSocket:
 		return "gdb-socket"
+	case SnapshotStage:
+		return "snapshot-stage"
 	}
 	return "unknown"
 }
@@ -114,7 +117,7 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // UnmarshalText reads what MarshalText wrote; anything else is Unknown.
 func (k *Kind) UnmarshalText(b []byte) error {
 	*k = Unknown
-	for c := SerialIn; c <= GDBSocket; c++ {
+	for c := SerialIn; c <= SnapshotStage; c++ {
 		if c.String() == string(b) {
 			*k = c
 		}
@@ -148,6 +151,11 @@ func Name(k Kind, o Owner, instance string) string {
 			return ""
 		}
 		return "gdb-" + t + ".sock"
+	case SnapshotStage:
+		if o.Legacy() {
+			return ""
+		}
+		return "snapload-" + t + ".qcow2"
 	case Record:
 		return "server-" + o.Tag() + ".json"
 	}
@@ -222,6 +230,12 @@ func Classify(name string) (Entry, bool) {
 	case strings.HasPrefix(name, "gdb-"):
 		if s, ok := strings.CutSuffix(name[len("gdb-"):], ".sock"); ok {
 			if e, ok := instanceEntry(s, GDBSocket); ok && !e.Owner.Legacy() {
+				return e, true
+			}
+		}
+	case strings.HasPrefix(name, "snapload-"):
+		if s, ok := strings.CutSuffix(name[len("snapload-"):], ".qcow2"); ok {
+			if e, ok := instanceEntry(s, SnapshotStage); ok && !e.Owner.Legacy() {
 				return e, true
 			}
 		}

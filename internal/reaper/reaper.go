@@ -210,7 +210,7 @@ func scan(dir string, opts Options) (Inventory, int, error) {
 	for _, o := range owners {
 		slices.SortFunc(o.Files, func(a, b File) int {
 			if a.Kind != b.Kind {
-				return int(a.Kind) - int(b.Kind)
+				return removalOrder(a.Kind) - removalOrder(b.Kind)
 			}
 			return strings.Compare(a.Name, b.Name)
 		})
@@ -234,6 +234,16 @@ func scan(dir string, opts Options) (Inventory, int, error) {
 		return cmp.Compare(a.StartTime, b.StartTime)
 	})
 	return inv, fd, nil
+}
+
+// removalOrder sorts a dead server's files for removal: the record and its
+// temporaries last, whatever kinds are added later, so that an interrupted
+// reap leaves the record to find the rest again.
+func removalOrder(k names.Kind) int {
+	if k == names.Record || k == names.RecordTemp {
+		return 1000 + int(k)
+	}
+	return int(k)
 }
 
 // judge decides whether o's server is dead, reading /proc once for its PID.

@@ -22,7 +22,7 @@ func Want(k names.Kind) FileType {
 		return TypeFIFO
 	case names.QMPSocket, names.GDBSocket:
 		return TypeSocket
-	case names.Record, names.RecordTemp:
+	case names.Record, names.RecordTemp, names.SnapshotStage:
 		return TypeRegular
 	}
 	return ""

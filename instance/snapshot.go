@@ -1,0 +1,310 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
+)
+
+// SnapshotSpec is a saved state to boot into.
+type SnapshotSpec struct {
+	Store snapshot.Store
+	Meta  snapshot.Meta
+}
+
+// machine is the instance's machine, as snapshots know it.
+func (i *Instance) describe() (snapshot.Machine, error) {
+	cfg := i.cfg
+	cfg.Files = i.files
+	return snapshot.Describe(cfg)
+}
+
+// qemuVersion asks QEMU its version, "7.2.22".
+func qemuVersion(ctx context.Context, mch *qemu.Machine) (string, error) {
+	raw, err := mch.Monitor().Execute(ctx, "query-version", nil)
+	if err != nil {
+		return "", err
+	}
+	var v struct {
+		QEMU struct{ Major, Minor, Micro int } `json:"qemu"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", fmt.Errorf("query-version: %w", err)
+	}
+	return fmt.Sprintf("%d.%d.%d", v.QEMU.Major, v.QEMU.Minor, v.QEMU.Micro), nil
+}
+
+// SaveSnapshot saves the running guest as the snapshot name of its project
+// and machine (see snapshot.Store.Save). The guest pauses for the save and
+// runs on.
+func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name string) (snapshot.Meta, error) {
+	i.restoreMu.Lock()
+	defer i.restoreMu.Unlock()
+	mch, err := i.Running()
+	if err != nil {
+		return snapshot.Meta{}, err
+	}
+	mach, err := i.describe()
+	if err != nil {
+		return snapshot.Meta{}, fmt.Errorf("save snapshot: %w", err)
+	}
+	ver, err := qemuVersion(ctx, mch)
+	if err != nil {
+		return snapshot.Meta{}, fmt.Errorf("save snapshot: %w", err)
+	}
+	drives := map[string]string{}
+	for k, d := range i.cfg.Drives {
+		drives[fmt.Sprintf("drive%d", k)] = d.Path
+	}
+	meta, err := store.Save(ctx, mch.Monitor(), i.spec.Root, mach, name, ver, drives)
+	if err != nil {
+		return snapshot.Meta{}, err
+	}
+	i.mgr.enforceCap()
+	return meta, nil
+}
+
+// CheckSnapshot says why meta cannot be loaded into this instance, or nil.
+func (i *Instance) CheckSnapshot(ctx context.Context, meta snapshot.Meta) error {
+	mach, err := i.describe()
+	if err != nil {
+		return err
+	}
+	if mach.Hash() != meta.Machine.Hash() {
+		return fmt.Errorf("snapshot %q was saved on another machine than guest %q runs: %s; boot with that configuration (qemu_boot snapshot: %q)",
+			meta.Name, i.name, strings.Join(snapshot.Diff(meta.Machine, mach), "; "), meta.Name)
+	}
+	if mch := i.Machine(); mch != nil {
+		if ver, err := qemuVersion(ctx, mch); err == nil && ver != meta.QEMU {
+			return fmt.Errorf("snapshot %q was saved by QEMU %s, and this is QEMU %s: a saved state loads into the QEMU that saved it", meta.Name, meta.QEMU, ver)
+		}
+	}
+	return nil
+}
+
+// RestoreSnapshot puts the guest back in the state meta saved. QEMU cannot
+// load a RISC-V guest's state into the process that ran it (the timer
+// state is not saved, and time runs backwards), so the instance starts a
+// new QEMU from the snapshot on the same console, TAP, drives and
+// debugger, and stops the old one. Output goes on in the same console:
+// a marker line says where the restore happened, and cursor is where
+// output after it begins. If the new QEMU fails to start, the guest is
+// gone and the instance stopped; the error says why.
+func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (cursor int64, err error) {
+	i.restoreMu.Lock()
+	defer i.restoreMu.Unlock()
+	old, err := i.Running()
+	if err != nil {
+		return 0, err
+	}
+	if err := i.CheckSnapshot(ctx, meta); err != nil {
+		return 0, err
+	}
+	staged, err := i.stage(store, meta)
+	if err != nil {
+		return 0, err
+	}
+	i.mu.Lock()
+	i.replacing = true
+	i.mu.Unlock()
+	defer func() {
+		i.mu.Lock()
+		i.replacing = false
+		i.mu.Unlock()
+	}()
+	if _, err := old.Shutdown(ctx, qemu.Quit, 5*time.Second); err != nil {
+		i.mgr.log.Warn("stop QEMU for a restore", "instance", i.name, "err", err)
+	}
+	if err := old.Close(); err != nil {
+		i.mgr.log.Warn("clean up after QEMU for a restore", "instance", i.name, "err", err)
+	}
+	cfg := i.cfg
+	if cfg.Files, err = dupFiles(i.files); err != nil {
+		return 0, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
+	}
+	cfg.LoadVM = &qemu.LoadVM{Path: staged}
+	rt := i.runtime(true)
+	rt.BeforeCont = loadSnapshot(meta.Tag, func() {
+		cursor = i.mark(fmt.Sprintf("restored snapshot %q (saved %s)", meta.Name, meta.Created.Format(time.RFC3339)))
+	})
+	mch, err := qemu.Start(ctx, rt, cfg)
+	if err != nil {
+		os.Remove(staged)
+		return 0, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
+	}
+	i.mu.Lock()
+	i.machine = mch
+	i.replacing = false
+	i.mu.Unlock()
+	i.recordQEMU(mch)
+	go i.watch(mch)
+	i.unstage(ctx, mch, staged)
+	return cursor, nil
+}
+
+// lost stops an instance whose QEMU a restore could not replace.
+func (i *Instance) lost(err error) error {
+	i.mu.Lock()
+	i.replacing = false
+	if i.ending == nil {
+		i.ending = &qemu.Ending{How: "restore failed"}
+	}
+	con := i.console
+	i.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	con.Finish(ctx)
+	cancel()
+	i.teardown(nil)
+	return fmt.Errorf("%w; the guest is stopped: boot it again with qemu_boot", err)
+}
+
+// stage copies meta's image to the runtime directory for QEMU to load.
+func (i *Instance) stage(store snapshot.Store, meta snapshot.Meta) (string, error) {
+	p := filepath.Join(i.mgr.cfg.RuntimeDir, names.Name(names.SnapshotStage, i.mgr.owner, i.name))
+	// A copy an earlier start of this instance could not remove.
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("stage snapshot: %w", err)
+	}
+	if err := store.Stage(meta, p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// unstage detaches the loaded image from QEMU and removes the copy; if
+// QEMU keeps it, it goes when the instance stops.
+func (i *Instance) unstage(ctx context.Context, mch *qemu.Machine, staged string) {
+	if _, err := mch.Monitor().Execute(ctx, "blockdev-del", map[string]any{"node-name": qemu.SnapshotNode}); err != nil {
+		i.mgr.log.Warn("detach the loaded snapshot", "instance", i.name, "err", err)
+		i.push("staged snapshot", func() error { return os.Remove(staged) })
+		return
+	}
+	if err := os.Remove(staged); err != nil {
+		i.mgr.log.Warn("remove the loaded snapshot's copy", "path", staged, "err", err)
+	}
+}
+
+// mark writes a line into the console's output (and transcript) and
+// returns the cursor after it.
+func (i *Instance) mark(what string) int64 {
+	i.mu.Lock()
+	con := i.console
+	i.mu.Unlock()
+	b := con.Buffer()
+	_, _ = b.Write([]byte("\r\n[qemu-mcp: " + what + "]\r\n"))
+	_ = b.Flush() // a failure was logged; the ring has the marker
+	return b.End()
+}
+
+// loadSnapshot loads the attached snapshot before the guest first runs,
+// then re-arms its timer.
+// then runs last, while the guest has not yet run: a marker written there
+// comes before anything the restored guest prints.
+func loadSnapshot(tag string, then func()) func(ctx context.Context, mch *qemu.Machine) error {
+	return func(ctx context.Context, mch *qemu.Machine) error {
+		if err := snapshot.Load(ctx, mch.Monitor(), qemu.SnapshotNode, tag); err != nil {
+			return err
+		}
+		if err := resumeTimer(ctx, mch); err != nil {
+			return err
+		}
+		then()
+		return nil
+	}
+}
+
+// stipBit is mip.STIP, the supervisor timer interrupt pending bit.
+const stipBit = 1 << 5
+
+// resumeTimer works around QEMU's lost RISC-V timer (up to 10.1): a
+// loaded state does not re-arm the supervisor timer, and about half of all
+// restores leave a Linux guest whose sleeps never end. Raising mip.STIP
+// through the gdbstub before the guest runs makes the kernel take a timer
+// interrupt and program the next one.
+func resumeTimer(ctx context.Context, mch *qemu.Machine) error {
+	if ver, err := qemuVersion(ctx, mch); err == nil {
+		var major, minor int
+		fmt.Sscanf(ver, "%d.%d", &major, &minor)
+		if major > 10 || major == 10 && minor >= 2 {
+			return nil // the timer state is saved since 10.2
+		}
+	}
+	network, addr := gdbAddress(mch)
+	if addr == "" {
+		return errors.New("no gdbstub to re-arm the guest's timer")
+	}
+	c, err := gdb.Dial(ctx, network, addr)
+	if err != nil {
+		return fmt.Errorf("re-arm the guest's timer: %w", err)
+	}
+	defer c.Close()
+	mip, err := c.ReadRegister(ctx, "mip")
+	if err != nil {
+		return fmt.Errorf("re-arm the guest's timer: %w", err)
+	}
+	if err := c.WriteRegister(ctx, "mip", mip|stipBit); err != nil {
+		return fmt.Errorf("re-arm the guest's timer: %w", err)
+	}
+	return nil
+}
+
+func dupFiles(files map[string]*os.File) (map[string]*os.File, error) {
+	out := make(map[string]*os.File, len(files))
+	for p, f := range files {
+		fd, err := dupCloexec(int(f.Fd()))
+		if err != nil {
+			closeFiles(out)
+			return nil, fmt.Errorf("keep %s open: %w", p, err)
+		}
+		out[p] = os.NewFile(uintptr(fd), f.Name())
+	}
+	return out, nil
+}
+
+func closeFiles(files map[string]*os.File) error {
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func dupCloexec(fd int) (int, error) {
+	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+}
+
+// DeleteSnapshotTag removes a snapshot's part from the guest's writable
+// qcow2 drives.
+func (i *Instance) DeleteSnapshotTag(ctx context.Context, tag string) error {
+	mch, err := i.Running()
+	if err != nil {
+		return err
+	}
+	disks, err := snapshot.Disks(ctx, mch.Monitor())
+	if err != nil {
+		return err
+	}
+	var nodes []string
+	for _, d := range disks {
+		if !d.ReadOnly && d.Format == "qcow2" {
+			nodes = append(nodes, d.Node)
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	return mch.Monitor().RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
+}

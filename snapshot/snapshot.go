@@ -1,0 +1,421 @@
+// Package snapshot keeps guests' saved states: one qcow2 image per
+// snapshot holding the machine state (RAM and devices), beside a JSON
+// record of the machine configuration it needs, under the state directory
+// per project and configuration. Writable qcow2 drives hold their part of
+// a snapshot themselves, under the same tag. It saves a running guest
+// through QMP jobs and stages a snapshot for a new QEMU to load; it knows
+// nothing of MCP or of instances.
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+)
+
+// TagPrefix starts the tag of every snapshot this server makes, so that
+// one never touches a user's own snapshots in a drive.
+const TagPrefix = "qemu-mcp-"
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// CheckName accepts a snapshot name: letters, digits, '.', '_', '-', at
+// most 64, not starting with a punctuation mark.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("snapshot name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// File is a host file of the configuration, named by its path and known by
+// its content.
+type File struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+}
+
+// Drive is a disk of the configuration.
+type Drive struct {
+	Path     string `json:"path"`
+	Format   string `json:"format"`
+	ReadOnly bool   `json:"readonly,omitempty"`
+}
+
+// Machine is what a saved state needs of the QEMU that loads it: the same
+// board, memory, harts, firmware, kernel and devices. The kernel, initrd
+// and device tree are known by content, so a rebuilt kernel at the same
+// path is a different machine.
+type Machine struct {
+	Machine   string   `json:"machine"`
+	BIOS      File     `json:"bios"`
+	Kernel    *File    `json:"kernel,omitempty"`
+	Initrd    *File    `json:"initrd,omitempty"`
+	DTB       *File    `json:"dtb,omitempty"`
+	Memory    string   `json:"memory"`
+	SMP       int      `json:"smp"`
+	Append    string   `json:"append,omitempty"`
+	Drives    []Drive  `json:"drives,omitempty"`
+	Network   string   `json:"network,omitempty"`
+	GPU       bool     `json:"gpu,omitempty"`
+	ExtraArgs []string `json:"extra_args,omitempty"`
+}
+
+// Describe reads the machine of cfg, hashing its files through the
+// descriptors in cfg.Files where it has them.
+func Describe(cfg qemu.Config) (Machine, error) {
+	file := func(p string) (*File, error) {
+		if p == "" {
+			return nil, nil
+		}
+		sum, err := hashFile(p, cfg.Files[p])
+		if err != nil {
+			return nil, err
+		}
+		return &File{Path: p, SHA256: sum}, nil
+	}
+	m := Machine{Machine: cfg.Machine, Memory: cfg.Memory, SMP: cfg.SMP, Append: cfg.Append,
+		GPU: cfg.GPU, ExtraArgs: cfg.ExtraArgs, BIOS: File{Path: cfg.BIOS}}
+	if m.Machine == "" {
+		m.Machine = "virt"
+	}
+	if cfg.Network != "none" {
+		m.Network = cfg.Network
+	}
+	var err error
+	if cfg.BIOS != "default" && cfg.BIOS != "none" && cfg.BIOS != "" {
+		b, err := file(cfg.BIOS)
+		if err != nil {
+			return Machine{}, err
+		}
+		m.BIOS = *b
+	}
+	if m.Kernel, err = file(cfg.Kernel); err != nil {
+		return Machine{}, err
+	}
+	if m.Initrd, err = file(cfg.Initrd); err != nil {
+		return Machine{}, err
+	}
+	if m.DTB, err = file(cfg.DTB); err != nil {
+		return Machine{}, err
+	}
+	for _, d := range cfg.Drives {
+		f := d.Format
+		if f == "" {
+			f = "raw"
+		}
+		m.Drives = append(m.Drives, Drive{Path: d.Path, Format: f, ReadOnly: d.ReadOnly})
+	}
+	return m, nil
+}
+
+// hashFile hashes the file at p, through f when the caller opened it (the
+// descriptor QEMU gets), without moving f's offset.
+func hashFile(p string, f *os.File) (string, error) {
+	var r io.Reader
+	if f != nil {
+		fi, err := f.Stat()
+		if err != nil {
+			return "", fmt.Errorf("hash %s: %w", p, err)
+		}
+		r = io.NewSectionReader(f, 0, fi.Size())
+	} else {
+		o, err := os.Open(p)
+		if err != nil {
+			return "", fmt.Errorf("hash %s: %w", p, err)
+		}
+		defer o.Close()
+		r = o
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Hash names the machine: snapshots of the same name and another machine
+// live apart.
+func (m Machine) Hash() string {
+	// Files count by content: the same kernel by another path is the
+	// same machine. Drives count by path: they hold the disk's part.
+	for _, f := range []**File{&m.Kernel, &m.Initrd, &m.DTB} {
+		if *f != nil {
+			c := **f
+			c.Path = ""
+			*f = &c
+		}
+	}
+	if m.BIOS.SHA256 != "" {
+		m.BIOS.Path = ""
+	}
+	b, _ := json.Marshal(m)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// Diff lists how now differs from saved, one "what: saved X, now Y" each.
+func Diff(saved, now Machine) []string {
+	var d []string
+	add := func(what string, a, b any) {
+		as, bs := fmt.Sprint(a), fmt.Sprint(b)
+		if as != bs {
+			d = append(d, fmt.Sprintf("%s: saved %s, now %s", what, as, bs))
+		}
+	}
+	file := func(what string, a, b *File) {
+		str := func(f *File) string {
+			if f == nil {
+				return "none"
+			}
+			if len(f.SHA256) < 12 {
+				return f.Path
+			}
+			return f.Path + " (sha256 " + f.SHA256[:12] + ")"
+		}
+		switch {
+		case a == nil && b == nil:
+		case a == nil || b == nil || a.SHA256 != b.SHA256:
+			d = append(d, fmt.Sprintf("%s: saved %s, now %s", what, str(a), str(b)))
+		}
+	}
+	add("machine", saved.Machine, now.Machine)
+	if saved.BIOS.SHA256 != "" || now.BIOS.SHA256 != "" {
+		file("bios", &saved.BIOS, &now.BIOS)
+	} else {
+		add("bios", saved.BIOS.Path, now.BIOS.Path)
+	}
+	file("kernel", saved.Kernel, now.Kernel)
+	file("initrd", saved.Initrd, now.Initrd)
+	file("dtb", saved.DTB, now.DTB)
+	add("memory", saved.Memory, now.Memory)
+	add("smp", saved.SMP, now.SMP)
+	add("append", fmt.Sprintf("%q", saved.Append), fmt.Sprintf("%q", now.Append))
+	add("drives", saved.Drives, now.Drives)
+	add("network", saved.Network, now.Network)
+	add("gpu", saved.GPU, now.GPU)
+	add("extra_args", saved.ExtraArgs, now.ExtraArgs)
+	return d
+}
+
+// Meta is a snapshot's record.
+type Meta struct {
+	Name    string    `json:"name"`
+	Project string    `json:"project"`
+	Machine Machine   `json:"machine"`
+	Tag     string    `json:"tag"`
+	Created time.Time `json:"created"`
+	// Size is the disk space the machine state takes.
+	Size int64 `json:"size"`
+	// QEMU is the version that saved it; a snapshot loads into the same
+	// version only.
+	QEMU string `json:"qemu"`
+	// Drives are the writable qcow2 drives that hold their part of the
+	// snapshot under Tag.
+	Drives []string `json:"drives,omitempty"`
+	// Path is the machine state's qcow2 (not stored: where it was found).
+	Path string `json:"-"`
+}
+
+// Store is the snapshots directory.
+type Store struct {
+	Dir string
+}
+
+// project names a project root's directory: readable and unique.
+func project(root string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(root)))
+	base := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(root))
+	return base + "-" + hex.EncodeToString(sum[:4])
+}
+
+func (s Store) dir(root, machineHash string) string {
+	return filepath.Join(s.Dir, project(root), machineHash)
+}
+
+func (s Store) paths(root, machineHash, name string) (image, meta string) {
+	d := s.dir(root, machineHash)
+	return filepath.Join(d, name+".qcow2"), filepath.Join(d, name+".json")
+}
+
+// ErrNotFound is a snapshot name the project does not have.
+var ErrNotFound = errors.New("no such snapshot")
+
+// List returns the project's snapshots, newest first.
+func (s Store) List(root string) ([]Meta, error) {
+	pdir := filepath.Join(s.Dir, project(root))
+	machines, err := os.ReadDir(pdir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []Meta
+	for _, md := range machines {
+		if !md.IsDir() {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(pdir, md.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("list snapshots: %w", err)
+		}
+		for _, f := range files {
+			name, ok := strings.CutSuffix(f.Name(), ".json")
+			if !ok {
+				continue
+			}
+			m, err := s.read(filepath.Join(pdir, md.Name(), f.Name()))
+			if err != nil {
+				return nil, err
+			}
+			if m.Name == name {
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Meta) int { return b.Created.Compare(a.Created) })
+	return out, nil
+}
+
+func (s Store) read(metaPath string) (Meta, error) {
+	b, err := os.ReadFile(metaPath)
+	if err != nil {
+		return Meta{}, fmt.Errorf("read snapshot record: %w", err)
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Meta{}, fmt.Errorf("snapshot record %s: %w", metaPath, err)
+	}
+	m.Path = strings.TrimSuffix(metaPath, ".json") + ".qcow2"
+	if fi, err := os.Stat(m.Path); err == nil {
+		m.Size = allocated(fi)
+	}
+	return m, nil
+}
+
+// Get returns the snapshot name of the machine machineHash.
+func (s Store) Get(root, machineHash, name string) (Meta, error) {
+	_, meta := s.paths(root, machineHash, name)
+	m, err := s.read(meta)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Meta{}, fmt.Errorf("%w %q for this machine", ErrNotFound, name)
+	}
+	return m, err
+}
+
+// Find returns the snapshots called name, of any machine of the project.
+func (s Store) Find(root, name string) ([]Meta, error) {
+	all, err := s.List(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []Meta
+	for _, m := range all {
+		if m.Name == name {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// Delete removes a snapshot's image and record (not its part in drives,
+// which the caller removes through QEMU or qemu-img).
+func (s Store) Delete(m Meta) error {
+	errs := []error{}
+	for _, p := range []string{strings.TrimSuffix(m.Path, ".qcow2") + ".json", m.Path} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Total is the disk space all snapshots take, every project's.
+func (s Store) Total() int64 {
+	var n int64
+	filepath.WalkDir(s.Dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += allocated(fi)
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// allocated is the disk space a file takes (qcow2 images are sparse).
+func allocated(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
+// commit makes a saved image and its record the snapshot name, replacing
+// an older one of the same name atomically (the image first: a record
+// never names an image that is not there).
+func (s Store) commit(m Meta, tmpImage string) (Meta, error) {
+	image, meta := s.paths(m.Project, m.Machine.Hash(), m.Name)
+	m.Project = filepath.Clean(m.Project)
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return Meta{}, err
+	}
+	if err := os.Rename(tmpImage, image); err != nil {
+		return Meta{}, fmt.Errorf("keep snapshot: %w", err)
+	}
+	tmp := meta + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return Meta{}, fmt.Errorf("keep snapshot record: %w", err)
+	}
+	if err := os.Rename(tmp, meta); err != nil {
+		return Meta{}, fmt.Errorf("keep snapshot record: %w", err)
+	}
+	return s.read(meta)
+}
+
+// Stage copies m's image to dst for a QEMU to load from: QEMU opens a
+// snapshot's image read-write, so each load gets a copy of its own and the
+// kept image stays as saved, however many guests load it at once.
+func (s Store) Stage(m Meta, dst string) error {
+	in, err := os.Open(m.Path)
+	if err != nil {
+		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	// io.Copy between files uses copy_file_range: a reflink where the file
+	// system has them, an in-kernel copy elsewhere.
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	return nil
+}

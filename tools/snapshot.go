@@ -1,0 +1,283 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
+)
+
+func (s *Server) snapshots() snapshot.Store { return snapshot.Store{Dir: s.cfg.Snapshots} }
+
+// SnapshotInput names a snapshot of a guest.
+type SnapshotInput struct {
+	Name string `json:"name" max:"64" jsonschema:"the snapshot's name: letters, digits, '.', '_', '-'"`
+	Target
+}
+
+// SnapshotInfo is one snapshot as the tools show it.
+type SnapshotInfo struct {
+	Name    string    `json:"name"`
+	Created time.Time `json:"created"`
+	Size    int64     `json:"size" jsonschema:"bytes of disk the machine state takes"`
+	// Machine summarises the configuration it needs.
+	Machine string   `json:"machine"`
+	QEMU    string   `json:"qemu"`
+	Drives  []string `json:"drives,omitempty" jsonschema:"qcow2 drives that hold the disk part"`
+	// Matches says whether the named guest runs that configuration.
+	Matches *bool `json:"matches,omitempty" jsonschema:"the guest runs the machine it was saved on (qemu_snapshot_load works)"`
+}
+
+func info(m snapshot.Meta) SnapshotInfo {
+	var parts []string
+	if k := m.Machine.Kernel; k != nil {
+		parts = append(parts, "kernel "+filepath.Base(k.Path))
+	}
+	if r := m.Machine.Initrd; r != nil {
+		parts = append(parts, "initrd "+filepath.Base(r.Path))
+	}
+	parts = append(parts, "memory "+m.Machine.Memory, fmt.Sprintf("smp %d", m.Machine.SMP))
+	if len(m.Machine.Drives) > 0 {
+		parts = append(parts, fmt.Sprintf("%d drives", len(m.Machine.Drives)))
+	}
+	if m.Machine.Network != "" {
+		parts = append(parts, "network "+m.Machine.Network)
+	}
+	return SnapshotInfo{Name: m.Name, Created: m.Created, Size: m.Size, Machine: strings.Join(parts, ", "), QEMU: m.QEMU, Drives: m.Drives}
+}
+
+func (s *Server) snapshotSave(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotInfo, error) {
+	if err := snapshot.CheckName(in.Name); err != nil {
+		return nil, SnapshotInfo{}, err
+	}
+	inst, _, err := s.running(in.Target)
+	if err != nil {
+		return nil, SnapshotInfo{}, err
+	}
+	t := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	meta, err := inst.SaveSnapshot(ctx, s.snapshots(), in.Name)
+	if err != nil {
+		return nil, SnapshotInfo{}, err
+	}
+	out := info(meta)
+	text := fmt.Sprintf("saved snapshot %q of %q in %d ms: %s (%s)", meta.Name, inst.Name(), time.Since(t).Milliseconds(), size(meta.Size), out.Machine)
+	if total := s.snapshots().Total(); s.cfg.KeepCap > 0 && total > s.cfg.KeepCap {
+		text += fmt.Sprintf("; snapshots now take %s, over the %s the server keeps (--max-kept): delete some with qemu_snapshot_delete", size(total), size(s.cfg.KeepCap))
+	}
+	return textResult(text), out, nil
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+// SnapshotLoadOutput is qemu_snapshot_load's result.
+type SnapshotLoadOutput struct {
+	Name      string `json:"name"`
+	PID       int    `json:"pid" jsonschema:"the QEMU now running the guest (a restore starts a new one)"`
+	Cursor    int64  `json:"cursor" jsonschema:"serial cursor where output after the restore begins (after the marker line); reads go on from here"`
+	ElapsedMS int64  `json:"elapsed_ms"`
+}
+
+func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotLoadOutput, error) {
+	if err := snapshot.CheckName(in.Name); err != nil {
+		return nil, SnapshotLoadOutput{}, err
+	}
+	inst, _, err := s.running(in.Target)
+	if err != nil {
+		return nil, SnapshotLoadOutput{}, err
+	}
+	meta, err := s.findFor(inst.Spec().Root, in.Name, func(m snapshot.Meta) error { return inst.CheckSnapshot(ctx, m) })
+	if err != nil {
+		return nil, SnapshotLoadOutput{}, err
+	}
+	t := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cursor, err := inst.RestoreSnapshot(ctx, s.snapshots(), meta)
+	if err != nil {
+		return nil, SnapshotLoadOutput{}, err
+	}
+	s.setCursor(req, inst, cursor)
+	out := SnapshotLoadOutput{Name: meta.Name, Cursor: cursor, ElapsedMS: time.Since(t).Milliseconds()}
+	if m := inst.Machine(); m != nil {
+		out.PID = m.PID()
+	}
+	return textResult(fmt.Sprintf("restored %q to snapshot %q in %d ms (qemu pid %d); output after the restore starts at cursor %d",
+		inst.Name(), meta.Name, out.ElapsedMS, out.PID, cursor)), out, nil
+}
+
+// findFor finds the snapshot name of the project that check accepts (the
+// one of the machine in use), or says why there is none.
+func (s *Server) findFor(root, name string, check func(snapshot.Meta) error) (snapshot.Meta, error) {
+	metas, err := s.snapshots().Find(root, name)
+	if err != nil {
+		return snapshot.Meta{}, err
+	}
+	if len(metas) == 0 {
+		return snapshot.Meta{}, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", name, root)
+	}
+	var errs []error
+	for _, m := range metas {
+		err := check(m)
+		if err == nil {
+			return m, nil
+		}
+		errs = append(errs, err)
+	}
+	return snapshot.Meta{}, errors.Join(errs...)
+}
+
+// SnapshotListInput is qemu_snapshot_list's arguments.
+type SnapshotListInput struct {
+	ProjectRoot string `json:"project_root,omitempty" jsonschema:"the project whose snapshots to list; default the guest's, or the server's working directory"`
+	Target
+}
+
+// SnapshotListOutput is qemu_snapshot_list's result.
+type SnapshotListOutput struct {
+	Project   string         `json:"project"`
+	Snapshots []SnapshotInfo `json:"snapshots"`
+	// Total is every project's snapshots together, against the cap.
+	Total int64 `json:"total" jsonschema:"bytes all snapshots (every project) take"`
+	Cap   int64 `json:"cap" jsonschema:"bytes the server keeps of transcripts, captures and snapshots (--max-kept)"`
+}
+
+func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
+	root := in.ProjectRoot
+	inst, _ := s.instance(in.Target)
+	if root == "" && inst != nil {
+		root = inst.Spec().Root
+	}
+	if root == "" {
+		root = s.cfg.WorkDir
+	}
+	scope, err := s.hostPolicy().Project(root)
+	if err != nil {
+		return nil, SnapshotListOutput{}, err
+	}
+	root = scope.Dir()
+	metas, err := s.snapshots().List(root)
+	if err != nil {
+		return nil, SnapshotListOutput{}, err
+	}
+	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: s.snapshots().Total(), Cap: s.cfg.KeepCap}
+	running := inst != nil && inst.Machine() != nil && inst.Spec().Root == root
+	for _, m := range metas {
+		si := info(m)
+		if running {
+			ok := inst.CheckSnapshot(ctx, m) == nil
+			si.Matches = &ok
+		}
+		out.Snapshots = append(out.Snapshots, si)
+	}
+	var names []string
+	for _, si := range out.Snapshots {
+		names = append(names, fmt.Sprintf("%s (%s, %s)", si.Name, size(si.Size), si.Created.Format(time.RFC3339)))
+	}
+	text := fmt.Sprintf("%d snapshots in %s", len(names), root)
+	if len(names) > 0 {
+		text += ": " + strings.Join(names, ", ")
+	}
+	return textResult(text), out, nil
+}
+
+// SnapshotDeleteInput is qemu_snapshot_delete's arguments.
+type SnapshotDeleteInput struct {
+	Name        string `json:"name" max:"64" jsonschema:"the snapshot to delete"`
+	ProjectRoot string `json:"project_root,omitempty" jsonschema:"the project it belongs to; default the guest's, or the server's working directory"`
+	Target
+}
+
+// SnapshotDeleteOutput is qemu_snapshot_delete's result.
+type SnapshotDeleteOutput struct {
+	Deleted []SnapshotInfo `json:"deleted"`
+	// Left names drives that still hold the snapshot's disk part.
+	Left []string `json:"left_in_drives,omitempty" jsonschema:"qcow2 drives that still hold the snapshot's disk part (no guest has them attached): qemu-img snapshot -d TAG FILE removes it"`
+}
+
+func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotDeleteInput) (*mcp.CallToolResult, SnapshotDeleteOutput, error) {
+	if err := snapshot.CheckName(in.Name); err != nil {
+		return nil, SnapshotDeleteOutput{}, err
+	}
+	root := in.ProjectRoot
+	inst, _ := s.instance(in.Target)
+	if root == "" && inst != nil {
+		root = inst.Spec().Root
+	}
+	if root == "" {
+		root = s.cfg.WorkDir
+	}
+	scope, err := s.hostPolicy().Project(root)
+	if err != nil {
+		return nil, SnapshotDeleteOutput{}, err
+	}
+	root = scope.Dir()
+	metas, err := s.snapshots().Find(root, in.Name)
+	if err != nil {
+		return nil, SnapshotDeleteOutput{}, err
+	}
+	if len(metas) == 0 {
+		return nil, SnapshotDeleteOutput{}, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", in.Name, root)
+	}
+	var out SnapshotDeleteOutput
+	for _, m := range metas {
+		if len(m.Drives) > 0 {
+			// The disk part lives in the drives: a running guest that
+			// has them removes it through QEMU.
+			if inst == nil || inst.Machine() == nil || inst.CheckSnapshot(ctx, m) != nil || inst.DeleteSnapshotTag(ctx, m.Tag) != nil {
+				for _, d := range m.Drives {
+					out.Left = append(out.Left, d+" (tag "+m.Tag+")")
+				}
+			}
+		}
+		if err := s.snapshots().Delete(m); err != nil {
+			return nil, out, err
+		}
+		out.Deleted = append(out.Deleted, info(m))
+	}
+	text := fmt.Sprintf("deleted snapshot %q (%d)", in.Name, len(out.Deleted))
+	if len(out.Left) > 0 {
+		text += "; its disk part stays in " + strings.Join(out.Left, ", ")
+	}
+	return textResult(text), out, nil
+}
+
+func (s *Server) registerSnapshots(ms *mcp.Server) {
+	f := false
+	t := true
+	add(s, ms, &mcp.Tool{
+		Name:        "qemu_snapshot_save",
+		Description: "Save the running guest's whole state (RAM, devices, and writable qcow2 drives) as a named snapshot of its project, replacing one of that name. The guest pauses briefly and runs on.",
+		Annotations: &mcp.ToolAnnotations{Title: "Save snapshot", DestructiveHint: &t, OpenWorldHint: &f},
+	}, s.snapshotSave)
+	add(s, ms, &mcp.Tool{
+		Name:        "qemu_snapshot_load",
+		Description: "Put the running guest back into a saved snapshot (in a fraction of a boot). The console goes on: a marker line, then the restored guest's output from the returned cursor.",
+		Annotations: &mcp.ToolAnnotations{Title: "Load snapshot", DestructiveHint: &t, OpenWorldHint: &f},
+	}, s.snapshotLoad)
+	add(s, ms, &mcp.Tool{
+		Name:        "qemu_snapshot_list",
+		Description: "List a project's snapshots: name, time, size, the machine each needs, and whether the guest runs it.",
+		Annotations: &mcp.ToolAnnotations{Title: "List snapshots", ReadOnlyHint: true, OpenWorldHint: &f},
+	}, s.snapshotList)
+	add(s, ms, &mcp.Tool{
+		Name:        "qemu_snapshot_delete",
+		Description: "Delete a snapshot of a project.",
+		Annotations: &mcp.ToolAnnotations{Title: "Delete snapshot", DestructiveHint: &t, IdempotentHint: false, OpenWorldHint: &f},
+	}, s.snapshotDelete)
+}

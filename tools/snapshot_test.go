@@ -1,0 +1,230 @@
+package tools_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/tools"
+)
+
+type snapInfo struct {
+	Name    string `json:"name"`
+	Size    int64  `json:"size"`
+	Machine string `json:"machine"`
+	Matches *bool  `json:"matches"`
+}
+
+type loadOut struct {
+	PID    int   `json:"pid"`
+	Cursor int64 `json:"cursor"`
+}
+
+// The built-in kernel keeps a half-typed line in its RAM: saved with
+// "echo on" typed, each restore finishes it as "one", whatever was typed
+// after the save; a new server boots straight into it.
+func TestSnapshotTinyKernel(t *testing.T) {
+	snaps := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	s.bootTiny()
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo on", "newline": "none", "match_echo": true, "wait_for": "echo on"}, &w)
+	var si snapInfo
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "base"}, &si)
+	if si.Name != "base" || si.Size == 0 {
+		t.Fatalf("save: %+v", si)
+	}
+	s.mustCall("serial_send", map[string]any{"data": "x", "wait_for": "onx\r\ntiny> $"}, &w)
+	if !w.Matched {
+		t.Fatalf("after the save: %+v", w)
+	}
+	firstPID := 0
+	for k := range 3 {
+		var lo loadOut
+		s.mustCall("qemu_snapshot_load", map[string]any{"name": "base"}, &lo)
+		if lo.PID == 0 || lo.PID == firstPID {
+			t.Errorf("restore %d: %+v", k, lo)
+		}
+		firstPID = lo.PID
+		// Reads go on from the marker: nothing of the old guest's.
+		var r waitOut
+		s.mustCall("serial_read", nil, &r)
+		if r.OutputStart != lo.Cursor || strings.Contains(r.Output, "onx") {
+			t.Errorf("restore %d: read after it starts at %d (%q), want the cursor %d", k, r.OutputStart, r.Output, lo.Cursor)
+		}
+		s.mustCall("serial_send", map[string]any{"data": "e", "wait_for": `\r\n(on\w+)\r\ntiny> $`}, &w)
+		if !w.Matched || !strings.Contains(w.Output, "\none\n") {
+			t.Fatalf("restore %d: %+v", k, w)
+		}
+	}
+	// The transcript keeps all of it, with a marker at each restore.
+	var st struct {
+		Transcript string `json:"transcript"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	// The transcript is current within moments of the guest going quiet.
+	var tr []byte
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if tr, err = os.ReadFile(st.Transcript); err == nil && strings.HasSuffix(string(tr), "one\r\ntiny> ") {
+			break
+		}
+	}
+	if err != nil || strings.Count(string(tr), "[qemu-mcp: restored snapshot \"base\"") != 3 || !strings.Contains(string(tr), "onx") {
+		t.Errorf("transcript %s (%v):\n%s", st.Transcript, err, tr)
+	}
+	var list struct {
+		Snapshots []snapInfo `json:"snapshots"`
+		Total     int64      `json:"total"`
+	}
+	s.mustCall("qemu_snapshot_list", nil, &list)
+	if len(list.Snapshots) != 1 || list.Snapshots[0].Matches == nil || !*list.Snapshots[0].Matches || list.Total < list.Snapshots[0].Size {
+		t.Errorf("list: %+v", list)
+	}
+
+	// A new server boots straight into it.
+	s2 := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	var b bootOut
+	s2.mustCall("qemu_boot", map[string]any{"snapshot": "base"}, &b)
+	s2.mustCall("serial_send", map[string]any{"data": "e", "wait_for": `\r\n(on\w+)\r\ntiny> $`}, &w)
+	if !w.Matched || !strings.Contains(w.Output, "\none\n") {
+		t.Fatalf("boot from the snapshot: %+v", w)
+	}
+	// Another machine is refused with the difference.
+	s2.wantError("qemu_boot", map[string]any{"instance": "other", "snapshot": "base", "memory": "256M"}, "memory: saved 128M, now 256M")
+	s.mustCall("qemu_shutdown", nil, nil)
+	s2.mustCall("qemu_shutdown", nil, nil)
+	assertEmptyRuntimeDir(t, s.dir)
+	assertEmptyRuntimeDir(t, s2.dir)
+
+	var del struct {
+		Deleted []snapInfo `json:"deleted"`
+	}
+	s.mustCall("qemu_snapshot_delete", map[string]any{"name": "base"}, &del)
+	if len(del.Deleted) != 1 {
+		t.Errorf("delete: %+v", del)
+	}
+	left, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "*"))
+	if len(left) != 0 {
+		t.Errorf("left after delete: %v", left)
+	}
+}
+
+// The Linux guest writes "one" to a file, is saved, writes "two", and
+// each of three restores in a row reads "one" and sleeps a second (the
+// timer QEMU does not save is re-armed); a new server boots into it.
+func TestSnapshotLinux(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	snaps := t.TempDir()
+	adjust := func(c *tools.Config) { c.WorkDir, c.Snapshots = lin.Dir, snaps }
+	s := newSessionWith(t, adjust, nil)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,
+		"memory": "256M", "wait_for": testguest.LinuxPrompt, "timeout": 60}, &b)
+	if !b.Matched {
+		t.Fatalf("boot: %+v", b)
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo one > /tmp/f", "wait_for": testguest.LinuxPrompt}, &w)
+	var si snapInfo
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "prompt"}, &si)
+	t.Logf("snapshot: %+v", si)
+	s.mustCall("serial_send", map[string]any{"data": "echo two > /tmp/f; cat /tmp/f", "wait_for": `two\r\n` + testguest.LinuxPrompt}, &w)
+	if !w.Matched {
+		t.Fatalf("after the save: %+v", w)
+	}
+	check := func(s *session, what string) {
+		t.Helper()
+		s.mustCall("serial_send", map[string]any{"data": "cat /tmp/f; sleep 1; echo slept", "wait_for": `slept\r\n` + testguest.LinuxPrompt, "timeout": 15}, &w)
+		if !w.Matched || !strings.Contains(w.Output, "\none\n") || strings.Contains(w.Output, "two") {
+			t.Fatalf("%s: %+v", what, w)
+		}
+	}
+	for k := range 3 {
+		var lo loadOut
+		s.mustCall("qemu_snapshot_load", map[string]any{"name": "prompt"}, &lo)
+		check(s, fmt.Sprintf("restore %d", k))
+	}
+	s2 := newSessionWith(t, adjust, nil)
+	s2.mustCall("qemu_boot", map[string]any{"snapshot": "prompt"}, &b)
+	check(s2, "boot from the snapshot")
+}
+
+// A writable qcow2 drive is saved with the machine: the Linux guest's
+// disk reads back what it held at the save. A raw writable drive is
+// refused by name.
+func TestSnapshotDrives(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img not found: run scripts/deps (installs qemu-utils)")
+	}
+	root := t.TempDir()
+	for _, c := range [][]string{
+		{"create", "-q", "-f", "qcow2", filepath.Join(root, "disk.qcow2"), "1M"},
+		{"create", "-q", "-f", "raw", filepath.Join(root, "disk.raw"), "1M"},
+	} {
+		if out, err := exec.Command("qemu-img", c...).CombinedOutput(); err != nil {
+			t.Fatalf("qemu-img %v: %v %s", c, err, out)
+		}
+	}
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir, c.Snapshots, c.AllowPaths = root, t.TempDir(), []string{lin.Dir}
+	}, nil)
+	boot := func(drive, format string) {
+		var b bootOut
+		s.mustCall("qemu_boot", map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": testguest.LinuxAppend,
+			"memory": "256M", "drives": []map[string]any{{"path": drive, "format": format}},
+			"wait_for": testguest.LinuxPrompt, "timeout": 60, "restart": true}, &b)
+		if !b.Matched {
+			t.Fatalf("boot: %+v", b)
+		}
+	}
+	boot("disk.raw", "raw")
+	s.wantError("qemu_snapshot_save", map[string]any{"name": "d"}, "drive drive0", "disk.raw", "is writable raw", "qemu-img convert -O qcow2")
+
+	boot("disk.qcow2", "qcow2")
+	var w waitOut
+	disk := func(data string) {
+		s.mustCall("serial_send", map[string]any{"data": "echo " + data + " > /dev/vda; sync", "wait_for": testguest.LinuxPrompt}, &w)
+	}
+	disk("one")
+	var si struct {
+		Drives []string `json:"drives"`
+	}
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "d"}, &si)
+	if len(si.Drives) != 1 || filepath.Base(si.Drives[0]) != "disk.qcow2" {
+		t.Errorf("save: %+v", si)
+	}
+	disk("two")
+	// A second save of the name replaces the first, in the drive too.
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "d"}, nil)
+	disk("three")
+	for range 2 {
+		s.mustCall("qemu_snapshot_load", map[string]any{"name": "d"}, nil)
+		s.mustCall("serial_send", map[string]any{"data": "head -c 4 /dev/vda", "wait_for": testguest.LinuxPrompt}, &w)
+		if !strings.Contains(w.Output, "two") {
+			t.Fatalf("disk after the restore: %+v", w)
+		}
+		disk("four")
+	}
+	out, err := exec.Command("qemu-img", "snapshot", "-U", "-l", filepath.Join(root, "disk.qcow2")).CombinedOutput()
+	if err != nil || strings.Count(string(out), "qemu-mcp-d") != 1 {
+		t.Errorf("the drive's snapshots: %v\n%s", err, out)
+	}
+	var del struct {
+		Left []string `json:"left_in_drives"`
+	}
+	s.mustCall("qemu_snapshot_delete", map[string]any{"name": "d"}, &del)
+	if len(del.Left) != 0 {
+		t.Errorf("delete left the drive's part: %+v", del)
+	}
+	out, _ = exec.Command("qemu-img", "snapshot", "-U", "-l", filepath.Join(root, "disk.qcow2")).CombinedOutput()
+	if strings.Contains(string(out), "qemu-mcp-d") {
+		t.Errorf("the drive still holds the snapshot:\n%s", out)
+	}
+}
