@@ -21,6 +21,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
@@ -144,6 +145,9 @@ type Instance struct {
 	// one is not the guest's end.
 	replacing bool
 	restoreMu sync.Mutex // one save or restore at a time
+	// described caches the machine's description (see describe).
+	described   *snapshot.Machine
+	describedAt string
 }
 
 // KeptRemoved lists the kept files this boot removed to stay under the cap.
@@ -285,7 +289,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 			return rep, err
 		}
 		cfg.LoadVM = &qemu.LoadVM{Path: staged}
-		rt.BeforeCont = loadSnapshot(snap.Meta.Tag, func() {
+		rt.BeforeCont = loadSnapshot(snap.Meta, func() {
 			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.Meta.Name, snap.Meta.Created.Format(time.RFC3339)))
 		})
 	}

@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,11 +26,35 @@ type SnapshotSpec struct {
 	Meta  snapshot.Meta
 }
 
-// machine is the instance's machine, as snapshots know it.
+// describe is the instance's machine, as snapshots know it. Hashing the
+// kernel and initrd takes tens of milliseconds, so the description is
+// kept while the files' sizes and times stay the same.
 func (i *Instance) describe() (snapshot.Machine, error) {
+	var stamp strings.Builder
+	for p, f := range i.files {
+		fi, err := f.Stat()
+		if err != nil {
+			return snapshot.Machine{}, fmt.Errorf("%s: %w", p, err)
+		}
+		fmt.Fprintf(&stamp, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
+	}
+	i.mu.Lock()
+	if i.described != nil && i.describedAt == stamp.String() {
+		m := *i.described
+		i.mu.Unlock()
+		return m, nil
+	}
+	i.mu.Unlock()
 	cfg := i.cfg
 	cfg.Files = i.files
-	return snapshot.Describe(cfg)
+	m, err := snapshot.Describe(cfg)
+	if err != nil {
+		return snapshot.Machine{}, err
+	}
+	i.mu.Lock()
+	i.described, i.describedAt = &m, stamp.String()
+	i.mu.Unlock()
+	return m, nil
 }
 
 // qemuVersion asks QEMU its version, "7.2.22".
@@ -113,10 +138,6 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	if err := i.CheckSnapshot(ctx, meta); err != nil {
 		return 0, err
 	}
-	staged, err := i.stage(store, meta)
-	if err != nil {
-		return 0, err
-	}
 	i.mu.Lock()
 	i.replacing = true
 	i.mu.Unlock()
@@ -125,19 +146,34 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 		i.replacing = false
 		i.mu.Unlock()
 	}()
+	// The copy is made while the old QEMU stops.
+	type stageResult struct {
+		path string
+		err  error
+	}
+	staging := make(chan stageResult, 1)
+	go func() {
+		p, err := i.stage(store, meta)
+		staging <- stageResult{p, err}
+	}()
 	if _, err := old.Shutdown(ctx, qemu.Quit, 5*time.Second); err != nil {
 		i.mgr.log.Warn("stop QEMU for a restore", "instance", i.name, "err", err)
 	}
 	if err := old.Close(); err != nil {
 		i.mgr.log.Warn("clean up after QEMU for a restore", "instance", i.name, "err", err)
 	}
+	sr := <-staging
+	if sr.err != nil {
+		return 0, i.lost(sr.err)
+	}
+	staged := sr.path
 	cfg := i.cfg
 	if cfg.Files, err = dupFiles(i.files); err != nil {
 		return 0, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
 	}
 	cfg.LoadVM = &qemu.LoadVM{Path: staged}
 	rt := i.runtime(true)
-	rt.BeforeCont = loadSnapshot(meta.Tag, func() {
+	rt.BeforeCont = loadSnapshot(meta, func() {
 		cursor = i.mark(fmt.Sprintf("restored snapshot %q (saved %s)", meta.Name, meta.Created.Format(time.RFC3339)))
 	})
 	mch, err := qemu.Start(ctx, rt, cfg)
@@ -151,7 +187,13 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	i.mu.Unlock()
 	i.recordQEMU(mch)
 	go i.watch(mch)
-	i.unstage(ctx, mch, staged)
+	// The copy goes once QEMU lets go of it, after the answer: the next
+	// save or restore waits for it (restoreMu).
+	go func() {
+		i.restoreMu.Lock()
+		defer i.restoreMu.Unlock()
+		i.unstage(context.WithoutCancel(ctx), mch, staged)
+	}()
 	return cursor, nil
 }
 
@@ -213,12 +255,12 @@ func (i *Instance) mark(what string) int64 {
 // then re-arms its timer.
 // then runs last, while the guest has not yet run: a marker written there
 // comes before anything the restored guest prints.
-func loadSnapshot(tag string, then func()) func(ctx context.Context, mch *qemu.Machine) error {
+func loadSnapshot(meta snapshot.Meta, then func()) func(ctx context.Context, mch *qemu.Machine) error {
 	return func(ctx context.Context, mch *qemu.Machine) error {
-		if err := snapshot.Load(ctx, mch.Monitor(), qemu.SnapshotNode, tag); err != nil {
+		if err := snapshot.Load(ctx, mch.Monitor(), qemu.SnapshotNode, meta.Tag); err != nil {
 			return err
 		}
-		if err := resumeTimer(ctx, mch); err != nil {
+		if err := resumeTimer(ctx, mch, meta.Mtime); err != nil {
 			return err
 		}
 		then()
@@ -234,7 +276,7 @@ const stipBit = 1 << 5
 // restores leave a Linux guest whose sleeps never end. Raising mip.STIP
 // through the gdbstub before the guest runs makes the kernel take a timer
 // interrupt and program the next one.
-func resumeTimer(ctx context.Context, mch *qemu.Machine) error {
+func resumeTimer(ctx context.Context, mch *qemu.Machine, mtime uint64) error {
 	if ver, err := qemuVersion(ctx, mch); err == nil {
 		var major, minor int
 		fmt.Sscanf(ver, "%d.%d", &major, &minor)
@@ -251,6 +293,22 @@ func resumeTimer(ctx context.Context, mch *qemu.Machine) error {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)
 	}
 	defer c.Close()
+	if mtime != 0 {
+		// mtime counts from this QEMU's start, behind the saved guest's
+		// time: a write to it sets it back where the save left it.
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], mtime)
+		if err := c.SetPhysicalMemory(ctx, true); err != nil {
+			return fmt.Errorf("set the guest's timer: %w", err)
+		}
+		err := c.WriteMemory(ctx, snapshot.MtimeAddr, b[:])
+		if perr := c.SetPhysicalMemory(ctx, false); err == nil {
+			err = perr
+		}
+		if err != nil {
+			return fmt.Errorf("set the guest's timer: %w", err)
+		}
+	}
 	mip, err := c.ReadRegister(ctx, "mip")
 	if err != nil {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)

@@ -42,7 +42,7 @@ func (m *Monitor) RunJob(ctx context.Context, command string, args map[string]an
 	if _, err := m.Execute(ctx, command, a); err != nil {
 		return err
 	}
-	poll := time.NewTicker(50 * time.Millisecond)
+	poll := time.NewTicker(20 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {

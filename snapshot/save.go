@@ -143,6 +143,27 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 			return fail("remove the older snapshot from the drives", err)
 		}
 	}
+	// QEMU (up to 10.1) does not save the RISC-V timer's offset: the
+	// guest is stopped to read mtime where the state is saved (the clock
+	// stands still while it is stopped), so that a load can set it back.
+	running, err := isRunning(ctx, mon)
+	if err != nil {
+		return fail("ask whether the guest runs", err)
+	}
+	if running {
+		if _, err := mon.Execute(ctx, "stop", nil); err != nil {
+			return fail("pause the guest", err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_, _ = mon.Execute(cctx, "cont", nil)
+		}()
+	}
+	mtime, err := ReadMtime(ctx, mon)
+	if err != nil {
+		return fail("read the guest's timer", err)
+	}
 	if err := mon.RunJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": saveNode, "devices": append([]string{saveNode}, nodes...)}); err != nil {
 		return fail("save", err)
 	}
@@ -150,7 +171,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err := detach(); err != nil {
 		return fail("close its image", err)
 	}
-	meta, err := s.commit(Meta{Name: name, Project: root, Machine: m, Tag: tag, Created: time.Now().UTC(), QEMU: qemuVersion, Drives: kept}, tmp)
+	meta, err := s.commit(Meta{Name: name, Project: root, Machine: m, Tag: tag, Created: time.Now().UTC(), QEMU: qemuVersion, Drives: kept, Mtime: mtime}, tmp)
 	if err != nil {
 		return Meta{}, err
 	}
@@ -176,4 +197,40 @@ func Load(ctx context.Context, mon *qmp.Monitor, node, tag string) error {
 		return fmt.Errorf("load snapshot: %w", err)
 	}
 	return nil
+}
+
+// MtimeAddr is the virt board's ACLINT mtime register.
+const MtimeAddr = 0x200bff8
+
+// ReadMtime reads the guest's mtime through HMP (xp), which QMP lacks.
+func ReadMtime(ctx context.Context, mon *qmp.Monitor) (uint64, error) {
+	raw, err := mon.Execute(ctx, "human-monitor-command", map[string]any{"command-line": fmt.Sprintf("xp /1gx %#x", MtimeAddr)})
+	if err != nil {
+		return 0, err
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return 0, fmt.Errorf("xp: %w", err)
+	}
+	// "000000000200bff8: 0x0000000001a3b4c5"
+	_, v, ok := strings.Cut(strings.TrimSpace(out), ": ")
+	if !ok {
+		return 0, fmt.Errorf("xp answered %q", out)
+	}
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(v), "0x"), 16, 64)
+	if err != nil {
+		return 0, fmt.Errorf("xp answered %q", out)
+	}
+	return n, nil
+}
+
+func isRunning(ctx context.Context, mon *qmp.Monitor) (bool, error) {
+	raw, err := mon.Execute(ctx, "query-status", nil)
+	if err != nil {
+		return false, err
+	}
+	var st struct {
+		Running bool `json:"running"`
+	}
+	return st.Running, json.Unmarshal(raw, &st)
 }

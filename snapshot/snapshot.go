@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -122,29 +123,47 @@ func Describe(cfg qemu.Config) (Machine, error) {
 	return m, nil
 }
 
+// hashes remembers file hashes by file identity and change time: hashing
+// a kernel and initrd costs tens of milliseconds a boot.
+var hashes sync.Map // fileKey -> string
+
+type fileKey struct {
+	dev, ino   uint64
+	size       int64
+	mtime, ctm int64
+}
+
 // hashFile hashes the file at p, through f when the caller opened it (the
 // descriptor QEMU gets), without moving f's offset.
 func hashFile(p string, f *os.File) (string, error) {
-	var r io.Reader
-	if f != nil {
-		fi, err := f.Stat()
-		if err != nil {
-			return "", fmt.Errorf("hash %s: %w", p, err)
-		}
-		r = io.NewSectionReader(f, 0, fi.Size())
-	} else {
+	if f == nil {
 		o, err := os.Open(p)
 		if err != nil {
 			return "", fmt.Errorf("hash %s: %w", p, err)
 		}
 		defer o.Close()
-		r = o
+		f = o
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return "", fmt.Errorf("hash %s: %w", p, err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	var key fileKey
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		key = fileKey{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano(), ctm: st.Ctim.Nano()}
+		if v, ok := hashes.Load(key); ok {
+			return v.(string), nil
+		}
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, fi.Size())); err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if key.ino != 0 {
+		hashes.Store(key, sum)
+	}
+	return sum, nil
 }
 
 // Hash names the machine: snapshots of the same name and another machine
@@ -223,6 +242,9 @@ type Meta struct {
 	// QEMU is the version that saved it; a snapshot loads into the same
 	// version only.
 	QEMU string `json:"qemu"`
+	// Mtime is the guest's ACLINT mtime at the save, which QEMU (up to
+	// 10.1) does not restore by itself.
+	Mtime uint64 `json:"mtime,omitempty"`
 	// Drives are the writable qcow2 drives that hold their part of the
 	// snapshot under Tag.
 	Drives []string `json:"drives,omitempty"`

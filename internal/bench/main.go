@@ -149,6 +149,13 @@ func main() {
 		}
 		rows = append(rows, drows...)
 	}
+	if *snapRuns > 0 {
+		srows, err := snapshotRows(ctx, *snapRuns)
+		if err != nil {
+			fail("snapshots", err)
+		}
+		rows = append(rows, srows...)
+	}
 	printTable(rows)
 }
 

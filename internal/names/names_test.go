@@ -15,6 +15,8 @@ func TestClassify(t *testing.T) {
 		"qmp-12-345-x.sock":          {Owner: o, Kind: names.QMPSocket, Instance: "x"},
 		"gdb-12-345-x.sock":          {Owner: o, Kind: names.GDBSocket, Instance: "x"},
 		"gdb-12.sock":                {},
+		"snapload-12-345-x.qcow2":    {Owner: o, Kind: names.SnapshotStage, Instance: "x"},
+		"snapload-12.qcow2":          {},
 		"server-12-345.json":         {Owner: o, Kind: names.Record},
 		".server-12-345.json.0f.tmp": {Owner: o, Kind: names.RecordTemp},
 		// The names of older versions.
