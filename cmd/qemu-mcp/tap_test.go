@@ -111,12 +111,27 @@ func TestTAPAndCapture(t *testing.T) {
 	if !containsAll(lines, want) {
 		t.Fatalf("qemu_pcap_read shows %q, want lines containing %q", lines, want)
 	}
+	// A restore keeps the guest's TAP and capture: the restored U-Boot
+	// pings again, through the same device, into the same capture.
+	var lo struct {
+		PID int `json:"pid"`
+	}
+	if res := a.call(t, "qemu_snapshot_save", map[string]any{"name": "net"}, nil); res.IsError {
+		t.Fatalf("save: %s", resultText(res))
+	}
+	if res := a.call(t, "qemu_snapshot_load", map[string]any{"name": "net"}, &lo); res.IsError || lo.PID == 0 {
+		t.Fatalf("load: %s", resultText(res))
+	}
+	a.call(t, "serial_send", map[string]any{"data": "ping 192.0.2.1", "wait_for": `host 192\.0\.2\.1 is alive`, "timeout": 20}, &w)
+	if !w.Matched || !linkExists(ns, b.TAP) {
+		t.Fatalf("ping after the restore: %q", w.Output)
+	}
 	var stop struct {
 		Path    string `json:"path"`
 		Packets int64  `json:"packets"`
 	}
 	a.call(t, "qemu_pcap_stop", nil, &stop)
-	if stop.Path != b.PCAP || stop.Packets < 4 {
+	if stop.Path != b.PCAP || stop.Packets < 6 {
 		t.Errorf("pcap stop %+v", stop)
 	}
 	// An outside reader agrees.
