@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DefaultBinary is the emulator this project drives.
@@ -200,12 +201,12 @@ func CheckExtraArgs(args []string) error {
 	return nil
 }
 
-var memoryRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMGT]?$`)
+var memoryRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+(\.[0-9]+)?[KMGT]?$`) })
 
 // Validate checks what can be checked before starting QEMU, so that a typo
 // gives a precise message instead of QEMU's.
 func (c Config) Validate() error {
-	if !memoryRE.MatchString(c.Memory) {
+	if !memoryRE().MatchString(c.Memory) {
 		return fmt.Errorf("memory %q: want a size such as 128M or 1G", c.Memory)
 	}
 	if c.SMP < 1 || c.SMP > 512 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -12,27 +13,30 @@ import (
 // defaultPanics are the patterns behind DefaultPanicPatterns. Every one
 // has a literal prefix and cannot match across a line, so waits rescan only
 // new data for them (see matcher).
-var defaultPanics = []*regexp.Regexp{
-	// Linux, and the tiny test kernel ("Kernel panic - not syncing:
-	// requested by user").
-	regexp.MustCompile(`Kernel panic - not syncing[^\r\n]*`),
-	// Linux oopses: "Oops - illegal instruction [#1]" and "Oops [#1]"
-	// (riscv die()), "Oops: 0000 [#1] SMP" (x86), "Internal error: Oops:
-	// 96000004 [#1]" (arm64).
-	regexp.MustCompile(`Oops[ :-][^\r\n]*\[#\d+\]`),
-	// OpenSBI's fatal trap report (sbi_trap_error): "sbi_trap_error:
-	// hart0: trap handler failed (error -2)", then the mcause/mepc dump.
-	regexp.MustCompile(`sbi_trap_error: hart\d+: [^\r\n]*`),
-	// U-Boot on RISC-V: "Unhandled exception: Illegal instruction" or
-	// "Unhandled exception code: 16", then the EPC/RA/TVAL dump and the
-	// line below.
-	regexp.MustCompile(`Unhandled exception(?: code)?: [^\r\n]*`),
-	// U-Boot's panic() on any architecture, also printed after the
-	// exception dump above.
-	regexp.MustCompile(`### ERROR ### Please RESET the board ###`),
-	// U-Boot on ARM64: `"Synchronous Abort" handler, esr 0x96000004`.
-	regexp.MustCompile(`"Synchronous Abort" handler[^\r\n]*`),
-}
+// They are compiled on first use, off the server's start-up.
+var defaultPanics = sync.OnceValue(func() []*regexp.Regexp {
+	return []*regexp.Regexp{
+		// Linux, and the tiny test kernel ("Kernel panic - not syncing:
+		// requested by user").
+		regexp.MustCompile(`Kernel panic - not syncing[^\r\n]*`),
+		// Linux oopses: "Oops - illegal instruction [#1]" and "Oops [#1]"
+		// (riscv die()), "Oops: 0000 [#1] SMP" (x86), "Internal error: Oops:
+		// 96000004 [#1]" (arm64).
+		regexp.MustCompile(`Oops[ :-][^\r\n]*\[#\d+\]`),
+		// OpenSBI's fatal trap report (sbi_trap_error): "sbi_trap_error:
+		// hart0: trap handler failed (error -2)", then the mcause/mepc dump.
+		regexp.MustCompile(`sbi_trap_error: hart\d+: [^\r\n]*`),
+		// U-Boot on RISC-V: "Unhandled exception: Illegal instruction" or
+		// "Unhandled exception code: 16", then the EPC/RA/TVAL dump and the
+		// line below.
+		regexp.MustCompile(`Unhandled exception(?: code)?: [^\r\n]*`),
+		// U-Boot's panic() on any architecture, also printed after the
+		// exception dump above.
+		regexp.MustCompile(`### ERROR ### Please RESET the board ###`),
+		// U-Boot on ARM64: `"Synchronous Abort" handler, esr 0x96000004`.
+		regexp.MustCompile(`"Synchronous Abort" handler[^\r\n]*`),
+	}
+})
 
 // DefaultPanicPatterns returns (a new slice of) the patterns a wait watches
 // for when [Spec].Panic is nil: what Linux, OpenSBI and U-Boot print when
@@ -52,7 +56,7 @@ var defaultPanics = []*regexp.Regexp{
 // (qemu-riscv64_smode/u-boot.bin) binaries. Patterns that take the rest of
 // the line match what has arrived of it when the wait looks.
 func DefaultPanicPatterns() []*regexp.Regexp {
-	return append([]*regexp.Regexp(nil), defaultPanics...)
+	return append([]*regexp.Regexp(nil), defaultPanics()...)
 }
 
 // Spec says what [Buffer.WaitFor] waits for. A wait ends at the first of:
@@ -209,7 +213,7 @@ type Result struct {
 func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, error) {
 	panics := spec.Panic
 	if panics == nil {
-		panics = defaultPanics
+		panics = defaultPanics()
 	}
 	ms := make([]*matcher, 0, len(spec.Patterns)+len(panics))
 	for i, re := range spec.Patterns {

@@ -176,7 +176,14 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 			spec.Capture = &instance.CaptureSpec{Filter: in.PCAPFilter}
 		}
 	}
-	inst, reaped, err := s.mgr.Boot(ctx, spec)
+	mgr, err := s.manager()
+	if err != nil {
+		if spec.Debug != nil && spec.Debug.Symbols != nil {
+			spec.Debug.Symbols.Close()
+		}
+		return nil, BootOutput{}, err
+	}
+	inst, reaped, err := mgr.Boot(ctx, spec)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}

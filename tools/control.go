@@ -136,7 +136,7 @@ func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset
 		return out, nil
 	}
 	// One large object: the whole of it in a file, nothing lost.
-	path := filepath.Join(s.cfg.Captures, fmt.Sprintf("answer-%s-%s-%d.json", s.mgr.Owner().Tag(), instance, s.seq.Add(1)))
+	path := filepath.Join(s.cfg.Captures, fmt.Sprintf("answer-%s-%s-%d.json", s.Manager().Owner().Tag(), instance, s.seq.Add(1)))
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		return QMPOutput{}, fmt.Errorf("qmp %s: the answer (%d bytes) is too large to return, and saving it failed: %w", command, len(raw), err)
 	}
@@ -337,6 +337,4 @@ func (s *Server) register(ms *mcp.Server) {
 		Description: "List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output.",
 		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, s.list)
-	s.registerDebug(ms)
-	s.registerSnapshots(ms)
 }

@@ -41,7 +41,11 @@ type InfoOutput struct {
 }
 
 func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, InfoOutput, error) {
-	rec := s.mgr.Record()
+	mgr, err := s.manager()
+	if err != nil {
+		return nil, InfoOutput{}, err
+	}
+	rec := mgr.Record()
 	out := InfoOutput{
 		Version:     s.cfg.Version,
 		Revision:    s.cfg.Revision,
@@ -52,7 +56,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		Transport:   rec.Transport,
 		RuntimeDir:  s.cfg.RuntimeDir,
 	}
-	for _, in := range s.mgr.List() {
+	for _, in := range mgr.List() {
 		if in.State() == instance.Stopped {
 			continue
 		}
@@ -77,7 +81,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		}
 		out.PCAP = captureState(in)
 	}
-	if path, err := s.mgr.LockPath(s.cfg.WorkDir); err != nil {
+	if path, err := mgr.LockPath(s.cfg.WorkDir); err != nil {
 		out.Problems = append(out.Problems, "lock: "+err.Error())
 	} else {
 		out.LockFile = path
@@ -162,9 +166,13 @@ type ListOutput struct {
 }
 
 func (s *Server) list(_ context.Context, _ *mcp.CallToolRequest, _ ListInput) (*mcp.CallToolResult, ListOutput, error) {
-	out := ListOutput{Instances: []ListEntry{}, MaxInstances: s.mgr.MaxInstances()}
+	mgr, err := s.manager()
+	if err != nil {
+		return nil, ListOutput{}, err
+	}
+	out := ListOutput{Instances: []ListEntry{}, MaxInstances: mgr.MaxInstances()}
 	var b strings.Builder
-	for _, in := range s.mgr.List() {
+	for _, in := range mgr.List() {
 		i := in.Info()
 		e := ListEntry{Instance: i.Name, State: string(i.State), PID: i.PID, UptimeMS: i.Uptime.Milliseconds(),
 			Kernel: i.Kernel, TAP: i.TAP, Capture: i.Capture, SerialBytes: i.SerialBytes}

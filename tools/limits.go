@@ -50,10 +50,13 @@ func (s *Server) limits(next mcp.MethodHandler) mcp.MethodHandler {
 		if len(p.Arguments) > maxArguments {
 			return toolError(fmt.Sprintf("%s: arguments of %d bytes, more than the limit of %d for a call", p.Name, len(p.Arguments), maxArguments)), nil
 		}
-		if sch := s.inputs[p.Name]; sch != nil {
+		s.inputsMu.Lock()
+		ti := s.inputs[p.Name]
+		s.inputsMu.Unlock()
+		if ti != nil && ti.load() == nil {
 			var args any
 			if json.Unmarshal(p.Arguments, &args) == nil {
-				if err := checkSizes(p.Name, "", args, sch); err != "" {
+				if err := checkSizes(p.Name, "", args, ti.schema); err != "" {
 					return toolError(err), nil
 				}
 			}

@@ -44,7 +44,7 @@ func (s *Server) readTranscript(_ context.Context, req *mcp.ReadResourceRequest)
 	if rest, ok := strings.CutPrefix(req.Params.URI, TranscriptURI+"/"); ok {
 		name = rest
 	}
-	inst, err := s.mgr.Get(name)
+	inst, err := s.instance(Target{Instance: name})
 	if err != nil {
 		return nil, mcp.ResourceNotFoundError(req.Params.URI)
 	}

@@ -2,13 +2,17 @@ package tools
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -147,18 +151,142 @@ func defaultValue(p *jsonschema.Schema, d string) json.RawMessage {
 	return json.RawMessage(d)
 }
 
-// add registers a tool with a plain input schema, no output schema (see
-// above: the SDK infers one unless the output is typed any), and the
-// shared call handling.
-func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
-	in := inputSchema[In]()
-	t.InputSchema = in
-	s.inputs[t.Name] = in
-	mcp.AddTool(ms, t, handle(s, func(ctx context.Context, req *mcp.CallToolRequest, args In) (*mcp.CallToolResult, any, error) {
-		res, out, err := h(ctx, req, args)
+// schemasJSON holds every tool's input schema as tools/list shows it,
+// generated from the argument types (go test ./tools -run
+// TestSchemasFile -update; the test fails when it is stale). Building the
+// schemas by reflection and resolving them costs about 5 ms, more than the
+// rest of start-up together; read from here, the server answers
+// initialize at once, and each schema is resolved for validation when its
+// tool is first called.
+//
+//go:embed schemas.json
+var schemasJSON []byte
+
+var embeddedSchemas = sync.OnceValue(func() map[string]json.RawMessage {
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(schemasJSON, &m); err != nil {
+		panic(fmt.Sprintf("tools: schemas.json: %v", err))
+	}
+	return m
+})
+
+// toolInput is a tool's input schema: its JSON for tools/list, and the
+// schema resolved on first use, shared by every MCP server of the process.
+type toolInput struct {
+	raw json.RawMessage
+	gen func() *jsonschema.Schema // what schemas.json is generated from
+
+	once     sync.Once
+	schema   *jsonschema.Schema
+	resolved *jsonschema.Resolved
+	err      error
+}
+
+var (
+	inputsMu sync.Mutex
+	inputs   = map[string]*toolInput{}
+)
+
+// inputOf returns the input of tool name, whose argument type gen
+// describes.
+func inputOf(name string, gen func() *jsonschema.Schema) *toolInput {
+	inputsMu.Lock()
+	defer inputsMu.Unlock()
+	if ti := inputs[name]; ti != nil {
+		return ti
+	}
+	ti := &toolInput{raw: embeddedSchemas()[name], gen: gen}
+	if ti.raw == nil {
+		// Not in schemas.json (a tool added since it was generated):
+		// built here, at a start-up cost, until the file is regenerated.
+		b, err := json.Marshal(gen())
 		if err != nil {
-			return res, nil, err
+			panic(fmt.Sprintf("tools: schema of %s: %v", name, err))
 		}
-		return res, out, nil
-	}))
+		ti.raw = b
+	}
+	inputs[name] = ti
+	return ti
+}
+
+// load parses and resolves the schema.
+func (ti *toolInput) load() error {
+	ti.once.Do(func() {
+		var sch jsonschema.Schema
+		if ti.err = json.Unmarshal(ti.raw, &sch); ti.err != nil {
+			return
+		}
+		ti.schema = &sch
+		ti.resolved, ti.err = sch.Resolve(nil)
+	})
+	return ti.err
+}
+
+// add registers a tool with a plain input schema, no output schema (see
+// above), and the shared call handling: its arguments get the schema's
+// defaults and are validated against it, as the SDK's typed tools are.
+func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
+	ti := inputOf(t.Name, inputSchema[In])
+	t.InputSchema = ti.raw
+	s.inputsMu.Lock()
+	s.inputs[t.Name] = ti
+	s.inputsMu.Unlock()
+	ms.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := ti.load(); err != nil {
+			return nil, fmt.Errorf("tools: input schema of %s: %w", t.Name, err)
+		}
+		args := map[string]any{}
+		if a := req.Params.Arguments; len(a) > 0 {
+			if err := json.Unmarshal(a, &args); err != nil {
+				return errorResult(fmt.Errorf("validating \"arguments\": unmarshaling arguments: %w", err)), nil
+			}
+		}
+		var v any = args
+		if err := ti.resolved.ApplyDefaults(&v); err != nil {
+			return errorResult(fmt.Errorf("validating \"arguments\": applying schema defaults:\n%w", err)), nil
+		}
+		if err := ti.resolved.Validate(&v); err != nil {
+			return errorResult(fmt.Errorf("validating \"arguments\": %v", err)), nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return errorResult(err), nil
+		}
+		var in In
+		if err := json.Unmarshal(b, &in); err != nil {
+			return errorResult(err), nil
+		}
+		if s.closing.Load() {
+			return errorResult(ErrClosed), nil
+		}
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+		res, out, err := h(ctx, req, in)
+		if err != nil {
+			var wire *jsonrpc.Error
+			if errors.As(err, &wire) {
+				return nil, wire
+			}
+			return errorResult(err), nil
+		}
+		if res == nil {
+			res = &mcp.CallToolResult{}
+		}
+		ob, err := json.Marshal(out)
+		if err != nil {
+			return nil, fmt.Errorf("tools: %s: marshal the result: %w", t.Name, err)
+		}
+		res.StructuredContent = json.RawMessage(ob)
+		if res.Content == nil {
+			res.Content = []mcp.Content{&mcp.TextContent{Text: string(ob)}}
+		}
+		return res, nil
+	})
+}
+
+func errorResult(err error) *mcp.CallToolResult {
+	var r mcp.CallToolResult
+	r.SetError(err)
+	return &r
 }

@@ -12,11 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
@@ -84,9 +84,14 @@ var ErrClosed = errors.New("qemu-mcp is shutting down: no new work is accepted")
 // argument decoding, results and errors. Everything a guest's life needs is
 // in package instance.
 type Server struct {
-	cfg Config
-	log *slog.Logger
-	mgr *instance.Manager
+	cfg      Config
+	log      *slog.Logger
+	mgr      *instance.Manager
+	mgrErr   error
+	mgrReady chan struct{} // closed once mgr or mgrErr is set
+	// mgrStarted is closed when startManager first runs.
+	mgrStarted   chan struct{}
+	startManager func()
 
 	// base ends when shutdown begins, which ends every call in flight.
 	base    context.Context
@@ -107,7 +112,8 @@ type Server struct {
 	cursors  map[cursorKey]int64
 
 	// inputs are the tools' input schemas, for the limits middleware.
-	inputs map[string]*jsonschema.Schema
+	inputsMu sync.Mutex
+	inputs   map[string]*toolInput
 }
 
 type cursorKey struct {
@@ -178,6 +184,25 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Snapshots == "" {
 		cfg.Snapshots = kept.Snapshots(cfg.Captures)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	bin := cfg.QEMUBinary
+	s := &Server{cfg: cfg, log: cfg.Logger, base: ctx, cancel: cancel, started: time.Now(),
+		qemuVersion: sync.OnceValue(func() string { return qemuVersion(bin) }),
+		mgrReady:    make(chan struct{}), mgrStarted: make(chan struct{})}
+	// The manager (this server's record, its directories) is made once
+	// initialize is answered, or at the first use before that; every use
+	// waits for it, and Ready reports its failure.
+	s.startManager = sync.OnceFunc(func() {
+		close(s.mgrStarted)
+		go func() {
+			defer close(s.mgrReady)
+			s.mgr, s.mgrErr = newManager(cfg)
+		}()
+	})
+	return s, nil
+}
+
+func newManager(cfg Config) (*instance.Manager, error) {
 	rec, err := registry.Self(cfg.Transport, cfg.Address, cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
@@ -191,14 +216,35 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	bin := cfg.QEMUBinary
-	return &Server{cfg: cfg, log: cfg.Logger, mgr: mgr, base: ctx, cancel: cancel, started: time.Now(),
-		qemuVersion: sync.OnceValue(func() string { return qemuVersion(bin) })}, nil
+	return mgr, nil
 }
 
-// Manager is the guests' manager, for the process that hosts the tools.
-func (s *Server) Manager() *instance.Manager { return s.mgr }
+// Ready makes the server ready to boot guests if it is not yet, waits
+// for it, and says why not if it cannot be (its runtime directory or
+// record could not be made).
+func (s *Server) Ready() error {
+	s.startManager()
+	<-s.mgrReady
+	return s.mgrErr
+}
+
+// Started is closed once the server began to make itself ready (after
+// answering initialize): Ready then only waits.
+func (s *Server) Started() <-chan struct{} { return s.mgrStarted }
+
+// manager is the guests' manager, once it is made.
+func (s *Server) manager() (*instance.Manager, error) {
+	s.startManager()
+	<-s.mgrReady
+	return s.mgr, s.mgrErr
+}
+
+// Manager is the guests' manager, for the process that hosts the tools;
+// nil if it could not be made (see Ready).
+func (s *Server) Manager() *instance.Manager {
+	m, _ := s.manager()
+	return m
+}
 
 // hostPolicy is the policy for every host path a tool takes; AllowHostAccess
 // lifts it too.
@@ -225,7 +271,11 @@ func qemuFilesDir(captures string) string { return filepath.Join(captures, "qemu
 func (s *Server) Close(ctx context.Context) error {
 	s.closing.Store(true)
 	s.cancel()
-	return s.mgr.Close(ctx)
+	m, err := s.manager()
+	if err != nil {
+		return nil
+	}
+	return m.Close(ctx)
 }
 
 // Target names the guest a call is for.
@@ -242,7 +292,11 @@ func (t Target) name() string {
 
 // instance returns the named guest, in whatever state it is.
 func (s *Server) instance(t Target) (*instance.Instance, error) {
-	return s.mgr.Get(t.name())
+	m, err := s.manager()
+	if err != nil {
+		return nil, err
+	}
+	return m.Get(t.name())
 }
 
 // running returns the named guest and its QEMU if it runs, or an error that
@@ -264,13 +318,64 @@ func (s *Server) NewMCPServer() *mcp.Server {
 	ms := mcp.NewServer(&mcp.Implementation{Name: "qemu-mcp", Version: s.cfg.Version}, &mcp.ServerOptions{
 		Instructions: instructions,
 		Logger:       s.log,
+		// The tools and resources are added once, while initialize is
+		// answered (below), and never change: no list_changed.
+		Capabilities: &mcp.ServerCapabilities{
+			Logging:   &mcp.LoggingCapabilities{},
+			Tools:     &mcp.ToolCapabilities{},
+			Resources: &mcp.ResourceCapabilities{},
+		},
 	})
-	s.inputs = map[string]*jsonschema.Schema{}
-	ms.AddReceivingMiddleware(s.limits)
-	s.register(ms)
-	s.registerNetwork(ms)
-	s.registerResources(ms)
+	s.inputsMu.Lock()
+	s.inputs = map[string]*toolInput{}
+	s.inputsMu.Unlock()
+	// Adding a tool costs the SDK a parse of its schema, 30 of them as
+	// long as the rest of start-up: they are added in the background,
+	// side by side, and whatever lists or calls them waits until they are.
+	// That work, and the manager's, begins once initialize is answered
+	// (or at the first request that is not initialize), so that it does
+	// not compete with the answer for the CPU.
+	ready := make(chan struct{})
+	start := sync.OnceFunc(func() {
+		s.startManager()
+		go func() {
+			defer close(ready)
+			s.registerAll(ms)
+		}()
+	})
+	ms.AddReceivingMiddleware(gate(ready, start), s.limits)
 	return ms
+}
+
+// registerAll adds every tool and resource, the groups side by side.
+func (s *Server) registerAll(ms *mcp.Server) {
+	var wg sync.WaitGroup
+	for _, reg := range []func(*mcp.Server){s.register, s.registerDebug, s.registerSnapshots, s.registerNetwork, s.registerResources} {
+		wg.Go(func() { reg(ms) })
+	}
+	wg.Wait()
+}
+
+// gate starts the registration (start) after initialize, and holds
+// requests for tools and resources until it is done (ready is closed).
+func gate(ready <-chan struct{}, start func()) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "initialize" {
+				defer start()
+				return next(ctx, method, req)
+			}
+			start()
+			if strings.HasPrefix(method, "tools/") || strings.HasPrefix(method, "resources/") {
+				select {
+				case <-ready:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return next(ctx, method, req)
+		}
+	}
 }
 
 const instructions = `qemu-mcp boots a riscv64 guest under qemu-system-riscv64 and drives it.
@@ -279,21 +384,6 @@ talk to the serial console with serial_send / serial_read (output is kept and ad
 nothing is lost between calls), use qmp_command for the QEMU monitor, qemu_status to look, and
 qemu_shutdown to stop. Several guests run side by side under different instance names (every
 guest tool takes instance, default "default"; qemu_list lists them). Timeouts are seconds.`
-
-// handle gives every tool the same shutdown behaviour: refused once
-// shutdown began, cancelled when it begins.
-func handle[In, Out any](s *Server, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) mcp.ToolHandlerFor[In, Out] {
-	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
-		var zero Out
-		if s.closing.Load() {
-			return nil, zero, ErrClosed
-		}
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(s.base, cancel)()
-		return h(ctx, req, in)
-	}
-}
 
 func textResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}

@@ -197,6 +197,9 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, se
 	cfg.Transport = "http"
 	cfg.Address = ln.Addr().String()
 	srv, err := tools.New(cfg)
+	if err == nil {
+		err = srv.Ready()
+	}
 	if err != nil {
 		ln.Close()
 		log.Error("start", "err", err)

@@ -157,6 +157,20 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watchParent(cancel, log)
+	// The server finishes setting up while it answers initialize; if it
+	// cannot (its runtime directory), it ends as it would have at start.
+	failed := make(chan error, 1)
+	go func() {
+		select {
+		case <-srv.Started():
+		case <-ctx.Done():
+			return
+		}
+		if err := srv.Ready(); err != nil {
+			failed <- err
+			cancel(err)
+		}
+	}()
 
 	log.Info("serving MCP on stdio", "version", versionString(), "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
 	// Answers go out whole, one at a time; lines that are not JSON-RPC
@@ -173,6 +187,12 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	if err := srv.Close(cctx); err != nil {
 		log.Error("cleanup", "err", err)
 		return 1
+	}
+	select {
+	case err := <-failed:
+		log.Error("start", "err", err)
+		return 1
+	default:
 	}
 	return 0
 }

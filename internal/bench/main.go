@@ -34,6 +34,8 @@ var (
 	floodRuns = flag.Int("flood-runs", 3, "flood runs per side, alternating")
 	instances = flag.Int("instances", 8, "guests booted at once in one server (0 skips)")
 	sizesOnly = flag.Bool("sizes", false, "print only the table of result sizes")
+	starts    = flag.Int("starts", 20, "server starts per side for the start-up figure")
+	startOnly = flag.Bool("start-only", false, "measure only the start-up against the reference server")
 )
 
 const banner = "qemu-mcp tiny kernel 1.0"
@@ -45,6 +47,15 @@ type row struct {
 func main() {
 	flag.Parse()
 	ctx := context.Background()
+	if *startOnly {
+		ours, ref, list, refList, _, err := measureStart(ctx, *starts)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("start: qemu-mcp %s, reference %s, %s; to tools/list %s, %s, %s\n", ms(ours), ms(ref), ratio(ours, ref), ms(list), ms(refList), ratio(list, refList))
+		return
+	}
 	sizes, err := resultSizes(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: result sizes: %v\n", err)
@@ -61,11 +72,14 @@ func main() {
 		os.Exit(1)
 	}
 
-	start, rss, err := measureStart(ctx)
+	start, refStart, list, refList, rss, err := measureStart(ctx, *starts)
 	if err != nil {
 		fail("server start", err)
 	}
-	rows = append(rows, row{"server start to initialize answered (median of 10)", ms(start), "-", "-", "<= 20 ms"})
+	rows = append(rows, row{fmt.Sprintf("server start to initialize answered, median of %d (raw: a minimal go-sdk stdio server with one tool, started alternately)", *starts),
+		ms(start), ms(refStart), ratio(start, refStart), "<= 1.5x the reference"})
+	rows = append(rows, row{fmt.Sprintf("server start to tools/list answered (30 tools; the reference's 1), median of %d", *starts),
+		ms(list), ms(refList), ratio(list, refList), ""})
 	rows = append(rows, row{"idle resident memory after initialize", mib(rss), "-", "-", "<= 20 MiB"})
 
 	raw, err := rawEcho(*echoes)
@@ -80,7 +94,12 @@ func main() {
 	if err != nil {
 		fail("mcp floor", err)
 	}
-	rows = append(rows, row{"MCP stdio call floor (qemu_status), median", ms(median(floor)), "-", "-", ""})
+	refFloor, err := refCallFloor(ctx, *echoes)
+	if err != nil {
+		fail("reference call floor", err)
+	}
+	rows = append(rows, row{fmt.Sprintf("MCP stdio call floor: qemu_status, median of %d (raw: the reference server's trivial tool)", *echoes),
+		ms(median(floor)), ms(median(refFloor)), ratio(median(floor), median(refFloor)), ""})
 	rows = append(rows, row{fmt.Sprintf("echo round trip, median of %d", *echoes), ms(median(ours)), ms(median(raw)),
 		ratio(median(ours), median(raw)), "<= 1 ms, <= 5x raw"})
 	rows = append(rows, row{"echo round trip, p90", ms(pct(ours, 90)), ms(pct(raw, 90)), ratio(pct(ours, 90), pct(raw, 90)), ""})
@@ -372,21 +391,76 @@ func (s *server) bootInstance(ctx context.Context, name, waitFor string) error {
 	return nil
 }
 
-func measureStart(ctx context.Context) (time.Duration, int64, error) {
-	var ds []time.Duration
-	var rss int64
-	for i := 0; i < 10; i++ {
+// measureStart times qemu-mcp and the reference server from exec to
+// initialize answered, alternately, so that the machine's drifts hit both;
+// and on to tools/list answered (list, listRef).
+func measureStart(ctx context.Context, n int) (ours, ref, list, listRef time.Duration, rss int64, err error) {
+	var ds, rs, ls, lrs []time.Duration
+	for i := 0; i < n+2; i++ {
 		t := time.Now()
 		s, err := startServer(ctx)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, 0, 0, err
 		}
-		ds = append(ds, time.Since(t))
-		time.Sleep(200 * time.Millisecond)
-		rss = max(rss, vmRSS(s.cmd.Process.Pid))
+		d := time.Since(t)
+		if _, err := s.cs.ListTools(ctx, nil); err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
+		l := time.Since(t)
+		if i == 0 {
+			time.Sleep(200 * time.Millisecond)
+			rss = vmRSS(s.cmd.Process.Pid)
+		}
 		s.close()
+		t = time.Now()
+		r, err := startRef(ctx)
+		if err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
+		dr := time.Since(t)
+		if _, err := r.cs.ListTools(ctx, nil); err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
+		lr := time.Since(t)
+		r.close()
+		if i >= 2 { // the first runs warm the page cache
+			ds, rs, ls, lrs = append(ds, d), append(rs, dr), append(ls, l), append(lrs, lr)
+		}
 	}
-	return median(ds), rss, nil
+	return median(ds), median(rs), median(ls), median(lrs), rss, nil
+}
+
+var refBinary = flag.String("ref", "bin/refserver", "the reference server (internal/bench/refserver)")
+
+// startRef starts the reference server.
+func startRef(ctx context.Context) (*server, error) {
+	cmd := exec.Command(*refBinary)
+	cmd.Stderr = os.Stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &server{cmd: cmd, cs: cs}, nil
+}
+
+// refCallFloor times the reference server's trivial tool.
+func refCallFloor(ctx context.Context, n int) ([]time.Duration, error) {
+	s, err := startRef(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var ds []time.Duration
+	for i := 0; i < n+10; i++ {
+		t := time.Now()
+		if err := s.call(ctx, "ping", map[string]any{"text": "x"}, nil); err != nil {
+			return nil, err
+		}
+		if i >= 10 {
+			ds = append(ds, time.Since(t))
+		}
+	}
+	return ds, nil
 }
 
 func vmRSS(pid int) int64 {

@@ -2,6 +2,7 @@ package boundary
 
 import (
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"sync"
 
 	"sort"
 	"strings"
@@ -148,12 +149,12 @@ var ExtraArgRules = []Rule{
 	},
 }
 
-var optionIndex = ruleIndex("option", ExtraArgRules)
+var optionIndex = sync.OnceValue(func() map[string]*Rule { return ruleIndex("option", ExtraArgRules) })
 
 // ClassifyOption returns the rule covering a command-line option given
 // without its dash, RuleUnlisted's if none.
 func ClassifyOption(name string) Rule {
-	if r, ok := optionIndex[name]; ok {
+	if r, ok := optionIndex()[name]; ok {
 		return *r
 	}
 	return unlistedRule
@@ -227,7 +228,7 @@ func CheckExtraArgs(args []string) error {
 			name, value, inline = name[:j], name[j+1:], true
 		}
 		subject := "-" + name
-		rule, ok := optionIndex[name]
+		rule, ok := optionIndex()[name]
 		if !ok {
 			return refuse(RuleUnlisted, "%s is not on the allow-list of guest-only QEMU options; unknown options are refused by default", describe(a)).err("extra_args", subject)
 		}

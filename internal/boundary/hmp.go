@@ -2,6 +2,7 @@ package boundary
 
 import (
 	"strings"
+	"sync"
 )
 
 // HMPRules classifies the HMP commands of qemu-system-riscv64 7.2 for
@@ -151,7 +152,7 @@ var HMPRules = []Rule{
 	},
 }
 
-var hmpIndex = ruleIndex("hmp command", HMPRules)
+var hmpIndex = sync.OnceValue(func() map[string]*Rule { return ruleIndex("hmp command", HMPRules) })
 
 // InfoSubcommands are the "info" subcommands of QEMU 7.2 that HMP may run:
 // all of them except usbhost, which enumerates the host's USB devices.
@@ -174,7 +175,7 @@ var InfoSubcommands = map[string]bool{
 // ClassifyHMP returns the rule covering an HMP command name, RuleUnlisted's
 // if none.
 func ClassifyHMP(name string) Rule {
-	if r, ok := hmpIndex[name]; ok {
+	if r, ok := hmpIndex()[name]; ok {
 		return *r
 	}
 	return unlistedRule
@@ -202,7 +203,7 @@ func checkHMP(name, rest, line, capturesDir string) *refusal {
 	if strings.ContainsRune(line, 0) {
 		return refuse(RuleSyntax, "the line contains a NUL byte, where QEMU would stop reading")
 	}
-	rule, ok := hmpIndex[name]
+	rule, ok := hmpIndex()[name]
 	if !ok {
 		return refuse(RuleUnlisted, "%s is not on the allow-list of guest-only HMP commands; new and unknown commands are refused by default", describe(name))
 	}

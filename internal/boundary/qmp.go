@@ -3,6 +3,7 @@ package boundary
 import (
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // QMPRules classifies every QMP command of qemu-system-riscv64 7.2 (the test
@@ -192,11 +193,11 @@ var QMPRules = []Rule{
 	},
 }
 
-var qmpIndex = ruleIndex("qmp command", QMPRules)
+var qmpIndex = sync.OnceValue(func() map[string]*Rule { return ruleIndex("qmp command", QMPRules) })
 
 // ClassifyQMP returns the rule covering a QMP command, RuleUnlisted's if none.
 func ClassifyQMP(command string) Rule {
-	if r, ok := qmpIndex[command]; ok {
+	if r, ok := qmpIndex()[command]; ok {
 		return *r
 	}
 	return unlistedRule
@@ -227,7 +228,7 @@ func CheckQMP(command string, args map[string]any, capturesDir string) error {
 }
 
 func checkQMP(command string, args map[string]any, capturesDir string) *refusal {
-	rule, ok := qmpIndex[command]
+	rule, ok := qmpIndex()[command]
 	if !ok {
 		return refuse(RuleUnlisted, "%q is not on the allow-list of guest-only QMP commands; new and unknown commands are refused by default", command)
 	}

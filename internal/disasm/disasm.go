@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/arch/riscv64/riscv64asm"
 )
@@ -77,19 +78,22 @@ func absolute(text string, t uint64) string {
 	return text[:i+1] + fmt.Sprintf("%#x", t)
 }
 
-var xreg = regexp.MustCompile(`\bx([0-9]|[12][0-9]|3[01])\b`)
-var freg = regexp.MustCompile(`\bf([0-9]|[12][0-9]|3[01])\b`)
+// Compiled on first use, off the server's start-up.
+var (
+	xreg = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\bx([0-9]|[12][0-9]|3[01])\b`) })
+	freg = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\bf([0-9]|[12][0-9]|3[01])\b`) })
+)
 
 var fabi = strings.Fields("ft0 ft1 ft2 ft3 ft4 ft5 ft6 ft7 fs0 fs1 fa0 fa1 fa2 fa3 fa4 fa5 fa6 fa7 fs2 fs3 fs4 fs5 fs6 fs7 fs8 fs9 fs10 fs11 ft8 ft9 ft10 ft11")
 
 // abiNames writes registers by their ABI names (sp, a0, ft0), as kernel
 // sources and objdump do.
 func abiNames(text string) string {
-	text = xreg.ReplaceAllStringFunc(text, func(m string) string {
+	text = xreg().ReplaceAllStringFunc(text, func(m string) string {
 		n, _ := strconv.Atoi(m[1:])
 		return abi[n]
 	})
-	return freg.ReplaceAllStringFunc(text, func(m string) string {
+	return freg().ReplaceAllStringFunc(text, func(m string) string {
 		n, _ := strconv.Atoi(m[1:])
 		return fabi[n]
 	})

@@ -19,7 +19,6 @@ import (
 	"encoding/base32"
 	"fmt"
 	"net"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -56,13 +55,23 @@ const DefaultInstance = "default"
 // unix socket path has at most 107 bytes.
 const MaxInstanceLen = 16
 
-var instanceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+// validInstance is ^[a-z0-9][a-z0-9_-]*$, without a regexp compiled at
+// start-up.
+func validInstance(name string) bool {
+	for i, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '_' || c == '-')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // CheckInstance says what is wrong with an instance name, or nil: 1 to 16
 // characters of lower-case letters, digits, '-' and '_', starting with a
 // letter or digit.
 func CheckInstance(name string) error {
-	if len(name) == 0 || len(name) > MaxInstanceLen || !instanceRE.MatchString(name) {
+	if len(name) == 0 || len(name) > MaxInstanceLen || !validInstance(name) {
 		return fmt.Errorf("instance name %q: want 1 to %d characters of a-z, 0-9, '-' and '_', starting with a letter or digit", clip(name), MaxInstanceLen)
 	}
 	return nil

@@ -36,6 +36,9 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 	defer os.RemoveAll(lockDir)
 	cfg.LockFile = filepath.Join(lockDir, "qemu.lock")
 	srv, err := tools.New(cfg)
+	if err == nil {
+		err = srv.Ready()
+	}
 	if err != nil {
 		return err
 	}
