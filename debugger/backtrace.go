@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/gdb"
@@ -82,10 +81,7 @@ func isEntry(fn string) bool {
 }
 
 func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uint64, max int) Backtrace {
-	fp := regs["fp"]
-	if v, ok := regs["s0"]; ok {
-		fp = v
-	}
+	fp, _ := gpr(regs, "s0")
 	st := unwindState{pc: regs["pc"], fp: fp, ra: regs["ra"], sp: regs["sp"], exact: true}
 	var bt Backtrace
 	read := func(a uint64) (uint64, bool) {
@@ -258,15 +254,7 @@ func (s *Session) callerWhere(ctx context.Context, c *gdb.Client, ra uint64) Whe
 // whereReturn symbolizes a return address by the call before it: a call
 // to a function that does not return can be a function's last
 // instruction, and its return address the next function's first.
-func (s *Session) whereReturn(ra uint64) Where {
-	w := s.Where(ra - 1)
-	w.Addr = hex(ra)
-	if w.Function != "" {
-		off, _ := strconv.ParseUint(strings.TrimPrefix(w.Offset, "0x"), 16, 64)
-		w.Offset = hex(off + 1)
-	}
-	return w
-}
+func (s *Session) whereReturn(ra uint64) Where { return s.whereBy(ra, ra-1) }
 
 // prologue is what a function's prologue does, as far as pc reached:
 // where it saves ra and the caller's frame pointer, relative to the new

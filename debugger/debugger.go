@@ -204,13 +204,17 @@ func (w Where) String() string {
 func hex(a uint64) string { return "0x" + strconv.FormatUint(a, 16) }
 
 // Where symbolizes addr.
-func (s *Session) Where(addr uint64) Where {
+func (s *Session) Where(addr uint64) Where { return s.whereBy(addr, addr) }
+
+// whereBy names addr by the symbol and source line of lookup, at or
+// before it.
+func (s *Session) whereBy(addr, lookup uint64) Where {
 	w := Where{Addr: hex(addr)}
 	if s.cfg.Symbols == nil {
 		return w
 	}
-	if loc, ok := s.cfg.Symbols.Symbolize(addr); ok {
-		w.Function, w.Offset, w.File, w.Line = loc.Function, hex(loc.Offset), loc.File, loc.Line
+	if loc, ok := s.cfg.Symbols.Symbolize(lookup); ok {
+		w.Function, w.Offset, w.File, w.Line = loc.Function, hex(loc.Offset+(addr-lookup)), loc.File, loc.Line
 	}
 	return w
 }

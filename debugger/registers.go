@@ -54,6 +54,16 @@ var abiNames = []string{
 	"t3", "t4", "t5", "t6",
 }
 
+// gpr is the register named by its ABI name in a 'g' read, where the stub
+// calls s0 "fp".
+func gpr(regs map[string]uint64, name string) (uint64, bool) {
+	v, ok := regs[name]
+	if !ok && name == "s0" {
+		v, ok = regs["fp"]
+	}
+	return v, ok
+}
+
 // TrapCSRs are the CSRs Registers reads: the ones worth showing when asking "why did it trap":
 // supervisor first (where a kernel runs), then machine (firmware).
 var TrapCSRs = []string{
@@ -208,11 +218,7 @@ func (s *Session) readRegisters(ctx context.Context, c *gdb.Client) (Registers, 
 	var r Registers
 	r.PC = s.Where(all["pc"])
 	for _, n := range abiNames {
-		v, ok := all[n]
-		if !ok && n == "s0" {
-			v, ok = all["fp"]
-		}
-		if ok {
+		if v, ok := gpr(all, n); ok {
 			r.GPRs = append(r.GPRs, Value{n, v})
 		}
 	}

@@ -189,14 +189,8 @@ func reg(regs map[string]uint64, n int) uint64 {
 	if n <= 0 || n > len(abiNames) {
 		return 0
 	}
-	name := abiNames[n-1]
-	if v, ok := regs[name]; ok {
-		return v
-	}
-	if name == "s0" {
-		return regs["fp"]
-	}
-	return 0
+	v, _ := gpr(regs, abiNames[n-1])
+	return v
 }
 
 // mem is a load, store or AMO: its length, base register, offset and

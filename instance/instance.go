@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +20,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
-	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
@@ -145,9 +143,6 @@ type Instance struct {
 	// one is not the guest's end.
 	replacing bool
 	restoreMu sync.Mutex // one save or restore at a time
-	// described caches the machine's description (see describe).
-	described   *snapshot.Machine
-	describedAt string
 }
 
 // KeptRemoved lists the kept files this boot removed to stay under the cap.
@@ -385,7 +380,7 @@ func (i *Instance) startDebugger() {
 			if err != nil {
 				return false, err
 			}
-			return queryRunning(ctx, mch)
+			return mch.Monitor().Running(ctx)
 		},
 		Symbols: i.spec.Debug.Symbols,
 		Logger:  log,
@@ -402,21 +397,6 @@ func gdbAddress(mch *qemu.Machine) (network, addr string) {
 		return "tcp", a
 	}
 	return "unix", mch.Paths().GDBSocket
-}
-
-// queryRunning asks QMP whether the guest runs.
-func queryRunning(ctx context.Context, mch *qemu.Machine) (bool, error) {
-	raw, err := mch.Monitor().Execute(ctx, "query-status", nil)
-	if err != nil {
-		return false, err
-	}
-	var st struct {
-		Running bool `json:"running"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return false, fmt.Errorf("query-status: %w", err)
-	}
-	return st.Running, nil
 }
 
 // closeDebugger detaches from the stub, once.

@@ -26,35 +26,12 @@ type SnapshotSpec struct {
 	Meta  snapshot.Meta
 }
 
-// describe is the instance's machine, as snapshots know it. Hashing the
-// kernel and initrd takes tens of milliseconds, so the description is
-// kept while the files' sizes and times stay the same.
+// describe is the instance's machine, as snapshots know it (its files'
+// hashes are cached by snapshot.Describe).
 func (i *Instance) describe() (snapshot.Machine, error) {
-	var stamp strings.Builder
-	for p, f := range i.files {
-		fi, err := f.Stat()
-		if err != nil {
-			return snapshot.Machine{}, fmt.Errorf("%s: %w", p, err)
-		}
-		fmt.Fprintf(&stamp, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
-	}
-	i.mu.Lock()
-	if i.described != nil && i.describedAt == stamp.String() {
-		m := *i.described
-		i.mu.Unlock()
-		return m, nil
-	}
-	i.mu.Unlock()
 	cfg := i.cfg
 	cfg.Files = i.files
-	m, err := snapshot.Describe(cfg)
-	if err != nil {
-		return snapshot.Machine{}, err
-	}
-	i.mu.Lock()
-	i.described, i.describedAt = &m, stamp.String()
-	i.mu.Unlock()
-	return m, nil
+	return snapshot.Describe(cfg)
 }
 
 // qemuVersion asks QEMU its version, "7.2.22".
@@ -351,18 +328,5 @@ func (i *Instance) DeleteSnapshotTag(ctx context.Context, tag string) error {
 	if err != nil {
 		return err
 	}
-	disks, err := snapshot.Disks(ctx, mch.Monitor())
-	if err != nil {
-		return err
-	}
-	var nodes []string
-	for _, d := range disks {
-		if !d.ReadOnly && d.Format == "qcow2" {
-			nodes = append(nodes, d.Node)
-		}
-	}
-	if len(nodes) == 0 {
-		return nil
-	}
-	return mch.Monitor().RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
+	return snapshot.DeleteTag(ctx, mch.Monitor(), tag)
 }

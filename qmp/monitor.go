@@ -666,3 +666,18 @@ func truncate(b []byte) string {
 	}
 	return string(b[:limit]) + "..."
 }
+
+// Running asks QEMU whether the guest runs (query-status).
+func (m *Monitor) Running(ctx context.Context) (bool, error) {
+	raw, err := m.Execute(ctx, "query-status", nil)
+	if err != nil {
+		return false, err
+	}
+	var st struct {
+		Running bool `json:"running"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return false, fmt.Errorf("query-status: %w", err)
+	}
+	return st.Running, nil
+}

@@ -58,6 +58,31 @@ func Disks(ctx context.Context, mon *qmp.Monitor) ([]Disk, error) {
 	return out, nil
 }
 
+// driveNodes are the nodes of the guest's writable qcow2 drives: the ones
+// that hold their part of a snapshot.
+func driveNodes(disks []Disk) []string {
+	var nodes []string
+	for _, d := range disks {
+		if !d.ReadOnly && d.Format == "qcow2" {
+			nodes = append(nodes, d.Node)
+		}
+	}
+	return nodes
+}
+
+// DeleteTag removes tag from the guest's writable qcow2 drives.
+func DeleteTag(ctx context.Context, mon *qmp.Monitor, tag string) error {
+	disks, err := Disks(ctx, mon)
+	if err != nil {
+		return err
+	}
+	nodes := driveNodes(disks)
+	if len(nodes) == 0 {
+		return nil
+	}
+	return mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
+}
+
 // Save saves the running guest behind mon as the snapshot name of the
 // project root and machine m: its machine state into a new image of the
 // store, and the writable qcow2 drives' contents into those drives under
@@ -146,7 +171,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	// QEMU (up to 10.1) does not save the RISC-V timer's offset: the
 	// guest is stopped to read mtime where the state is saved (the clock
 	// stands still while it is stopped), so that a load can set it back.
-	running, err := isRunning(ctx, mon)
+	running, err := mon.Running(ctx)
 	if err != nil {
 		return fail("ask whether the guest runs", err)
 	}
@@ -187,12 +212,7 @@ func Load(ctx context.Context, mon *qmp.Monitor, node, tag string) error {
 	if err != nil {
 		return fmt.Errorf("load snapshot: list the drives: %w", err)
 	}
-	devices := []string{node}
-	for _, d := range disks {
-		if !d.ReadOnly && d.Format == "qcow2" && d.Node != node {
-			devices = append(devices, d.Node)
-		}
-	}
+	devices := append([]string{node}, driveNodes(disks)...)
 	if err := mon.RunJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": node, "devices": devices}); err != nil {
 		return fmt.Errorf("load snapshot: %w", err)
 	}
@@ -222,15 +242,4 @@ func ReadMtime(ctx context.Context, mon *qmp.Monitor) (uint64, error) {
 		return 0, fmt.Errorf("xp answered %q", out)
 	}
 	return n, nil
-}
-
-func isRunning(ctx context.Context, mon *qmp.Monitor) (bool, error) {
-	raw, err := mon.Execute(ctx, "query-status", nil)
-	if err != nil {
-		return false, err
-	}
-	var st struct {
-		Running bool `json:"running"`
-	}
-	return st.Running, json.Unmarshal(raw, &st)
 }

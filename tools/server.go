@@ -194,6 +194,12 @@ func New(cfg Config) (*Server, error) {
 	// waits for it, and Ready reports its failure.
 	s.startManager = sync.OnceFunc(func() {
 		close(s.mgrStarted)
+		if s.closing.Load() {
+			// Closed before any use: nothing to make, nothing to undo.
+			s.mgrErr = ErrClosed
+			close(s.mgrReady)
+			return
+		}
 		go func() {
 			defer close(s.mgrReady)
 			s.mgr, s.mgrErr = newManager(cfg)
@@ -271,7 +277,7 @@ func qemuFilesDir(captures string) string { return filepath.Join(captures, "qemu
 func (s *Server) Close(ctx context.Context) error {
 	s.closing.Store(true)
 	s.cancel()
-	m, err := s.manager()
+	m, err := s.manager() // never made if closing came first
 	if err != nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
@@ -158,19 +159,10 @@ type SnapshotListOutput struct {
 }
 
 func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
-	root := in.ProjectRoot
-	inst, _ := s.instance(in.Target)
-	if root == "" && inst != nil {
-		root = inst.Spec().Root
-	}
-	if root == "" {
-		root = s.cfg.WorkDir
-	}
-	scope, err := s.hostPolicy().Project(root)
+	root, inst, err := s.snapshotProject(in.ProjectRoot, in.Target)
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	root = scope.Dir()
 	metas, err := s.snapshots().List(root)
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
@@ -196,6 +188,25 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	return textResult(text), out, nil
 }
 
+// snapshotProject is the project whose snapshots a call means:
+// project_root, else the guest's, else the server's working directory,
+// checked by the host-path policy. inst is the named guest, if it exists.
+func (s *Server) snapshotProject(projectRoot string, t Target) (root string, inst *instance.Instance, err error) {
+	inst, _ = s.instance(t)
+	root = projectRoot
+	if root == "" && inst != nil {
+		root = inst.Spec().Root
+	}
+	if root == "" {
+		root = s.cfg.WorkDir
+	}
+	scope, err := s.hostPolicy().Project(root)
+	if err != nil {
+		return "", nil, err
+	}
+	return scope.Dir(), inst, nil
+}
+
 // SnapshotDeleteInput is qemu_snapshot_delete's arguments.
 type SnapshotDeleteInput struct {
 	Name        string `json:"name" max:"64" jsonschema:"the snapshot to delete"`
@@ -214,19 +225,10 @@ func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err := snapshot.CheckName(in.Name); err != nil {
 		return nil, SnapshotDeleteOutput{}, err
 	}
-	root := in.ProjectRoot
-	inst, _ := s.instance(in.Target)
-	if root == "" && inst != nil {
-		root = inst.Spec().Root
-	}
-	if root == "" {
-		root = s.cfg.WorkDir
-	}
-	scope, err := s.hostPolicy().Project(root)
+	root, inst, err := s.snapshotProject(in.ProjectRoot, in.Target)
 	if err != nil {
 		return nil, SnapshotDeleteOutput{}, err
 	}
-	root = scope.Dir()
 	metas, err := s.snapshots().Find(root, in.Name)
 	if err != nil {
 		return nil, SnapshotDeleteOutput{}, err

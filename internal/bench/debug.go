@@ -73,116 +73,6 @@ func debugRows(ctx context.Context, n int) ([]row, error) {
 	return rows, nil
 }
 
-func mcpDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
-	s, err := startServer(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer s.close()
-	var b struct {
-		Matched bool `json:"matched"`
-	}
-	if err := s.call(ctx, "qemu_boot", map[string]any{"gdb": true, "wait_for": "tiny> ", "timeout": 60}, &b); err != nil || !b.Matched {
-		return nil, nil, fmt.Errorf("boot: %v (matched %v)", err, b.Matched)
-	}
-	if err := s.call(ctx, "debug_break", map[string]any{"location": "cmd_echo"}, nil); err != nil {
-		return nil, nil, err
-	}
-	var st struct {
-		Stopped  bool   `json:"stopped"`
-		Function string `json:"function"`
-	}
-	for i := range n + 5 {
-		if err := s.call(ctx, "serial_send", map[string]any{"data": "echo x"}, nil); err != nil {
-			return nil, nil, err
-		}
-		t := time.Now()
-		if err := s.call(ctx, "debug_continue", map[string]any{"timeout": 10}, &st); err != nil {
-			return nil, nil, err
-		}
-		if !st.Stopped || st.Function != "cmd_echo" {
-			return nil, nil, fmt.Errorf("continue %d: %+v", i, st)
-		}
-		if i >= 5 {
-			stops = append(stops, time.Since(t))
-		}
-	}
-	for i := range n + 5 {
-		t := time.Now()
-		if err := s.call(ctx, "debug_registers", nil, nil); err != nil {
-			return nil, nil, err
-		}
-		if i >= 5 {
-			regs = append(regs, time.Since(t))
-		}
-	}
-	return stops, regs, nil
-}
-
-func rawDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
-	syms, err := debuginfo.Open(*symbols)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer syms.Close()
-	sym, err := syms.Lookup("cmd_echo")
-	if err != nil {
-		return nil, nil, err
-	}
-	dir, err := os.MkdirTemp("", "qmg")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "gdb")
-	q, err := startRaw("-gdb", "unix:"+sock+",server=on,wait=off")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer q.close()
-	if _, err := q.readUntil("tiny> "); err != nil {
-		return nil, nil, err
-	}
-	c, err := gdb.Dial(ctx, "unix", sock)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer c.Close()
-	if err := c.SetBreakpoint(ctx, gdb.Software, sym.Addr, 0); err != nil {
-		return nil, nil, err
-	}
-	for i := range n + 5 {
-		if _, err := q.in.WriteString("echo x\r"); err != nil {
-			return nil, nil, err
-		}
-		t := time.Now()
-		if err := c.Continue(ctx); err != nil {
-			return nil, nil, err
-		}
-		if _, err := c.Wait(ctx); err != nil {
-			return nil, nil, err
-		}
-		if i >= 5 {
-			stops = append(stops, time.Since(t))
-		}
-	}
-	for i := range n + 5 {
-		t := time.Now()
-		if _, err := c.ReadRegisters(ctx); err != nil {
-			return nil, nil, err
-		}
-		for _, r := range append([]string{"priv"}, debugger.TrapCSRs...) {
-			if _, err := c.ReadRegister(ctx, r); err != nil {
-				return nil, nil, err
-			}
-		}
-		if i >= 5 {
-			regs = append(regs, time.Since(t))
-		}
-	}
-	return stops, regs, nil
-}
-
 // symbolIndex times what a first debugger query on vmlinux costs, cold
 // index (the file itself is in the page cache after the first run), and
 // addr2line's time for one address.
@@ -218,20 +108,181 @@ func symbolIndex(path string) (ours, raw time.Duration, size int64, err error) {
 	return ours, raw, fi.Size(), nil
 }
 
-// watchStops times a write watchpoint on the tiny kernel's line buffer,
-// which the first character of every command line writes.
-func watchStops(ctx context.Context, n int) (ours, raw []time.Duration, err error) {
+// timed runs step n times after 5 to warm up, prep (untimed) before each,
+// and returns the times of step.
+func timed(n int, prep func() error, step func(i int) error) ([]time.Duration, error) {
+	var ds []time.Duration
+	for i := range n + 5 {
+		if prep != nil {
+			if err := prep(); err != nil {
+				return nil, err
+			}
+		}
+		t := time.Now()
+		if err := step(i); err != nil {
+			return nil, err
+		}
+		if i >= 5 {
+			ds = append(ds, time.Since(t))
+		}
+	}
+	return ds, nil
+}
+
+// debugServer is a server with the built-in kernel booted under its
+// debugger, at the prompt.
+func debugServer(ctx context.Context) (*server, error) {
 	s, err := startServer(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	defer s.close()
 	var b struct {
 		Matched bool `json:"matched"`
 	}
 	if err := s.call(ctx, "qemu_boot", map[string]any{"gdb": true, "wait_for": "tiny> ", "timeout": 60}, &b); err != nil || !b.Matched {
-		return nil, nil, fmt.Errorf("boot: %v (matched %v)", err, b.Matched)
+		s.close()
+		return nil, fmt.Errorf("boot: %v (matched %v)", err, b.Matched)
 	}
+	return s, nil
+}
+
+// rawStub is QEMU alone with the built-in kernel at its prompt and a gdb
+// client on its stub; addr is the address of symbol.
+type rawStub struct {
+	q    *rawQEMU
+	c    *gdb.Client
+	addr uint64
+	dir  string
+}
+
+func startRawStub(ctx context.Context, symbol string) (*rawStub, error) {
+	syms, err := debuginfo.Open(*symbols)
+	if err != nil {
+		return nil, err
+	}
+	defer syms.Close()
+	sym, err := syms.Lookup(symbol)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "qmg")
+	if err != nil {
+		return nil, err
+	}
+	r := &rawStub{addr: sym.Addr, dir: dir}
+	sock := filepath.Join(dir, "gdb")
+	if r.q, err = startRaw("-gdb", "unix:"+sock+",server=on,wait=off"); err != nil {
+		r.close()
+		return nil, err
+	}
+	if _, err := r.q.readUntil("tiny> "); err != nil {
+		r.close()
+		return nil, err
+	}
+	if r.c, err = gdb.Dial(ctx, "unix", sock); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rawStub) close() {
+	if r.c != nil {
+		r.c.Close()
+	}
+	if r.q != nil {
+		r.q.close()
+	}
+	os.RemoveAll(r.dir)
+}
+
+// stop types a command that reaches the breakpoint or watchpoint set,
+// continues, and waits for the stop.
+func (r *rawStub) stops(ctx context.Context, n int) ([]time.Duration, error) {
+	return timed(n, func() error {
+		_, err := r.q.in.WriteString("echo x\r")
+		return err
+	}, func(int) error {
+		if err := r.c.Continue(ctx); err != nil {
+			return err
+		}
+		_, err := r.c.Wait(ctx)
+		return err
+	})
+}
+
+// mcpStops types a command that reaches the breakpoint or watchpoint set
+// and times debug_continue until the stop; check judges each stop.
+func mcpStops(ctx context.Context, s *server, n int, out any, check func(i int) error) ([]time.Duration, error) {
+	return timed(n, func() error {
+		return s.call(ctx, "serial_send", map[string]any{"data": "echo x"}, nil)
+	}, func(i int) error {
+		if err := s.call(ctx, "debug_continue", map[string]any{"timeout": 10}, out); err != nil {
+			return err
+		}
+		return check(i)
+	})
+}
+
+func mcpDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
+	s, err := debugServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.close()
+	if err := s.call(ctx, "debug_break", map[string]any{"location": "cmd_echo"}, nil); err != nil {
+		return nil, nil, err
+	}
+	var st struct {
+		Stopped  bool   `json:"stopped"`
+		Function string `json:"function"`
+	}
+	if stops, err = mcpStops(ctx, s, n, &st, func(i int) error {
+		if !st.Stopped || st.Function != "cmd_echo" {
+			return fmt.Errorf("continue %d: %+v", i, st)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	regs, err = timed(n, nil, func(int) error { return s.call(ctx, "debug_registers", nil, nil) })
+	return stops, regs, err
+}
+
+func rawDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
+	r, err := startRawStub(ctx, "cmd_echo")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.close()
+	if err := r.c.SetBreakpoint(ctx, gdb.Software, r.addr, 0); err != nil {
+		return nil, nil, err
+	}
+	if stops, err = r.stops(ctx, n); err != nil {
+		return nil, nil, err
+	}
+	regs, err = timed(n, nil, func(int) error {
+		if _, err := r.c.ReadRegisters(ctx); err != nil {
+			return err
+		}
+		for _, name := range append([]string{"priv"}, debugger.TrapCSRs...) {
+			if _, err := r.c.ReadRegister(ctx, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return stops, regs, err
+}
+
+// watchStops times a write watchpoint on the tiny kernel's line buffer,
+// which the first character of every command line writes.
+func watchStops(ctx context.Context, n int) (ours, raw []time.Duration, err error) {
+	s, err := debugServer(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.close()
 	if err := s.call(ctx, "debug_watch", map[string]any{"location": "line_buf", "length": 1}, nil); err != nil {
 		return nil, nil, err
 	}
@@ -240,69 +291,24 @@ func watchStops(ctx context.Context, n int) (ours, raw []time.Duration, err erro
 			New string `json:"new"`
 		} `json:"access"`
 	}
-	for i := range n + 5 {
-		if err := s.call(ctx, "serial_send", map[string]any{"data": "echo x"}, nil); err != nil {
-			return nil, nil, err
-		}
-		t := time.Now()
-		if err := s.call(ctx, "debug_continue", map[string]any{"timeout": 10}, &st); err != nil {
-			return nil, nil, err
-		}
+	if ours, err = mcpStops(ctx, s, n, &st, func(i int) error {
 		if st.Access == nil || st.Access.New != "0x65" { // 'e'
-			return nil, nil, fmt.Errorf("watch stop %d: %+v", i, st.Access)
+			return fmt.Errorf("watch stop %d: %+v", i, st.Access)
 		}
-		if i >= 5 {
-			ours = append(ours, time.Since(t))
-		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
-
-	syms, err := debuginfo.Open(*symbols)
+	r, err := startRawStub(ctx, "line_buf")
 	if err != nil {
 		return nil, nil, err
 	}
-	defer syms.Close()
-	sym, err := syms.Lookup("line_buf")
-	if err != nil {
+	defer r.close()
+	if err := r.c.SetBreakpoint(ctx, gdb.WatchWrite, r.addr, 1); err != nil {
 		return nil, nil, err
 	}
-	dir, err := os.MkdirTemp("", "qmg")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "gdb")
-	q, err := startRaw("-gdb", "unix:"+sock+",server=on,wait=off")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer q.close()
-	if _, err := q.readUntil("tiny> "); err != nil {
-		return nil, nil, err
-	}
-	c, err := gdb.Dial(ctx, "unix", sock)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer c.Close()
-	if err := c.SetBreakpoint(ctx, gdb.WatchWrite, sym.Addr, 1); err != nil {
-		return nil, nil, err
-	}
-	for i := range n + 5 {
-		if _, err := q.in.WriteString("echo x\r"); err != nil {
-			return nil, nil, err
-		}
-		t := time.Now()
-		if err := c.Continue(ctx); err != nil {
-			return nil, nil, err
-		}
-		if _, err := c.Wait(ctx); err != nil {
-			return nil, nil, err
-		}
-		if i >= 5 {
-			raw = append(raw, time.Since(t))
-		}
-	}
-	return ours, raw, nil
+	raw, err = r.stops(ctx, n)
+	return ours, raw, err
 }
 
 // translations times debug_translate against QEMU's own gva2gpa on the
