@@ -55,8 +55,8 @@ type Session struct {
 	breaks map[uint64]Breakpoint
 	// watches are the watchpoints set, by address.
 	watches map[uint64]*watch
-	// last is the last stop reported.
-	last gdb.Stop
+	// lastReason is why the guest last stopped, as last reported.
+	lastReason string
 }
 
 // New returns a session that connects on first use.
@@ -368,11 +368,13 @@ func (i StopInfo) Where() Where {
 	return Where{Addr: i.PC, Function: i.Function, Offset: i.Offset, File: i.File, Line: i.Line}
 }
 
-// Unreported returns a stop no call has reported yet (a breakpoint or
-// watchpoint hit while the agent waited on the console), and reports it:
-// the next Continue resumes. It does not wait for an operation in
-// progress; ok is false then, as when there is nothing to report.
-func (s *Session) Unreported(ctx context.Context) (info StopInfo, ok bool) {
+// Holding says whether the session holds the guest stopped (a
+// breakpoint or watchpoint hit while the agent waited on the console, or
+// a stop reported earlier and not resumed), and where and why. A stop not
+// yet reported is reported in full, and the next Continue resumes. It does
+// not wait for an operation in progress; ok is false then, as when the
+// guest runs.
+func (s *Session) Holding(ctx context.Context) (info StopInfo, ok bool) {
 	if !s.mu.TryLock() {
 		return StopInfo{}, false
 	}
@@ -380,14 +382,15 @@ func (s *Session) Unreported(ctx context.Context) (info StopInfo, ok bool) {
 		s.releaseIdle()
 		s.mu.Unlock()
 	}()
-	if s.c == nil {
+	if s.c == nil || s.c.Running() {
 		return StopInfo{}, false
 	}
-	st, ok := s.pending(ctx, s.c)
-	if !ok {
-		return StopInfo{}, false
+	var err error
+	if st, pending := s.pending(ctx, s.c); pending {
+		info, err = s.stopInfo(ctx, s.c, st)
+	} else {
+		info, err = s.held(ctx, s.c)
 	}
-	info, err := s.stopInfo(ctx, s.c, st)
 	return info, err == nil
 }
 
@@ -402,10 +405,6 @@ func (s *Session) pending(ctx context.Context, c *gdb.Client) (gdb.Stop, bool) {
 }
 
 func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (StopInfo, error) {
-	if st.Reason == "" {
-		st = gdb.Stop{Reason: gdb.ReasonSignal, Signal: gdb.SIGINT}
-	}
-	s.last = st
 	info := StopInfo{Stopped: true, Reason: st.Reason}
 	switch st.Reason {
 	case gdb.ReasonExited, gdb.ReasonTerminated:
@@ -417,6 +416,7 @@ func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (Sto
 			info.Reason = "paused"
 		}
 	}
+	s.lastReason = info.Reason
 	var err error
 	if info.WatchAddr != "" {
 		// First, as it may step the access to its end.
@@ -428,9 +428,25 @@ func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (Sto
 			info.Backtrace = &bt
 		}
 	}
+	return info, s.locate(ctx, c, &info)
+}
+
+// held describes a guest the session holds stopped whose stop was
+// reported already: where it is and why it stopped, without handling the
+// stop again (a watchpoint's access is stepped once, when reported).
+func (s *Session) held(ctx context.Context, c *gdb.Client) (StopInfo, error) {
+	info := StopInfo{Stopped: true, Reason: s.lastReason}
+	if info.Reason == "" {
+		info.Reason = "paused"
+	}
+	return info, s.locate(ctx, c, &info)
+}
+
+// locate fills in where the stopped hart is and its next instruction.
+func (s *Session) locate(ctx context.Context, c *gdb.Client, info *StopInfo) error {
 	pc, err := c.ReadRegister(ctx, "pc")
 	if err != nil {
-		return info, fmt.Errorf("debugger: read pc: %w", err)
+		return fmt.Errorf("debugger: read pc: %w", err)
 	}
 	w := s.Where(pc)
 	info.PC, info.Function, info.Offset, info.File, info.Line = w.Addr, w.Function, w.Offset, w.File, w.Line
@@ -442,7 +458,7 @@ func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (Sto
 			}
 		}
 	}
-	return info, nil
+	return nil
 }
 
 // Continue resumes a stopped guest and waits up to timeout for the next
@@ -482,17 +498,17 @@ func (s *Session) Pause(ctx context.Context) (StopInfo, error) {
 	if err != nil {
 		return StopInfo{}, err
 	}
-	var st gdb.Stop
 	if c.Running() {
-		if st, err = c.Interrupt(ctx); err != nil {
+		st, err := c.Interrupt(ctx)
+		if err != nil {
 			return StopInfo{}, err
 		}
-	} else if p, ok := s.pending(ctx, c); ok {
-		st = p
-	} else {
-		st = s.last // already stopped: say why it stopped
+		return s.stopInfo(ctx, c, st)
 	}
-	return s.stopInfo(ctx, c, st)
+	if st, ok := s.pending(ctx, c); ok {
+		return s.stopInfo(ctx, c, st)
+	}
+	return s.held(ctx, c) // already stopped: say where and why
 }
 
 // Step executes count instructions of a stopped guest (it is paused

@@ -148,6 +148,15 @@ func TestDebugTinyKernel(t *testing.T) {
 		}
 		prev = st.PC
 	}
+	// A console wait on a guest the debugger holds says so.
+	var held struct {
+		waitOut
+		DebugStop *stopOut `json:"debug_stop"`
+	}
+	s.mustCall("serial_read", map[string]any{"wait_for": "never", "timeout": 0.2}, &held)
+	if !held.TimedOut || held.DebugStop == nil || held.DebugStop.Reason != "step" || held.DebugStop.PC != prev {
+		t.Errorf("wait on a held guest: %+v, debug_stop %+v", held.waitOut, held.DebugStop)
+	}
 	// Stepping over the calls to putn and puts lands after each of them,
 	// in cmd_echo, with the output printed.
 	for st.PC != "0x80200246" {
@@ -517,6 +526,16 @@ func TestDebugLinuxFaults(t *testing.T) {
 	}
 	if st.Backtrace == nil || len(st.Backtrace.Frames) < 3 {
 		t.Errorf("watch stop backtrace: %+v", st.Backtrace)
+	}
+	// Pausing the guest the watchpoint stopped says where it is, and does
+	// not handle the stop again (which would step another instruction).
+	var again struct {
+		stopOut
+		Access *struct{} `json:"access"`
+	}
+	s.mustCall("debug_pause", nil, &again)
+	if again.PC != st.PC || again.Reason != "watch" || again.Access != nil {
+		t.Errorf("pause after the watch stop: %+v (the stop was at %s)", again, st.PC)
 	}
 	// Several at once: a second watchpoint, and a duplicate refused.
 	var two struct {

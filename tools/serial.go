@@ -57,9 +57,9 @@ type WaitResult struct {
 	// gdb: true.
 	Triage      *debugger.Triage `json:"triage,omitempty" jsonschema:"on a panic with the debugger attached: pc, ra, sp, the trap and a symbolized backtrace"`
 	TriageError string           `json:"triage_error,omitempty" jsonschema:"why there is no triage"`
-	// DebugStop is a breakpoint or watchpoint the guest stopped at while
-	// the call waited: why the console went quiet.
-	DebugStop *debugger.StopInfo `json:"debug_stop,omitempty" jsonschema:"the guest stopped at a breakpoint or watchpoint during the wait (debug_continue resumes it)"`
+	// DebugStop says the debugger holds the guest stopped: why the
+	// console stayed quiet.
+	DebugStop *debugger.StopInfo `json:"debug_stop,omitempty" jsonschema:"the debugger holds the guest stopped (a breakpoint, watchpoint, step or pause): where and why; debug_continue resumes it"`
 }
 
 // Span is a range of serial cursors [start, end).
@@ -77,7 +77,7 @@ func (w WaitResult) summary(pattern string) string {
 	case w.Matched:
 		fmt.Fprintf(&b, "matched %q at cursor %d", w.Match, w.MatchStart)
 	case w.DebugStop != nil:
-		fmt.Fprintf(&b, "the guest stopped at a %s (%s) while waiting for %s: debug_continue resumes it",
+		fmt.Fprintf(&b, "the debugger holds the guest stopped (%s at %s), so %s did not come: debug_continue resumes it",
 			w.DebugStop.Reason, w.DebugStop.Where().String(), pattern)
 	case w.Panicked:
 		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
@@ -350,7 +350,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 	if w.Panicked && w.Running {
 		s.triage(ctx, in, &w)
 	} else if d := in.Debugger(); d != nil && w.Running && !w.Matched {
-		if st, ok := d.Unreported(ctx); ok {
+		if st, ok := d.Holding(ctx); ok {
 			w.DebugStop = &st
 		}
 	}

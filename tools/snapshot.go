@@ -156,7 +156,13 @@ type SnapshotListOutput struct {
 	// Total is every project's snapshots together, against the cap.
 	Total int64 `json:"total" jsonschema:"bytes all snapshots (every project) take"`
 	Cap   int64 `json:"cap" jsonschema:"bytes the server keeps of transcripts, captures and snapshots (--max-kept)"`
+	// More counts the older snapshots left out (see maxListed).
+	More int `json:"more,omitempty" jsonschema:"older snapshots not listed"`
 }
+
+// maxListed bounds a list (about 200 characters a snapshot): a result
+// stays far inside what a client shows the model.
+const maxListed = 50
 
 func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
 	root, inst, err := s.snapshotProject(in.ProjectRoot, in.Target)
@@ -169,6 +175,9 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	}
 	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: s.snapshots().Total(), Cap: s.cfg.KeepCap}
 	running := inst != nil && inst.Machine() != nil && inst.Spec().Root == root
+	if len(metas) > maxListed {
+		out.More, metas = len(metas)-maxListed, metas[:maxListed]
+	}
 	for _, m := range metas {
 		si := info(m)
 		if running {
@@ -181,7 +190,10 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	for _, si := range out.Snapshots {
 		names = append(names, fmt.Sprintf("%s (%s, %s)", si.Name, size(si.Size), si.Created.Format(time.RFC3339)))
 	}
-	text := fmt.Sprintf("%d snapshots in %s", len(names), root)
+	text := fmt.Sprintf("%d snapshots in %s", len(names)+out.More, root)
+	if out.More > 0 {
+		text += fmt.Sprintf(" (the %d newest)", len(names))
+	}
 	if len(names) > 0 {
 		text += ": " + strings.Join(names, ", ")
 	}

@@ -87,6 +87,19 @@ func TestSnapshotTinyKernel(t *testing.T) {
 		t.Errorf("list: %+v", list)
 	}
 
+	// A long list comes as the newest 50, the rest counted.
+	for k := range 50 {
+		s.mustCall("qemu_snapshot_save", map[string]any{"name": fmt.Sprintf("more-%02d", k)}, nil)
+	}
+	var long struct {
+		Snapshots []snapInfo `json:"snapshots"`
+		More      int        `json:"more"`
+	}
+	s.mustCall("qemu_snapshot_list", nil, &long)
+	if len(long.Snapshots) != 50 || long.More != 1 || long.Snapshots[0].Name != "more-49" {
+		t.Errorf("long list: %d listed, more %d, first %+v", len(long.Snapshots), long.More, long.Snapshots[0])
+	}
+
 	// A new server boots straight into it.
 	s2 := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
 	var b bootOut
@@ -109,7 +122,9 @@ func TestSnapshotTinyKernel(t *testing.T) {
 	if len(del.Deleted) != 1 {
 		t.Errorf("delete: %+v", del)
 	}
-	left, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "*"))
+	left, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "base.*"))
+	tmp, _ := filepath.Glob(filepath.Join(snaps, "*", "*", ".*"))
+	left = append(left, tmp...)
 	if len(left) != 0 {
 		t.Errorf("left after delete: %v", left)
 	}
