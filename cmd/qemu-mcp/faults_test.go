@@ -96,13 +96,18 @@ func TestHostileStdio(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":5,"error":"x"}`, -32600},
 		{`{"method":"ping","id":6}`, -32600},
 		{"\x00\xff\xfe binary", -32700},
-		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"qmp_command","arguments":{"command":"` + strings.Repeat("x", 10<<20) + `"}}}`, -32600},
+		// 10 MB, its id after params as the TypeScript SDK writes it: the
+		// answer carries the id, or the client would wait for its timeout.
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"qmp_command","arguments":{"command":"` + strings.Repeat("x", 10<<20) + `"}},"id":7}`, -32600},
 	} {
 		r.send(c.line)
 		m := r.next()
 		e, _ := m["error"].(map[string]any)
 		if e == nil || e["code"].(float64) != c.code {
 			t.Errorf("%.40q: answer %.200v, want error %v", c.line, m, c.code)
+		}
+		if len(c.line) > 1<<20 && m["id"] != float64(7) {
+			t.Errorf("the 10 MB line was answered with id %v, want 7", m["id"])
 		}
 		if b, _ := json.Marshal(m); len(b) > 1024 {
 			t.Errorf("%.40q: an answer of %d bytes", c.line, len(b))

@@ -157,6 +157,7 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watchParent(cancel, log)
+	watchStdout(cancel, log)
 	// The server finishes setting up while it answers initialize; if it
 	// cannot (its runtime directory), it ends as it would have at start.
 	failed := make(chan error, 1)
@@ -270,6 +271,33 @@ func watchParent(cancel context.CancelCauseFunc, log *slog.Logger) {
 			break
 		}
 		cancel(fmt.Errorf("parent %d exited", ppid))
+	}()
+}
+
+// watchStdout ends the server as soon as the client closes its end of our
+// stdout, even while no answer is due (a 30 s wait in flight): poll(2)
+// reports POLLERR on a pipe's write end once it has no reader, and POLLHUP
+// on a socket or terminal that hung up. A regular file or /dev/null never
+// reports either.
+func watchStdout(cancel context.CancelCauseFunc, log *slog.Logger) {
+	fd := int32(os.Stdout.Fd())
+	go func() {
+		// Events 0: only the conditions poll always reports.
+		fds := []unix.PollFd{{Fd: fd}}
+		for {
+			n, err := unix.Poll(fds, -1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				log.Debug("cannot watch stdout", "err", err)
+				return
+			}
+			if n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+				cancel(errors.New("stdout closed by the client"))
+				return
+			}
+		}
 	}()
 }
 

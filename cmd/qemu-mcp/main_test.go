@@ -335,8 +335,9 @@ func TestStdoutClosed(t *testing.T) {
 	stdout.Close()
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
-	// Its answer is what the server fails to write.
-	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"qemu_status","arguments":{}}}`+"\n"); err != nil {
+	// Its answer is what the server fails to write, if it has not seen
+	// the closed stdout already (then this write fails: it is gone).
+	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"qemu_status","arguments":{}}}`+"\n"); err != nil && !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("write request: %v", err)
 	}
 	done := make(chan error, 1)
@@ -350,6 +351,43 @@ func TestStdoutClosed(t *testing.T) {
 		t.Fatal("server still running 10 s after its stdout was closed")
 	}
 	t.Logf("server exited %v after stdout was closed", time.Since(start).Round(time.Millisecond))
+	assertClean(t, dir, q)
+}
+
+// A client that closes only the server's stdout while a 30 s wait is in
+// flight: nothing is due to be written, yet the server ends within a
+// second, and its QEMU with it.
+func TestStdoutClosedMidWait(t *testing.T) {
+	needQEMU(t)
+	dir := runtimeDir(t)
+	cmd, stdin, stdout := startPiped(t, dir)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: keepOpen{stdin}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := bootAndEcho(t, cs)
+	// A wait that would last 30 s, its request written raw.
+	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":98,"method":"tools/call","params":{"name":"serial_read","arguments":{"wait_for":"never-printed","timeout":30}}}`+"\n"); err != nil {
+		t.Fatalf("write request: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stdout.Close()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(t, err); code != 0 {
+			t.Errorf("exit code %d after stdout was closed", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("server still running 10 s after its stdout was closed mid-wait")
+	}
+	el := time.Since(start)
+	t.Logf("server exited %v after stdout was closed mid-wait", el.Round(time.Millisecond))
+	if el > time.Second {
+		t.Errorf("server took %v to end after its stdout was closed, want under a second", el)
+	}
 	assertClean(t, dir, q)
 }
 

@@ -3,8 +3,8 @@
 // ends the session at the first byte it cannot decode; here a line that is
 // not one well-formed JSON-RPC message is answered the way JSON-RPC says
 // (-32700 parse error, -32600 invalid request) and dropped, and the session
-// goes on. A line longer than the limit is answered and skipped without
-// being held in memory.
+// goes on. A line longer than the limit is answered, with its id, and
+// skipped without being held in memory.
 package rpcframe
 
 import (
@@ -66,9 +66,9 @@ func Filter(r io.Reader, out io.Writer, maxLine int) io.ReadCloser {
 
 func filter(r *bufio.Reader, pass io.Writer, out io.Writer, maxLine int) error {
 	for {
-		line, over, err := readLine(r, maxLine)
+		line, over, id, err := readLine(r, maxLine)
 		if over {
-			if werr := answer(out, nil, CodeInvalidRequest, fmt.Sprintf("message longer than %d bytes: refused", maxLine)); werr != nil {
+			if werr := answer(out, id, CodeInvalidRequest, fmt.Sprintf("message longer than %d bytes: refused", maxLine)); werr != nil {
 				return werr
 			}
 		} else if msg := bytes.TrimSpace(line); len(msg) > 0 {
@@ -91,21 +91,34 @@ func filter(r *bufio.Reader, pass io.Writer, out io.Writer, maxLine int) error {
 }
 
 // readLine reads one line without its newline; a line over max is skipped
-// to its end and reported as over.
-func readLine(r *bufio.Reader, max int) (line []byte, over bool, err error) {
+// to its end and reported as over, with its top-level id when it has a
+// usable one (scanned as it streams by, never held).
+func readLine(r *bufio.Reader, max int) (line []byte, over bool, id json.RawMessage, err error) {
+	var scan *idScanner
 	for {
 		frag, err := r.ReadSlice('\n')
-		if len(line)+len(frag) > max+1 {
+		if !over && len(line)+len(frag) > max+1 {
 			over = true
+			scan = &idScanner{}
+			scan.feed(line)
 			line = nil
-		} else if !over {
+		}
+		if over {
+			scan.feed(frag)
+		} else {
 			line = append(line, frag...)
 		}
 		if err == nil {
-			return bytes.TrimSuffix(line, []byte("\n")), over, nil
+			if over {
+				return nil, true, scan.ID(), nil
+			}
+			return bytes.TrimSuffix(line, []byte("\n")), false, nil, nil
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
-			return line, over, err
+			if over {
+				return nil, true, scan.ID(), err
+			}
+			return line, false, nil, err
 		}
 	}
 }

@@ -109,3 +109,55 @@ func FuzzFilter(f *testing.F) {
 		}
 	})
 }
+
+// A line over the limit is answered with its top-level id, wherever the id
+// stands (the TypeScript SDK writes it after params), without the line
+// being held.
+func TestLongLineID(t *testing.T) {
+	big := strings.Repeat("x", 3000)
+	for _, c := range []struct{ line, id string }{
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"a","arguments":{"data":"` + big + `","id":99}},"id":42}`, "42"},
+		{`{"id":"req-\"7\"","jsonrpc":"2.0","method":"x","params":{"s":"` + big + `"}}`, `"req-\"7\""`},
+		{`{ "jsonrpc" : "2.0" , "params" : ["` + big + `", {"id": 5}] , "id" : -3 }`, "-3"},
+		{`{"jsonrpc":"2.0","method":"x","params":"` + big + `\\"id\\":8"}`, "null"},
+		{`{"jsonrpc":"2.0","id":{"a":1},"params":"` + big + `"}`, "null"},
+		{`{"jsonrpc":"2.0","id":1.5,"params":"` + big + `"}`, "null"},
+		{`{"jsonrpc":"2.0","id":"` + big + `"}`, "null"},
+		{`[{"id":3,"p":"` + big + `"}]`, "null"},
+		{`{"jsonrpc":"2.0","params":"` + big + `","id":7`, "7"}, // cut before its end: still the id it named
+	} {
+		_, answered := run(t, c.line+"\n"+`{"jsonrpc":"2.0","id":1,"method":"ping"}`+"\n", 1000)
+		if len(answered) != 1 {
+			t.Fatalf("%.60s: answered %q", c.line, answered)
+		}
+		var m struct {
+			ID    json.RawMessage `json:"id"`
+			Error struct{ Code int } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(answered[0]), &m); err != nil || string(m.ID) != c.id || m.Error.Code != CodeInvalidRequest {
+			t.Errorf("%.60s: answer %s, want id %s", c.line, answered[0], c.id)
+		}
+	}
+}
+
+// A 10 MB line streams through: memory stays far below its size.
+func TestLongLineNotHeld(t *testing.T) {
+	line := `{"jsonrpc":"2.0","method":"tools/call","params":{"data":"` + strings.Repeat("y", 10<<20) + `"},"id":"big"}` + "\n"
+	var out bytes.Buffer
+	r := Filter(io.MultiReader(strings.NewReader(line)), &out, 0)
+	if _, err := io.ReadAll(r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"id":"big"`) {
+		t.Errorf("answer %s", out.String())
+	}
+	allocs := testing.AllocsPerRun(1, func() {
+		s := &idScanner{}
+		for i := 0; i < 160; i++ {
+			s.feed([]byte(line[i*65536 : min(len(line), (i+1)*65536)]))
+		}
+	})
+	if allocs > 20 {
+		t.Errorf("%v allocations scanning 10 MB", allocs)
+	}
+}
