@@ -131,7 +131,7 @@ func TestLongLineID(t *testing.T) {
 			t.Fatalf("%.60s: answered %q", c.line, answered)
 		}
 		var m struct {
-			ID    json.RawMessage `json:"id"`
+			ID    json.RawMessage    `json:"id"`
 			Error struct{ Code int } `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(answered[0]), &m); err != nil || string(m.ID) != c.id || m.Error.Code != CodeInvalidRequest {
