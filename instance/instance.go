@@ -20,6 +20,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
@@ -280,6 +281,9 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	rt := i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
 	var staged string
 	if snap := i.spec.Snapshot; snap != nil {
+		if err := snapshot.Verify(snap.Meta); err != nil {
+			return rep, err
+		}
 		if staged, err = i.stage(snap.Store, snap.Meta); err != nil {
 			return rep, err
 		}

@@ -152,8 +152,45 @@ func New(cfg Config) (*Manager, error) {
 		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record,
 		stopKeep: make(chan struct{}),
 	}
+	// What saves killed with an earlier server left goes at start.
+	m.reapSnapshots(nil)
 	go m.keepLoop()
 	return m, nil
+}
+
+// reapSnapshots removes what killed saves left in the snapshot store (see
+// snapshot.Store.Reap), adding it to rep if there is one.
+func (m *Manager) reapSnapshots(rep *reaper.Report) {
+	if m.cfg.Snapshots == "" {
+		return
+	}
+	sr, err := snapshot.Store{Dir: m.cfg.Snapshots, Owner: m.owner, Logger: m.log}.Reap()
+	if err != nil {
+		sr.Errors = append(sr.Errors, err.Error())
+	}
+	for _, l := range sr.Removed {
+		m.log.Info("removed a leftover of a killed snapshot save", "what", l.String())
+	}
+	for _, l := range sr.Left {
+		m.log.Warn("a leftover of a killed snapshot save stays for now", "what", l.String())
+	}
+	for _, e := range sr.Errors {
+		m.log.Warn("snapshot store", "err", e)
+	}
+	if rep == nil {
+		return
+	}
+	for _, l := range sr.Removed {
+		p := l.Path
+		if l.Tag != "" {
+			p += " (tag " + l.Tag + ")"
+		}
+		rep.Removed = append(rep.Removed, p)
+	}
+	for _, l := range sr.Left {
+		rep.Skipped = append(rep.Skipped, reaper.Skip{Path: l.Path + " (tag " + l.Tag + ")", Reason: l.Why})
+	}
+	rep.Errors = append(rep.Errors, sr.Errors...)
 }
 
 // Captures is where transcripts and captures are kept.
@@ -432,7 +469,9 @@ func (m *Manager) reap() *reaper.Report {
 	if err != nil {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
-	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 {
+	// After the dead servers' QEMUs are gone: their drives are free.
+	m.reapSnapshots(&rep)
+	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 && len(rep.Removed) == 0 {
 		return nil
 	}
 	m.log.Info("reaped leftovers of dead servers", "report", rep.String())

@@ -115,6 +115,15 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	if err := i.CheckSnapshot(ctx, meta); err != nil {
 		return 0, err
 	}
+	// Every part is checked, and the image copied, before the running
+	// guest is touched: a snapshot that cannot load leaves it as it was.
+	if err := snapshot.Verify(meta); err != nil {
+		return 0, fmt.Errorf("%w; the guest was left as it was", err)
+	}
+	staged, err := i.stage(store, meta)
+	if err != nil {
+		return 0, fmt.Errorf("%w; the guest was left as it was", err)
+	}
 	i.mu.Lock()
 	i.replacing = true
 	i.mu.Unlock()
@@ -123,27 +132,12 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 		i.replacing = false
 		i.mu.Unlock()
 	}()
-	// The copy is made while the old QEMU stops.
-	type stageResult struct {
-		path string
-		err  error
-	}
-	staging := make(chan stageResult, 1)
-	go func() {
-		p, err := i.stage(store, meta)
-		staging <- stageResult{p, err}
-	}()
 	if _, err := old.Shutdown(ctx, qemu.Quit, 5*time.Second); err != nil {
 		i.mgr.log.Warn("stop QEMU for a restore", "instance", i.name, "err", err)
 	}
 	if err := old.Close(); err != nil {
 		i.mgr.log.Warn("clean up after QEMU for a restore", "instance", i.name, "err", err)
 	}
-	sr := <-staging
-	if sr.err != nil {
-		return 0, i.lost(sr.err)
-	}
-	staged := sr.path
 	cfg := i.cfg
 	if cfg.Files, err = dupFiles(i.files); err != nil {
 		return 0, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/qmp"
@@ -86,20 +90,24 @@ func DeleteTag(ctx context.Context, mon *qmp.Monitor, tag string) error {
 // Save saves the running guest behind mon as the snapshot name of the
 // project root and machine m: its machine state into a new image of the
 // store, and the writable qcow2 drives' contents into those drives under
-// the same tag. A writable drive of another format cannot hold a snapshot
-// and fails the save before anything is written. The guest is paused for
-// the save and runs on afterwards. drivePaths names the drives' host files
-// for the record, by device ("drive0" ...). An older snapshot of the name
-// is replaced only once the new one is complete.
+// the save's own tag. A writable drive of another format cannot hold a
+// snapshot and fails the save before anything is written. The guest is
+// paused for the save and runs on afterwards. drivePaths names the drives'
+// host files for the record, by device ("drive0" ...).
+//
+// The save is a transaction (see the package comment): an older snapshot
+// of the name stays whole until the new one is complete and switched to
+// in one rename, and is removed only then. On failure what the save wrote
+// is removed and the older snapshot is untouched.
 func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machine, name, qemuVersion string, drivePaths map[string]string) (Meta, error) {
 	if err := CheckName(name); err != nil {
 		return Meta{}, err
 	}
+	log := s.logger().With("snapshot", name)
 	disks, err := Disks(ctx, mon)
 	if err != nil {
 		return Meta{}, fmt.Errorf("save snapshot: list the drives: %w", err)
 	}
-	tag := TagPrefix + name
 	var nodes, kept []string
 	for _, d := range disks {
 		if d.ReadOnly {
@@ -118,18 +126,51 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Meta{}, fmt.Errorf("save snapshot: %w", err)
 	}
-	tmp := filepath.Join(dir, "."+name+".qcow2.tmp-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	id := newID(s.owner())
+	tag := tagFor(name, id)
+	image := filepath.Join(dir, imageName(name, id))
+	fail := func(step string, err error) (Meta, error) {
+		return Meta{}, fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
+	}
+	intent := Intent{Name: name, Part: Part{ID: id, Image: filepath.Base(image), Tag: tag}, Drives: kept, Owner: s.owner()}
+	if old, err := read(s.recordPath(root, m.Hash(), name)); err == nil {
+		intent.Replaces = &Part{ID: old.ID, Image: old.Image, Tag: old.Tag}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fail("read the snapshot it replaces", err)
+	}
+	step := func(what string) { log.Debug("snapshot save", "step", what, "id", id) }
+	intentPath, err := writeIntent(dir, intent)
 	if err != nil {
-		return Meta{}, fmt.Errorf("save snapshot: %w", err)
+		return fail("begin", err)
+	}
+	step("intent")
+	committed, wroteTags := false, false
+	defer func() {
+		if committed {
+			return
+		}
+		// Undo what this save wrote; the older snapshot was not touched.
+		// If that fails too, the intent stays for the reaper.
+		var errs []error
+		if wroteTags {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			errs = append(errs, deleteTagIfPresent(dctx, mon, tag, nodes))
+			cancel()
+		}
+		if err := os.Remove(image); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		if err := errors.Join(errs...); err != nil {
+			log.Warn("undo a failed snapshot save: the reaper finishes it", "id", id, "err", err)
+			return
+		}
+		os.Remove(intentPath)
+	}()
+	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fail("create its image", err)
 	}
 	f.Close()
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(tmp)
-		}
-	}()
 	// Detach whatever this save attached, also on failure, and also when
 	// ctx has ended: the guest must not keep a node on a removed file.
 	var attached []string
@@ -146,10 +187,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 		return errors.Join(errs...)
 	}
 	defer detach()
-	fail := func(step string, err error) (Meta, error) {
-		return Meta{}, fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
-	}
-	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "file", "node-name": saveFileNode, "filename": tmp}); err != nil {
+	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "file", "node-name": saveFileNode, "filename": image}); err != nil {
 		return fail("attach its image", err)
 	}
 	attached = append(attached, saveFileNode)
@@ -160,14 +198,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 		return fail("open its image", err)
 	}
 	attached = append(attached, saveNode)
-	if len(nodes) > 0 {
-		// A drive may hold the tag from an older save of the name.
-		err := mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
-		var je *qmp.JobError
-		if err != nil && !(errors.As(err, &je) && strings.Contains(je.Msg, "not")) {
-			return fail("remove the older snapshot from the drives", err)
-		}
-	}
+	step("image")
 	// QEMU (up to 10.1) does not save the RISC-V timer's offset: the
 	// guest is stopped to read mtime where the state is saved (the clock
 	// stands still while it is stopped), so that a load can set it back.
@@ -175,33 +206,109 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err != nil {
 		return fail("ask whether the guest runs", err)
 	}
+	resume := func() {}
 	if running {
 		if _, err := mon.Execute(ctx, "stop", nil); err != nil {
 			return fail("pause the guest", err)
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			_, _ = mon.Execute(cctx, "cont", nil)
-		}()
+		var once sync.Once
+		resume = func() {
+			once.Do(func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				_, _ = mon.Execute(cctx, "cont", nil)
+			})
+		}
+		defer resume()
 	}
 	mtime, err := ReadMtime(ctx, mon)
 	if err != nil {
 		return fail("read the guest's timer", err)
 	}
+	wroteTags = len(nodes) > 0
 	if err := mon.RunJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": saveNode, "devices": append([]string{saveNode}, nodes...)}); err != nil {
 		return fail("save", err)
 	}
-	// Closed before it is kept: a load copies only a complete image.
+	resume() // the rest does not need the guest paused
+	step("saved")
+	// Closed, synced and checked before it is named: a record never names
+	// an image that is not whole.
 	if err := detach(); err != nil {
 		return fail("close its image", err)
 	}
-	meta, err := s.commit(Meta{Name: name, Project: root, Machine: m, Tag: tag, Created: time.Now().UTC(), QEMU: qemuVersion, Drives: kept, Mtime: mtime}, tmp)
-	if err != nil {
-		return Meta{}, err
+	if err := syncFile(image); err != nil {
+		return fail("write its image to disk", err)
 	}
-	ok = true
-	return meta, nil
+	meta := Meta{Name: name, Project: filepath.Clean(root), Machine: m, Tag: tag, Created: time.Now().UTC(), QEMU: qemuVersion,
+		Drives: kept, Mtime: mtime, ID: id, Image: filepath.Base(image), Path: image}
+	if fi, err := os.Stat(image); err == nil {
+		meta.ImageSize = fi.Size()
+	}
+	if err := Verify(meta); err != nil {
+		return fail("check what it wrote", err)
+	}
+	step("synced")
+	b, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return fail("record", err)
+	}
+	recPath := s.recordPath(root, m.Hash(), name)
+	if err := writeDurable(recPath, filepath.Join(dir, recordTempName(name, id)), b); err != nil {
+		return fail("record", err)
+	}
+	committed = true
+	step("committed")
+	// The new snapshot is the name's now; the older one goes.
+	if old := intent.Replaces; old != nil {
+		var errs []error
+		if err := os.Remove(filepath.Join(dir, old.Image)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		step("old image removed")
+		if len(nodes) > 0 && old.Tag != tag {
+			errs = append(errs, deleteTagIfPresent(ctx, mon, old.Tag, nodes))
+		}
+		if err := errors.Join(errs...); err != nil {
+			// The new snapshot is whole; the intent stays so that the
+			// reaper removes the rest.
+			log.Warn("remove the snapshot this save replaced: the reaper finishes it", "err", err)
+			return read(recPath)
+		}
+		step("old tag removed")
+	}
+	if err := os.Remove(intentPath); err != nil {
+		log.Warn("remove a finished save's intent", "err", err)
+	}
+	step("done")
+	return read(recPath)
+}
+
+// deleteTagIfPresent removes tag from the drive nodes that hold it.
+func deleteTagIfPresent(ctx context.Context, mon *qmp.Monitor, tag string, nodes []string) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	err := mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
+	var je *qmp.JobError
+	if err != nil && errors.As(err, &je) && strings.Contains(je.Msg, "not") {
+		// Not in every drive (a save that failed early): one at a time.
+		var errs []error
+		for _, n := range nodes {
+			err := mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": []string{n}})
+			if err != nil && !(errors.As(err, &je) && strings.Contains(je.Msg, "not")) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return err
+}
+
+func (s Store) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 // Load loads the snapshot tag into the stopped guest behind mon: the

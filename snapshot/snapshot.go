@@ -1,10 +1,52 @@
-// Package snapshot keeps guests' saved states: one qcow2 image per
-// snapshot holding the machine state (RAM and devices), beside a JSON
-// record of the machine configuration it needs, under the state directory
-// per project and configuration. Writable qcow2 drives hold their part of
-// a snapshot themselves, under the same tag. It saves a running guest
-// through QMP jobs and stages a snapshot for a new QEMU to load; it knows
-// nothing of MCP or of instances.
+// Package snapshot keeps guests' saved states. It saves a running guest
+// through QMP jobs as one transaction, verifies every part of a snapshot
+// before a load touches a guest, stages a snapshot for a new QEMU to load,
+// and finds what killed saves left; it knows nothing of MCP or of
+// instances.
+//
+// # The store
+//
+// Under the store directory, one directory per project
+// (<base name>-<hash of the root>) and in it one per machine (Machine.Hash:
+// a saved state loads only into the machine it was saved on). In a machine
+// directory, for the snapshot NAME:
+//
+//   - NAME.json, the record (Meta): the machine, the QEMU version, the time,
+//     the guest's mtime, and the parts: the image's file name (Image) and
+//     size, the save's ID, the Tag the state and every drive's part carry,
+//     and the writable qcow2 drives (Drives) that hold their part under
+//     that tag. The record is the snapshot: written last, whole (a
+//     temporary file, fsync, rename, fsync of the directory), and nothing
+//     it names is ever changed afterwards.
+//   - NAME.ID.qcow2, the image: a qcow2 of no disk content whose one
+//     internal snapshot, Tag, holds the machine state (RAM, CPUs, devices).
+//   - .NAME.ID.intent, while a save runs: the save's intent (Intent),
+//     written and made durable before anything else, naming the image, the
+//     tag, the drives it writes that tag into, and the snapshot it
+//     replaces.
+//   - .NAME.ID.json.tmp, for an instant: the record being written.
+//
+// ID is "<pid>-<start time>-<n>": the saving server's identity as the
+// runtime directory's names carry it (package names) and a number, so a
+// leftover tells by its name alone whether its server still runs. Tag is
+// "qemu-mcp-NAME.ID"; records of the first version (no ID) have the image
+// NAME.qcow2 and the tag "qemu-mcp-NAME".
+//
+// # A save is a transaction
+//
+// Intent; new image and new tag on every writable drive, beside the old
+// ones; the image closed and synced, its tag checked; the record switched
+// in one rename; then the old image and the old tag removed, and the
+// intent last. A kill or a failure at any point leaves the old snapshot or
+// the new one whole, never a mix and never neither. A failed save removes
+// what it wrote. What a killed save left (an image or a record no record
+// names, an intent whose server is dead, a tag in a drive that no record
+// names) is found by Leftovers and removed by Reap: a drive's tag through
+// qemu-img when no QEMU holds the drive, else it is reported and left.
+//
+// Verify checks every part a record names (the image's size and tag, each
+// drive's tag) without QEMU; a load calls it before it stops the running
+// guest.
 package snapshot
 
 import (
@@ -15,6 +57,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +66,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -240,14 +285,15 @@ func Diff(saved, now Machine) []string {
 	return d
 }
 
-// Meta is a snapshot's record.
+// Meta is a snapshot's record (see the package comment).
 type Meta struct {
 	Name    string    `json:"name"`
 	Project string    `json:"project"`
 	Machine Machine   `json:"machine"`
 	Tag     string    `json:"tag"`
 	Created time.Time `json:"created"`
-	// Size is the disk space the machine state takes.
+	// Size is the disk space the machine state takes (not stored: read
+	// from the image).
 	Size int64 `json:"size"`
 	// QEMU is the version that saved it; a snapshot loads into the same
 	// version only.
@@ -258,13 +304,37 @@ type Meta struct {
 	// Drives are the writable qcow2 drives that hold their part of the
 	// snapshot under Tag.
 	Drives []string `json:"drives,omitempty"`
-	// Path is the machine state's qcow2 (not stored: where it was found).
+	// ID is the save's id; empty for records of the first version.
+	ID string `json:"id,omitempty"`
+	// Image is the image's file name in the record's directory (first
+	// version: NAME.qcow2), ImageSize its size in bytes when saved.
+	Image     string `json:"image,omitempty"`
+	ImageSize int64  `json:"image_size,omitempty"`
+	// Path is the image's path (not stored: where it was found).
 	Path string `json:"-"`
 }
 
 // Store is the snapshots directory.
 type Store struct {
 	Dir string
+	// Owner is the server whose saves these are; zero means this process.
+	Owner names.Owner
+	// QEMUImg is the qemu-img binary Reap uses on drives; "" means
+	// "qemu-img" from PATH.
+	QEMUImg string
+	// Logger receives each step of a save (debug) and what could not be
+	// undone; nil discards.
+	Logger *slog.Logger
+}
+
+func (s Store) owner() names.Owner {
+	if s.Owner.PID > 0 {
+		return s.Owner
+	}
+	if id, err := proc.Self(); err == nil {
+		return names.Owner{PID: id.PID, StartTime: id.StartTime}
+	}
+	return names.Owner{PID: os.Getpid()}
 }
 
 // project names a project root's directory: readable and unique.
@@ -283,9 +353,8 @@ func (s Store) dir(root, machineHash string) string {
 	return filepath.Join(s.Dir, project(root), machineHash)
 }
 
-func (s Store) paths(root, machineHash, name string) (image, meta string) {
-	d := s.dir(root, machineHash)
-	return filepath.Join(d, name+".qcow2"), filepath.Join(d, name+".json")
+func (s Store) recordPath(root, machineHash, name string) string {
+	return filepath.Join(s.dir(root, machineHash), name+".json")
 }
 
 // ErrNotFound is a snapshot name the project does not have.
@@ -306,29 +375,43 @@ func (s Store) List(root string) ([]Meta, error) {
 		if !md.IsDir() {
 			continue
 		}
-		files, err := os.ReadDir(filepath.Join(pdir, md.Name()))
+		ms, err := records(filepath.Join(pdir, md.Name()))
 		if err != nil {
-			return nil, fmt.Errorf("list snapshots: %w", err)
+			return nil, err
 		}
-		for _, f := range files {
-			name, ok := strings.CutSuffix(f.Name(), ".json")
-			if !ok {
-				continue
-			}
-			m, err := s.read(filepath.Join(pdir, md.Name(), f.Name()))
-			if err != nil {
-				return nil, err
-			}
-			if m.Name == name {
-				out = append(out, m)
-			}
-		}
+		out = append(out, ms...)
 	}
 	slices.SortFunc(out, func(a, b Meta) int { return b.Created.Compare(a.Created) })
 	return out, nil
 }
 
-func (s Store) read(metaPath string) (Meta, error) {
+// records reads the records of a machine directory.
+func records(dir string) ([]Meta, error) {
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []Meta
+	for _, f := range files {
+		name, ok := strings.CutSuffix(f.Name(), ".json")
+		if !ok || strings.HasPrefix(name, ".") || !f.Type().IsRegular() {
+			continue
+		}
+		m, err := read(filepath.Join(dir, f.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // replaced or deleted meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.Name == name {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func read(metaPath string) (Meta, error) {
 	b, err := os.ReadFile(metaPath)
 	if err != nil {
 		return Meta{}, fmt.Errorf("read snapshot record: %w", err)
@@ -337,7 +420,14 @@ func (s Store) read(metaPath string) (Meta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("snapshot record %s: %w", metaPath, err)
 	}
-	m.Path = strings.TrimSuffix(metaPath, ".json") + ".qcow2"
+	if m.Image == "" {
+		m.Image = m.Name + ".qcow2"
+	}
+	if m.Image != filepath.Base(m.Image) || !validName(m.Name) {
+		return Meta{}, fmt.Errorf("snapshot record %s: names an image %q outside its directory", metaPath, m.Image)
+	}
+	m.Path = filepath.Join(filepath.Dir(metaPath), m.Image)
+	m.Size = 0
 	if fi, err := os.Stat(m.Path); err == nil {
 		m.Size = allocated(fi)
 	}
@@ -346,8 +436,7 @@ func (s Store) read(metaPath string) (Meta, error) {
 
 // Get returns the snapshot name of the machine machineHash.
 func (s Store) Get(root, machineHash, name string) (Meta, error) {
-	_, meta := s.paths(root, machineHash, name)
-	m, err := s.read(meta)
+	m, err := read(s.recordPath(root, machineHash, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Meta{}, fmt.Errorf("%w %q for this machine", ErrNotFound, name)
 	}
@@ -369,29 +458,46 @@ func (s Store) Find(root, name string) ([]Meta, error) {
 	return out, nil
 }
 
-// Delete removes a snapshot's image and record (not its part in drives,
-// which the caller removes through QEMU or qemu-img).
+// Delete removes a snapshot's record, then its image (not its part in
+// drives, which the caller removes through QEMU or qemu-img). The record
+// goes first: from then on the snapshot no longer exists, whatever is
+// left.
 func (s Store) Delete(m Meta) error {
+	rec := filepath.Join(filepath.Dir(m.Path), m.Name+".json")
+	// Only the record that names this image: a save may have replaced it.
+	if cur, err := read(rec); err == nil && cur.Image != m.Image {
+		return os.Remove(m.Path)
+	}
 	errs := []error{}
-	for _, p := range []string{strings.TrimSuffix(m.Path, ".qcow2") + ".json", m.Path} {
+	for _, p := range []string{rec, m.Path} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
+	syncDir(filepath.Dir(m.Path))
 	return errors.Join(errs...)
 }
 
-// Total is the disk space all snapshots take, every project's.
+// Total is the disk space all complete snapshots take, every project's:
+// what a killed save left is not a snapshot, and Reap removes it.
 func (s Store) Total() int64 {
 	var n int64
-	filepath.WalkDir(s.Dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				n += allocated(fi)
+	projects, _ := os.ReadDir(s.Dir)
+	for _, p := range projects {
+		if !p.IsDir() {
+			continue
+		}
+		machines, _ := os.ReadDir(filepath.Join(s.Dir, p.Name()))
+		for _, md := range machines {
+			if !md.IsDir() {
+				continue
+			}
+			ms, _ := records(filepath.Join(s.Dir, p.Name(), md.Name()))
+			for _, m := range ms {
+				n += m.Size
 			}
 		}
-		return nil
-	})
+	}
 	return n
 }
 
@@ -403,27 +509,53 @@ func allocated(fi fs.FileInfo) int64 {
 	return fi.Size()
 }
 
-// commit makes a saved image and its record the snapshot name, replacing
-// an older one of the same name atomically (the image first: a record
-// never names an image that is not there).
-func (s Store) commit(m Meta, tmpImage string) (Meta, error) {
-	image, meta := s.paths(m.Project, m.Machine.Hash(), m.Name)
-	m.Project = filepath.Clean(m.Project)
-	b, err := json.MarshalIndent(m, "", "  ")
+// writeDurable writes b to path through a temporary file, fsyncs it,
+// renames it into place and fsyncs the directory: afterwards path holds
+// all of b or, if anything failed or the process was killed, what it held
+// before.
+func writeDurable(path, tmp string, b []byte) error {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return Meta{}, err
+		return err
 	}
-	if err := os.Rename(tmpImage, image); err != nil {
-		return Meta{}, fmt.Errorf("keep snapshot: %w", err)
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
 	}
-	tmp := meta + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return Meta{}, fmt.Errorf("keep snapshot record: %w", err)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := os.Rename(tmp, meta); err != nil {
-		return Meta{}, fmt.Errorf("keep snapshot record: %w", err)
+	if err == nil {
+		err = os.Rename(tmp, path)
 	}
-	return s.read(meta)
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a directory's entries (a rename, a new file) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// syncFile makes a file's contents durable.
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Stage copies m's image to dst for a QEMU to load from: QEMU opens a

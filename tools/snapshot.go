@@ -14,7 +14,9 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
-func (s *Server) snapshots() snapshot.Store { return snapshot.Store{Dir: s.cfg.Snapshots} }
+func (s *Server) snapshots() snapshot.Store {
+	return snapshot.Store{Dir: s.cfg.Snapshots, Logger: s.log}
+}
 
 // SnapshotInput names a snapshot of a guest.
 type SnapshotInput struct {
@@ -31,8 +33,11 @@ type SnapshotInfo struct {
 	Machine string   `json:"machine"`
 	QEMU    string   `json:"qemu"`
 	Drives  []string `json:"drives,omitempty" jsonschema:"qcow2 drives that hold the disk part"`
-	// Matches says whether the named guest runs that configuration.
-	Matches *bool `json:"matches,omitempty" jsonschema:"the guest runs the machine it was saved on (qemu_snapshot_load works)"`
+	// Matches says whether the named guest runs that configuration and
+	// the snapshot is whole.
+	Matches *bool `json:"matches,omitempty" jsonschema:"the guest runs the machine it was saved on and the snapshot is whole (qemu_snapshot_load works)"`
+	// Incomplete says which part is missing; such a snapshot never loads.
+	Incomplete string `json:"incomplete,omitempty" jsonschema:"why the snapshot cannot load: a missing part (its image, the state in it, a drive's tag)"`
 }
 
 func info(m snapshot.Meta) SnapshotInfo {
@@ -180,15 +185,23 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	}
 	for _, m := range metas {
 		si := info(m)
+		var inc *snapshot.IncompleteError
+		if err := snapshot.Verify(m); errors.As(err, &inc) {
+			si.Incomplete = inc.Reason()
+		}
 		if running {
-			ok := inst.CheckSnapshot(ctx, m) == nil
+			ok := si.Incomplete == "" && inst.CheckSnapshot(ctx, m) == nil
 			si.Matches = &ok
 		}
 		out.Snapshots = append(out.Snapshots, si)
 	}
 	var names []string
 	for _, si := range out.Snapshots {
-		names = append(names, fmt.Sprintf("%s (%s, %s)", si.Name, size(si.Size), si.Created.Format(time.RFC3339)))
+		n := fmt.Sprintf("%s (%s, %s)", si.Name, size(si.Size), si.Created.Format(time.RFC3339))
+		if si.Incomplete != "" {
+			n = fmt.Sprintf("%s (INCOMPLETE: %s)", si.Name, si.Incomplete)
+		}
+		names = append(names, n)
 	}
 	text := fmt.Sprintf("%d snapshots in %s", len(names)+out.More, root)
 	if out.More > 0 {

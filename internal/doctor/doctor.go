@@ -23,6 +23,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,6 +52,9 @@ type Options struct {
 	// Kept is the directory of kept files (transcripts, captures,
 	// screenshots) to report; empty omits it.
 	Kept string
+	// Snapshots is the snapshot store whose leftovers of killed saves to
+	// report (and reap, with Cleanup); empty omits it.
+	Snapshots string
 }
 
 // Result is everything the doctor found and did.
@@ -71,6 +75,10 @@ type Result struct {
 	Orphans []Orphan `json:"orphans,omitempty"`
 	// Kept is what the state directory keeps.
 	Kept *Kept `json:"kept,omitempty"`
+	// Snapshots lists what killed snapshot saves left (images, records,
+	// intents, tags in drives) and snapshots with a part gone; with
+	// Cleanup, what was removed and what stays (a drive a QEMU holds).
+	Snapshots *snapshot.ReapReport `json:"snapshot_leftovers,omitempty"`
 }
 
 // Kept is the kept-files section: how much, and the files, oldest first.
@@ -195,6 +203,21 @@ func Collect(dir string, opts Options) (Result, error) {
 		res.Cleanup = &rep
 	}
 
+	if opts.Snapshots != "" {
+		st := snapshot.Store{Dir: opts.Snapshots, Owner: names.Owner{PID: opts.self()}, Logger: opts.Logger}
+		sweep := st.Leftovers
+		if opts.Cleanup {
+			sweep = st.Reap
+		}
+		sr, err := sweep()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if len(sr.Removed)+len(sr.Left)+len(sr.Errors)+len(sr.Broken) > 0 {
+			res.Snapshots = &sr
+		}
+	}
+
 	if opts.Kept != "" {
 		files, err := kept.List(opts.Kept)
 		if err != nil {
@@ -311,6 +334,31 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 		p.f("\nkept in %s: %d file(s), %.1f MiB (the oldest go first past the server's --max-kept cap)\n", k.Dir, k.Count, float64(k.Bytes)/(1<<20))
 		for _, f := range k.Files {
 			p.f("  %s  %10d  %s\n", f.ModTime.Format(time.RFC3339), f.Size, filepath.Base(f.Path))
+		}
+	}
+
+	if sr := res.Snapshots; sr != nil {
+		verb := "left by killed snapshot saves (doctor --cleanup removes them)"
+		if res.Cleanup != nil {
+			verb = "left by killed snapshot saves, removed"
+		}
+		if len(sr.Removed) > 0 {
+			p.f("\n%s:\n", verb)
+			for _, l := range sr.Removed {
+				p.f("  %s\n", l.String())
+			}
+		}
+		if len(sr.Left) > 0 {
+			p.f("\nleft by killed snapshot saves, in drives a QEMU holds (removed once free):\n")
+			for _, l := range sr.Left {
+				p.f("  %s\n", l.String())
+			}
+		}
+		for _, b := range sr.Broken {
+			p.f("\nincomplete snapshot (cannot load; qemu_snapshot_delete it): %s\n", b)
+		}
+		for _, e := range sr.Errors {
+			p.f("\nsnapshot store: %s\n", e)
 		}
 	}
 
