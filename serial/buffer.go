@@ -107,6 +107,11 @@ func (b *Buffer) Write(p []byte) (int, error) {
 		b.mu.Unlock()
 		return 0, nil
 	}
+	if tr := b.tr; tr != nil && tr.err != nil && !time.Now().Before(tr.retryAt) {
+		b.mu.Unlock()
+		b.retryLocked()
+		b.mu.Lock()
+	}
 	var pending []byte
 	flush := false
 	if tr := b.tr; tr != nil && tr.err == nil {
@@ -131,6 +136,7 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	if flush {
 		b.tr.written += int64(n)
+		b.tr.size += int64(n)
 		if err != nil {
 			b.breakTranscriptLocked(err)
 		}
@@ -160,10 +166,12 @@ func (b *Buffer) flushLocked() error {
 		return nil
 	}
 	b.mu.Lock()
-	if tr.err != nil {
-		err := tr.err
+	if err := tr.err; err != nil {
 		b.mu.Unlock()
-		return err
+		if !b.retryLocked() {
+			return b.TranscriptErr()
+		}
+		return nil
 	}
 	pending := b.st.view(tr.written, b.st.end())
 	b.mu.Unlock()
@@ -174,6 +182,7 @@ func (b *Buffer) flushLocked() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	tr.written += int64(n)
+	tr.size += int64(n)
 	if err != nil {
 		b.breakTranscriptLocked(err)
 		return tr.err
@@ -182,11 +191,116 @@ func (b *Buffer) flushLocked() error {
 }
 
 // breakTranscriptLocked records a transcript write error: the file keeps
-// the bytes [0, written) and gets nothing more. b.mu must be held.
+// the bytes before the cursor where it stopped, the ring keeps the output
+// from there on, and writing is tried again every transcriptRetry (see
+// retryLocked). b.mu must be held.
 func (b *Buffer) breakTranscriptLocked(err error) {
-	b.tr.err = fmt.Errorf("serial: transcript %s: write failed after %d bytes; keeping only the ring from now on: %w", b.tr.path, b.tr.written, err)
-	b.logger().Error("serial: transcript write failed; later output is kept only in memory",
-		"path", b.tr.path, "bytes_written", b.tr.written, "err", err)
+	tr := b.tr
+	tr.retryAt = time.Now().Add(transcriptRetry)
+	if tr.err != nil {
+		return // still stopped: said when it stopped
+	}
+	tr.err = fmt.Errorf("serial: transcript %s stopped at cursor %d: %w; output from there on is kept in memory (the last %d bytes) and written when the file can be written again", tr.path, tr.written, err, b.st.capacity())
+	tr.stoppedAt = tr.written
+	tr.events++
+	b.logger().Error("serial: transcript write failed; output is kept in memory until it can be written",
+		"path", tr.path, "cursor", tr.written, "err", err)
+}
+
+// retryLocked writes a stopped transcript again once its retry time has
+// come: first, if output left the ring meanwhile, a marker line for that
+// gap, then everything the ring holds that the file lacks. It reports
+// whether the transcript is writing again. b.wmu must be held, b.mu not:
+// the ring cannot change meanwhile.
+func (b *Buffer) retryLocked() bool {
+	tr := b.tr
+	b.mu.Lock()
+	if tr.err == nil {
+		b.mu.Unlock()
+		return true
+	}
+	if time.Now().Before(tr.retryAt) {
+		b.mu.Unlock()
+		return false
+	}
+	tr.retryAt = time.Now().Add(transcriptRetry)
+	from, oldest, cause := tr.written, b.st.oldest(), errors.Unwrap(tr.err)
+	b.mu.Unlock()
+	if from < oldest {
+		marker := fmt.Sprintf("\r\n[qemu-mcp: transcript gap: %d bytes of console output (cursors %d to %d) are lost: the transcript could not be written (%v) and the in-memory ring no longer held them]\r\n", oldest-from, from, oldest, cause)
+		n, err := tr.write([]byte(marker), nil)
+		b.mu.Lock()
+		tr.size += int64(n)
+		if err != nil {
+			b.mu.Unlock()
+			return false
+		}
+		tr.gaps = append(tr.gaps, Gap{From: from, To: oldest})
+		tr.segs = append(tr.segs, seg{cursor: oldest, file: tr.size})
+		tr.written = oldest
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	pending := b.st.view(tr.written, b.st.end())
+	b.mu.Unlock()
+	n, err := tr.write(pending, nil)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr.written += int64(n)
+	tr.size += int64(n)
+	if err != nil {
+		return false
+	}
+	b.logger().Warn("serial: transcript writing again", "path", tr.path, "stopped_at", tr.stoppedAt, "cursor", tr.written, "lost", tr.lostLocked())
+	tr.err = nil
+	tr.events++
+	return true
+}
+
+// lostLocked is how many bytes the gaps hold.
+func (t *transcript) lostLocked() int64 {
+	var n int64
+	for _, g := range t.gaps {
+		n += g.To - g.From
+	}
+	return n
+}
+
+// TranscriptStatus is the transcript's health: whether it is stopped by a
+// write error, since where, and what it has lost for good.
+type TranscriptStatus struct {
+	Path string
+	// Err is the write error the transcript is stopped by, nil while it
+	// writes; StoppedAt the cursor where it stopped.
+	Err       error
+	StoppedAt int64
+	// Gaps are the cursor ranges it lacks for good (marked in it), Lost
+	// their total.
+	Gaps []Gap
+	Lost int64
+	// Events counts stops and resumptions: a reader that saw another
+	// count has news.
+	Events int
+}
+
+// TranscriptStatus returns the transcript's health; the zero value without
+// a transcript.
+func (b *Buffer) TranscriptStatus() TranscriptStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr := b.tr
+	if tr == nil {
+		return TranscriptStatus{}
+	}
+	return TranscriptStatus{Path: tr.path, Err: tr.err, StoppedAt: tr.stoppedAt, Gaps: append([]Gap(nil), tr.gaps...), Lost: tr.lostLocked(), Events: tr.events}
+}
+
+// transcriptStopped tells the drain to keep retrying while the guest is
+// quiet.
+func (b *Buffer) transcriptStopped() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tr != nil && b.tr.err != nil
 }
 
 // TranscriptPath returns the transcript file's path, or "" without one.
@@ -308,17 +422,39 @@ func (b *Buffer) readPage(since int64, max int, hardEnd int64, skipErrors bool) 
 			page.Next = limit
 			return page, nil
 		}
-		var inFile int64 // bytes [0, inFile) are in the transcript
+		var inFile int64 // bytes [0, inFile) are in the transcript, but gaps
+		var off int64    // cur's offset in the file
+		var gap Gap
+		inGap, gapAfter := false, false
 		if b.tr != nil {
 			inFile = b.tr.written
+			gap, inGap, gapAfter = b.tr.gapAt(cur)
+			if !inGap {
+				off = b.tr.fileOffset(cur)
+			}
 		}
 		b.mu.Unlock()
 
+		if cur < inFile && inGap {
+			// Lost for good while the transcript could not be written.
+			if len(page.Data) > 0 {
+				page.Next = cur
+				return page, nil
+			}
+			page.Lost += gap.To - cur
+			cur = gap.To
+			page.Start = cur
+			limit = limitFrom(cur, end)
+			continue
+		}
 		if cur < inFile {
 			to := min(limit, inFile)
+			if gapAfter {
+				to = min(to, gap.From)
+			}
 			n := len(page.Data)
 			page.Data = append(page.Data, make([]byte, to-cur)...)
-			err := b.tr.readAt(page.Data[n:], cur)
+			err := b.tr.readAt(page.Data[n:], off)
 			if err == nil {
 				cur = to
 				continue

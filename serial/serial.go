@@ -401,6 +401,10 @@ func (c *Console) drain() {
 		timeout := -1
 		if armed {
 			timeout = int(idleFlushDelay / time.Millisecond)
+		} else if c.buf.transcriptStopped() {
+			// A stopped transcript is tried again while the guest is
+			// quiet too.
+			timeout, armed = int(transcriptRetry/time.Millisecond), true
 		}
 		fds[0].Revents, fds[1].Revents = 0, 0
 		n, err := unix.Poll(fds, timeout)

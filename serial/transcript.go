@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // transcriptChunk is how much output the writer lets pile up in the ring
@@ -30,8 +31,62 @@ type transcript struct {
 	f   *os.File  // nil once released; reads then reopen path
 	w   io.Writer // where writes go: f (tests substitute a failing one)
 
-	written int64 // bytes [0, written) are in the file
-	err     error // the write error that broke the transcript, if any
+	// written is the cursor the next byte written to the file has:
+	// cursors [0, written) are in the file, except those in gaps.
+	written int64
+	// size is the file's size: the bytes written plus gap markers.
+	size int64
+	// segs map cursors to file offsets: a cursor c from segs[k].cursor on
+	// (up to the next one) is at segs[k].file + c - segs[k].cursor. A new
+	// segment starts after each gap and its marker.
+	segs []seg
+	// gaps are cursor ranges that left the ring before they could be
+	// written: lost for good, and marked in the file where they were.
+	gaps []Gap
+	// err is the write error the transcript is stopped by, if any;
+	// stoppedAt the cursor where it stopped, retryAt when to try again.
+	err       error
+	stoppedAt int64
+	retryAt   time.Time
+	// events counts stops and resumptions.
+	events int
+}
+
+type seg struct{ cursor, file int64 }
+
+// Gap is a range of cursors [From, To) that the transcript lacks: output
+// that left the in-memory ring while the transcript could not be written.
+type Gap struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// transcriptRetry is how often a stopped transcript is tried again.
+var transcriptRetry = time.Second
+
+// fileOffset maps cursor c (not in a gap) to its offset in the file.
+func (t *transcript) fileOffset(c int64) int64 {
+	s := t.segs[0]
+	for _, x := range t.segs[1:] {
+		if x.cursor > c {
+			break
+		}
+		s = x
+	}
+	return s.file + c - s.cursor
+}
+
+// gapAt returns the gap holding cursor c, or the first gap after it.
+func (t *transcript) gapAt(c int64) (g Gap, inside, after bool) {
+	for _, g := range t.gaps {
+		if c < g.From {
+			return g, false, true
+		}
+		if c < g.To {
+			return g, true, false
+		}
+	}
+	return Gap{}, false, false
 }
 
 // createTranscript creates the transcript file: parent directories 0700
@@ -56,7 +111,7 @@ func createTranscript(path string) (*transcript, error) {
 		f.Close()
 		return nil, fmt.Errorf("serial: transcript %s: not the empty regular file just created", path)
 	}
-	return &transcript{path: path, dev: uint64(st.Dev), ino: uint64(st.Ino), f: f, w: f}, nil
+	return &transcript{path: path, dev: uint64(st.Dev), ino: uint64(st.Ino), f: f, w: f, segs: []seg{{0, 0}}}, nil
 }
 
 // write appends a then b to the file and returns how many bytes went in.
@@ -70,8 +125,8 @@ func (t *transcript) write(a, b []byte) (int, error) {
 	return n + m, err
 }
 
-// readAt fills p from offset off, which with p must lie within the bytes
-// written. After release it opens the file again (read-only, no symlinks)
+// readAt fills p from file offset off, which with p must lie within the
+// bytes written. After release it opens the file again (read-only, no symlinks)
 // and checks that the path still names the same file.
 func (t *transcript) readAt(p []byte, off int64) error {
 	t.fmu.RLock()
