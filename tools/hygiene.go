@@ -61,6 +61,11 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 			continue
 		}
 		out.Instances = append(out.Instances, in.Name())
+		if con := in.Console(); con != nil {
+			if st := con.Buffer().TranscriptStatus(); st.Err != nil {
+				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: %s", in.Name(), transcriptStopped(st)))
+			}
+		}
 		if m, err := in.Running(); err == nil {
 			// A guest whose monitor cannot be used is one the tools
 			// cannot drive: say why.

@@ -3,8 +3,6 @@ package tools
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,28 +55,41 @@ func (s *Server) readTranscript(_ context.Context, req *mcp.ReadResourceRequest)
 	if err := buf.Flush(); err != nil {
 		s.log.Warn("flush transcript", "err", err)
 	}
-	path := buf.TranscriptPath()
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open transcript: %w", err)
+	// Read through the buffer: the transcript file for what left memory,
+	// the ring for the rest (all of it while the file cannot be written),
+	// and what neither holds is said where it was.
+	var b strings.Builder
+	end := buf.End()
+	since := max(0, end-maxResource)
+	if since > 0 {
+		fmt.Fprintf(&b, "[%d earlier bytes omitted: read them with serial_read since 0, or from %s]\n", since, buf.TranscriptPath())
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("transcript: %w", err)
+	if st := buf.TranscriptStatus(); st.Err != nil {
+		fmt.Fprintf(&b, "[qemu-mcp: %s; this text comes from memory]\n", transcriptStopped(st))
 	}
-	var prefix string
-	if fi.Size() > maxResource {
-		if _, err := f.Seek(fi.Size()-maxResource, io.SeekStart); err != nil {
-			return nil, fmt.Errorf("transcript: %w", err)
+	for cur := since; cur < end; {
+		p, err := buf.ReadPage(cur, 1<<20)
+		if err != nil {
+			return nil, fmt.Errorf("read transcript: %w", err)
 		}
-		prefix = fmt.Sprintf("[%d earlier bytes omitted: read them with serial_read since 0, or from %s]\n", fi.Size()-maxResource, path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxResource))
-	if err != nil {
-		return nil, fmt.Errorf("read transcript: %w", err)
+		if p.Lost > 0 {
+			fmt.Fprintf(&b, "\n[qemu-mcp: %d bytes of output (cursors %d to %d) cannot be served: they left memory while the transcript could not be written]\n", p.Lost, p.Start-p.Lost, p.Start)
+		}
+		if p.Next == p.Start && p.Lost == 0 {
+			break
+		}
+		data := p.Data
+		if p.Next < end {
+			// End the piece where a sequence is complete, so the next
+			// one cleans it whole.
+			if k := serial.CompletePrefix(data); k > 0 {
+				data = data[:k]
+			}
+		}
+		b.WriteString(serial.Clean(data))
+		cur = p.Start + int64(len(data))
 	}
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{
-		URI: req.Params.URI, MIMEType: "text/plain", Text: prefix + serial.Clean(b),
+		URI: req.Params.URI, MIMEType: "text/plain", Text: b.String(),
 	}}}, nil
 }

@@ -60,6 +60,9 @@ type WaitResult struct {
 	// DebugStop says the debugger holds the guest stopped: why the
 	// console stayed quiet.
 	DebugStop *debugger.StopInfo `json:"debug_stop,omitempty" jsonschema:"the debugger holds the guest stopped (a breakpoint, watchpoint, step or pause): where and why; debug_continue resumes it"`
+	// TranscriptNote tells, once per change, that the transcript stopped
+	// (a write failed: a full disk) or resumed, and what it lacks.
+	TranscriptNote string `json:"transcript_note,omitempty"`
 }
 
 // Span is a range of serial cursors [start, end).
@@ -125,7 +128,53 @@ func (w WaitResult) summary(pattern string) string {
 		fmt.Fprintf(&b, "; output before cursor %d is lost", w.OutputStart)
 	}
 	fmt.Fprintf(&b, "; next read from cursor %d\n", w.Cursor)
+	if w.TranscriptNote != "" {
+		fmt.Fprintf(&b, "NOTE: %s\n", w.TranscriptNote)
+	}
 	return b.String()
+}
+
+// transcriptStopped says that a transcript stopped, where, and what is
+// kept meanwhile.
+func transcriptStopped(st serial.TranscriptStatus) string {
+	return fmt.Sprintf("its transcript %s stopped at cursor %d (%v): output from there on is kept only in memory, the last %d MiB, and written once the file can be written again (free space); serial_read still reads it",
+		st.Path, st.StoppedAt, errors.Unwrap(st.Err), serial.DefaultRingSize>>20)
+}
+
+// transcriptNote tells a session, once per change, that the guest's
+// transcript stopped or resumed and what it lacks.
+func (s *Server) transcriptNote(req *mcp.CallToolRequest, in *instance.Instance) string {
+	con := in.Console()
+	if con == nil {
+		return ""
+	}
+	st := con.Buffer().TranscriptStatus()
+	if st.Events == 0 {
+		return ""
+	}
+	k := cursorKey{session(req), in}
+	s.cursorMu.Lock()
+	if s.noted == nil {
+		s.noted = map[cursorKey]int{}
+	}
+	seen := s.noted[k]
+	s.noted[k] = st.Events
+	s.cursorMu.Unlock()
+	if seen == st.Events {
+		return ""
+	}
+	if st.Err != nil {
+		return "the console " + transcriptStopped(st)
+	}
+	if len(st.Gaps) == 0 {
+		return fmt.Sprintf("the console transcript %s is written again after it stopped at cursor %d; nothing was lost", st.Path, st.StoppedAt)
+	}
+	var gaps []string
+	for _, g := range st.Gaps {
+		gaps = append(gaps, fmt.Sprintf("%d to %d", g.From, g.To))
+	}
+	return fmt.Sprintf("the console transcript %s is written again after it stopped at cursor %d; it lacks cursors %s (%d bytes, marked in it): they left memory while it could not be written",
+		st.Path, st.StoppedAt, strings.Join(gaps, ", "), st.Lost)
 }
 
 func deref(p *int) int {
@@ -354,6 +403,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 			w.DebugStop = &st
 		}
 	}
+	w.TranscriptNote = s.transcriptNote(req, in)
 	s.setCursor(req, in, w.Cursor)
 	return w, nil
 }
@@ -528,6 +578,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	w.Truncated = w.Cursor < end
 	w.Output, w.Encoding = render(data, p.raw)
 	setExit(&w, m)
+	w.TranscriptNote = s.transcriptNote(req, inst)
 	s.setCursor(req, inst, w.Cursor)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", len(data), w.OutputStart, w.Cursor)
@@ -541,5 +592,8 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 		fmt.Fprintf(&b, "; guest exited with status %d", *w.ExitStatus)
 	}
 	b.WriteString("\n")
+	if w.TranscriptNote != "" {
+		fmt.Fprintf(&b, "NOTE: %s\n", w.TranscriptNote)
+	}
 	return textResult(b.String()), w, nil
 }

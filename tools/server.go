@@ -110,6 +110,9 @@ type Server struct {
 	// starts: sessions over HTTP share the guests, not their reading.
 	cursorMu sync.Mutex
 	cursors  map[cursorKey]int64
+	// noted is the transcript news each session was told (see
+	// transcriptNote).
+	noted map[cursorKey]int
 
 	// inputs are the tools' input schemas, for the limits middleware.
 	inputsMu sync.Mutex
@@ -146,6 +149,7 @@ func (s *Server) setCursor(req *mcp.CallToolRequest, in *instance.Instance, c in
 			for k := range s.cursors {
 				if k.session == sess {
 					delete(s.cursors, k)
+					delete(s.noted, k)
 				}
 			}
 		}()
