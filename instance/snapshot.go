@@ -97,33 +97,58 @@ func (i *Instance) CheckSnapshot(ctx context.Context, meta snapshot.Meta) error 
 	return nil
 }
 
+// Restored is what a restore did.
+type Restored struct {
+	// Cursor is where the restored guest's output begins (after the
+	// marker line).
+	Cursor int64
+	// DiscardedInput counts the bytes typed for the old guest that it had
+	// not read: they are not delivered to the restored one.
+	DiscardedInput int
+}
+
 // RestoreSnapshot puts the guest back in the state meta saved. QEMU cannot
 // load a RISC-V guest's state into the process that ran it (the timer
 // state is not saved, and time runs backwards), so the instance starts a
 // new QEMU from the snapshot on the same console, TAP, drives and
 // debugger, and stops the old one. Output goes on in the same console:
-// a marker line says where the restore happened, and cursor is where
-// output after it begins. If the new QEMU fails to start, the guest is
-// gone and the instance stopped; the error says why.
-func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (cursor int64, err error) {
+// a marker line says where the restore happened, and output after it
+// begins at the result's Cursor. Input goes on too: what was typed for
+// the old guest and not read by it is dropped (and counted), and what is
+// typed during the restore waits and reaches the restored guest whole. If
+// every part of the snapshot cannot be verified, the guest is left as it
+// was; if the new QEMU fails to start, the guest is gone and the instance
+// stopped; the error says which.
+func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (res Restored, err error) {
 	i.restoreMu.Lock()
 	defer i.restoreMu.Unlock()
 	old, err := i.Running()
 	if err != nil {
-		return 0, err
+		return res, err
 	}
 	if err := i.CheckSnapshot(ctx, meta); err != nil {
-		return 0, err
+		return res, err
 	}
 	// Every part is checked, and the image copied, before the running
 	// guest is touched: a snapshot that cannot load leaves it as it was.
 	if err := snapshot.Verify(meta); err != nil {
-		return 0, fmt.Errorf("%w; the guest was left as it was", err)
+		return res, fmt.Errorf("%w; the guest was left as it was", err)
 	}
 	staged, err := i.stage(store, meta)
 	if err != nil {
-		return 0, fmt.Errorf("%w; the guest was left as it was", err)
+		return res, fmt.Errorf("%w; the guest was left as it was", err)
 	}
+	i.mu.Lock()
+	con := i.console
+	i.mu.Unlock()
+	// Typing waits until the restored guest runs: nothing reaches the
+	// QEMU that goes, nor the new one before its state is loaded.
+	release, err := con.HoldInput(ctx)
+	if err != nil {
+		os.Remove(staged)
+		return res, fmt.Errorf("restore snapshot %q: wait for the console's input: %w; the guest was left as it was", meta.Name, err)
+	}
+	defer release()
 	i.mu.Lock()
 	i.replacing = true
 	i.mu.Unlock()
@@ -138,19 +163,28 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	if err := old.Close(); err != nil {
 		i.mgr.log.Warn("clean up after QEMU for a restore", "instance", i.name, "err", err)
 	}
+	// What the old guest did not read was typed for it: the restored one
+	// must not get it.
+	if res.DiscardedInput, err = con.DiscardInput(); err != nil {
+		i.mgr.log.Warn("drop the old guest's unread input", "instance", i.name, "err", err)
+	}
 	cfg := i.cfg
 	if cfg.Files, err = dupFiles(i.files); err != nil {
-		return 0, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
+		return res, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
 	}
 	cfg.LoadVM = &qemu.LoadVM{Path: staged}
 	rt := i.runtime(true)
 	rt.BeforeCont = loadSnapshot(meta, func() {
-		cursor = i.mark(fmt.Sprintf("restored snapshot %q (saved %s)", meta.Name, meta.Created.Format(time.RFC3339)))
+		what := fmt.Sprintf("restored snapshot %q (saved %s)", meta.Name, meta.Created.Format(time.RFC3339))
+		if res.DiscardedInput > 0 {
+			what += fmt.Sprintf("; %d bytes typed for the old guest and not read by it were dropped", res.DiscardedInput)
+		}
+		res.Cursor = i.mark(what)
 	})
 	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		os.Remove(staged)
-		return 0, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
+		return res, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
 	}
 	i.mu.Lock()
 	i.machine = mch
@@ -165,7 +199,7 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 		defer i.restoreMu.Unlock()
 		i.unstage(context.WithoutCancel(ctx), mch, staged)
 	}()
-	return cursor, nil
+	return res, nil
 }
 
 // lost stops an instance whose QEMU a restore could not replace.

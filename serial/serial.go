@@ -270,6 +270,58 @@ func (c *Console) acquireWrite(ctx context.Context) error {
 
 func (c *Console) releaseWrite() { <-c.writeSem }
 
+// HoldInput makes writes to the guest wait until release is called, after
+// any write in progress has ended (or ctx has). Whoever swaps the QEMU
+// behind the console holds it, so that nothing typed meanwhile reaches the
+// QEMU being replaced, nor the new one before it is ready: such writes go
+// to the new one once released, whole.
+func (c *Console) HoldInput(ctx context.Context) (release func(), err error) {
+	if err := c.acquireWrite(ctx); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(c.releaseWrite) }, nil
+}
+
+// DiscardInput drops what was written to the guest and not read: the bytes
+// left in the input pipe once the QEMU that was to read them is gone. It
+// returns how many. Call it while holding the input (HoldInput).
+func (c *Console) DiscardInput() (int, error) {
+	rc, err := c.in.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	var rerr error
+	buf := make([]byte, 4096)
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			avail, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+			if err != nil || avail == 0 {
+				rerr = err
+				return
+			}
+			// The descriptor is non-blocking: an empty pipe is EAGAIN.
+			n, err := unix.Read(int(fd), buf[:min(avail, len(buf))])
+			if n > 0 {
+				total += n
+			}
+			if err != nil {
+				if !errors.Is(err, unix.EAGAIN) {
+					rerr = err
+				}
+				return
+			}
+		}
+	}); err != nil {
+		return total, err
+	}
+	if rerr != nil {
+		return total, fmt.Errorf("serial: discard input: %w", rerr)
+	}
+	return total, nil
+}
+
 // writeLocked writes p to the input FIFO; the caller holds the write
 // semaphore.
 func (c *Console) writeLocked(ctx context.Context, p []byte) (int, error) {

@@ -97,6 +97,9 @@ type SnapshotLoadOutput struct {
 	PID       int    `json:"pid" jsonschema:"the QEMU now running the guest (a restore starts a new one)"`
 	Cursor    int64  `json:"cursor" jsonschema:"serial cursor where output after the restore begins (after the marker line); reads go on from here"`
 	ElapsedMS int64  `json:"elapsed_ms"`
+	// DiscardedInput counts bytes typed for the old guest that it never
+	// read: dropped, not delivered to the restored guest.
+	DiscardedInput int `json:"discarded_input,omitempty"`
 }
 
 func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotLoadOutput, error) {
@@ -114,17 +117,21 @@ func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in 
 	t := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cursor, err := inst.RestoreSnapshot(ctx, s.snapshots(), meta)
+	r, err := inst.RestoreSnapshot(ctx, s.snapshots(), meta)
 	if err != nil {
 		return nil, SnapshotLoadOutput{}, err
 	}
-	s.setCursor(req, inst, cursor)
-	out := SnapshotLoadOutput{Name: meta.Name, Cursor: cursor, ElapsedMS: time.Since(t).Milliseconds()}
+	s.setCursor(req, inst, r.Cursor)
+	out := SnapshotLoadOutput{Name: meta.Name, Cursor: r.Cursor, ElapsedMS: time.Since(t).Milliseconds(), DiscardedInput: r.DiscardedInput}
 	if m := inst.Machine(); m != nil {
 		out.PID = m.PID()
 	}
-	return textResult(fmt.Sprintf("restored %q to snapshot %q in %d ms (qemu pid %d); output after the restore starts at cursor %d",
-		inst.Name(), meta.Name, out.ElapsedMS, out.PID, cursor)), out, nil
+	text := fmt.Sprintf("restored %q to snapshot %q in %d ms (qemu pid %d); output after the restore starts at cursor %d",
+		inst.Name(), meta.Name, out.ElapsedMS, out.PID, r.Cursor)
+	if r.DiscardedInput > 0 {
+		text += fmt.Sprintf("; %d bytes typed for the old guest and not read by it were dropped", r.DiscardedInput)
+	}
+	return textResult(text), out, nil
 }
 
 // findFor finds the snapshot name of the project that check accepts (the
