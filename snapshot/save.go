@@ -129,14 +129,21 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	id := newID(s.owner())
 	tag := tagFor(name, id)
 	image := filepath.Join(dir, imageName(name, id))
-	fail := func(step string, err error) (Meta, error) {
-		return Meta{}, fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
-	}
 	intent := Intent{Name: name, Part: Part{ID: id, Image: filepath.Base(image), Tag: tag}, Drives: kept, Owner: s.owner()}
 	if old, err := read(s.recordPath(root, m.Hash(), name)); err == nil {
 		intent.Replaces = &Part{ID: old.ID, Image: old.Image, Tag: old.Tag}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fail("read the snapshot it replaces", err)
+		return Meta{}, fmt.Errorf("save snapshot %q: read the snapshot it replaces: %w", name, err)
+	}
+	fail := func(step string, err error) (Meta, error) {
+		err = fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
+		if free, ok := freeSpace(dir); ok && free < 64<<20 {
+			err = fmt.Errorf("%w (the snapshot store %s has %d KiB free: free some space, or qemu_snapshot_delete older snapshots)", err, s.Dir, free>>10)
+		}
+		if intent.Replaces != nil {
+			err = fmt.Errorf("%w; the snapshot %q saved before is unchanged", err, name)
+		}
+		return Meta{}, err
 	}
 	step := func(what string) { log.Debug("snapshot save", "step", what, "id", id) }
 	intentPath, err := writeIntent(dir, intent)
@@ -281,6 +288,15 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	}
 	step("done")
 	return read(recPath)
+}
+
+// freeSpace is what the file system of dir has free.
+func freeSpace(dir string) (int64, bool) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, false
+	}
+	return int64(st.Bavail) * st.Bsize, true
 }
 
 // deleteTagIfPresent removes tag from the drive nodes that hold it.

@@ -5,10 +5,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
@@ -270,4 +272,75 @@ func TestSnapshotRestoreInput(t *testing.T) {
 		}
 	}
 	t.Logf("20 restores: %d bytes typed for the old guest were dropped, none reached the restored one", dropped)
+}
+
+// A re-save on a nearly full disk fails, and the snapshot it would have
+// replaced stays whole: listed as whole, its tag still in the drive, and
+// it loads into a guest that answers (RAM and disk as they were saved).
+func TestSnapshotResaveFullDisk(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img not found: run scripts/deps (installs qemu-utils)")
+	}
+	root := t.TempDir()
+	disk := filepath.Join(root, "disk.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "1M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v %s", err, out)
+	}
+	snaps := testfs.Tmpfs(t, 48<<20)
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir, c.Snapshots, c.AllowPaths = root, snaps, []string{lin.Dir}
+	}, nil)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": testguest.LinuxAppend,
+		"memory": "256M", "drives": []map[string]any{{"path": "disk.qcow2", "format": "qcow2"}},
+		"wait_for": testguest.LinuxPrompt, "timeout": 60}, &b)
+	var w waitOut
+	set := func(v string) {
+		s.mustCall("serial_send", map[string]any{"data": "echo " + v + " > /tmp/state; echo " + v + " > /dev/vda; sync", "wait_for": testguest.LinuxPrompt}, &w)
+	}
+	set("old")
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "a"}, nil)
+	before := driveTagsOf(t, disk)
+	set("new")
+	free := testfs.Fill(t, snaps, 4<<20)
+	defer free()
+	s.wantError("qemu_snapshot_save", map[string]any{"name": "a"}, `save snapshot "a"`, "KiB free", `the snapshot "a" saved before is unchanged`)
+	var list struct {
+		Snapshots []struct {
+			Name       string `json:"name"`
+			Matches    *bool  `json:"matches"`
+			Incomplete string `json:"incomplete"`
+		} `json:"snapshots"`
+	}
+	s.mustCall("qemu_snapshot_list", nil, &list)
+	if len(list.Snapshots) != 1 || list.Snapshots[0].Matches == nil || !*list.Snapshots[0].Matches || list.Snapshots[0].Incomplete != "" {
+		t.Fatalf("list after the failed re-save: %+v", list)
+	}
+	if after := driveTagsOf(t, disk); !slices.Equal(after, before) || len(after) != 1 {
+		t.Fatalf("the drive's snapshots: before %v, after the failed re-save %v", before, after)
+	}
+	if left, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "*")); len(left) != 2 {
+		t.Errorf("the store after the failed re-save: %v (want the record and its image)", left)
+	}
+	s.mustCall("qemu_snapshot_load", map[string]any{"name": "a"}, nil)
+	s.mustCall("serial_send", map[string]any{"data": "cat /tmp/state; head -c 3 /dev/vda; echo; sleep 1; echo slept", "wait_for": `slept\r\n` + testguest.LinuxPrompt, "timeout": 20}, &w)
+	if !w.Matched || strings.Count(w.Output, "old") != 2 || strings.Contains(w.Output, "new") {
+		t.Fatalf("the old snapshot after the failed re-save: %+v", w)
+	}
+}
+
+func driveTagsOf(t *testing.T, disk string) []string {
+	t.Helper()
+	out, err := exec.Command("qemu-img", "snapshot", "-U", "-l", disk).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img snapshot -l: %v %s", err, out)
+	}
+	var tags []string
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "qemu-mcp-") {
+			tags = append(tags, f)
+		}
+	}
+	return tags
 }

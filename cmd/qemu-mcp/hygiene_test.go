@@ -60,7 +60,9 @@ func startServer(t *testing.T, dir, cwd string, env ...string) *server {
 func startServerCmd(t *testing.T, cmd *exec.Cmd, env []string) *server {
 	t.Helper()
 	cmd.Env = env
-	cmd.Stderr = &logWriter{t: t}
+	if cmd.Stderr == nil {
+		cmd.Stderr = &logWriter{t: t}
+	}
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
