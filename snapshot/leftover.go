@@ -296,7 +296,7 @@ func (s Store) deleteDriveTag(drive, tag string) (held bool, err error) {
 	if bin == "" {
 		bin = "qemu-img"
 	}
-	out, err := exec.Command(bin, "snapshot", "-f", "qcow2", "-d", tag, drive).CombinedOutput()
+	out, err := exec.Command(bin, "snapshot", "-d", tag, drive).CombinedOutput()
 	if err == nil {
 		return false, nil
 	}
