@@ -99,6 +99,9 @@ type Stats struct {
 	Drops     int64     `json:"drops"`    // packets the kernel dropped (socket buffer full)
 	Started   time.Time `json:"started"`
 	Stopped   time.Time `json:"stopped,omitzero"` // zero while running
+	// Error is the write error that ended the capture early (a full
+	// disk): the file holds every packet before it.
+	Error string `json:"error,omitempty"`
 }
 
 // Capture is a running (or stopped) capture.
@@ -356,6 +359,7 @@ func (c *Capture) statsLocked() Stats {
 		Drops:     c.drops,
 		Started:   c.started,
 		Stopped:   c.stopped,
+		Error:     errString(c.err),
 	}
 }
 
@@ -433,4 +437,11 @@ func (c *Capture) drain(timeout time.Duration) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

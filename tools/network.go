@@ -57,6 +57,7 @@ type PcapStopOutput struct {
 	Bytes    int64  `json:"bytes" jsonschema:"bytes of those packets on the wire"`
 	Drops    int64  `json:"drops" jsonschema:"packets the kernel dropped"`
 	Filtered int64  `json:"filtered" jsonschema:"packets the filter left out"`
+	Error    string `json:"error,omitempty" jsonschema:"the write error (a full disk) that ended the capture early"`
 }
 
 func (s *Server) pcapStop(_ context.Context, _ *mcp.CallToolRequest, t Target) (*mcp.CallToolResult, PcapStopOutput, error) {
@@ -68,9 +69,13 @@ func (s *Server) pcapStop(_ context.Context, _ *mcp.CallToolRequest, t Target) (
 	if !ok {
 		return nil, PcapStopOutput{}, fmt.Errorf("no capture of guest %q is running: start one with qemu_pcap_start or qemu_boot pcap: true", inst.Name())
 	}
-	out := PcapStopOutput{Path: st.Path, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops, Filtered: st.Filtered}
-	return textResult(fmt.Sprintf("capture stopped: %d packets (%d bytes, %d dropped, %d filtered out) in %s; read it with qemu_pcap_read, tcpdump -r or Wireshark",
-		out.Packets, out.Bytes, out.Drops, out.Filtered, out.Path)), out, nil
+	out := PcapStopOutput{Path: st.Path, Packets: st.Packets, Bytes: st.Bytes, Drops: st.Drops, Filtered: st.Filtered, Error: st.Error}
+	text := fmt.Sprintf("capture stopped: %d packets (%d bytes, %d dropped, %d filtered out) in %s; read it with qemu_pcap_read, tcpdump -r or Wireshark",
+		out.Packets, out.Bytes, out.Drops, out.Filtered, out.Path)
+	if st.Error != "" {
+		text += "; it ended early, packets after that were not captured: " + st.Error
+	}
+	return textResult(text), out, nil
 }
 
 // PcapReadInput is qemu_pcap_read's arguments.
