@@ -173,6 +173,22 @@ func (b *Buffer) flushLocked() error {
 		}
 		return nil
 	}
+	b.mu.Unlock()
+	if err := b.writePending(); err != nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.breakTranscriptLocked(err)
+		return tr.err
+	}
+	return nil
+}
+
+// writePending appends to the transcript what the ring holds past the
+// file's end. b.wmu must be held, b.mu not: the ring cannot change
+// meanwhile, and readers go on.
+func (b *Buffer) writePending() error {
+	tr := b.tr
+	b.mu.Lock()
 	pending := b.st.view(tr.written, b.st.end())
 	b.mu.Unlock()
 	if len(pending) == 0 {
@@ -180,14 +196,10 @@ func (b *Buffer) flushLocked() error {
 	}
 	n, err := tr.write(pending, nil)
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	tr.written += int64(n)
 	tr.size += int64(n)
-	if err != nil {
-		b.breakTranscriptLocked(err)
-		return tr.err
-	}
-	return nil
+	b.mu.Unlock()
+	return err
 }
 
 // breakTranscriptLocked records a transcript write error: the file keeps
@@ -240,14 +252,9 @@ func (b *Buffer) retryLocked() bool {
 		tr.written = oldest
 		b.mu.Unlock()
 	}
-	b.mu.Lock()
-	pending := b.st.view(tr.written, b.st.end())
-	b.mu.Unlock()
-	n, err := tr.write(pending, nil)
+	err := b.writePending()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tr.written += int64(n)
-	tr.size += int64(n)
 	if err != nil {
 		return false
 	}
@@ -491,7 +498,13 @@ func (b *Buffer) Finish() {
 }
 
 func (b *Buffer) finishLocked() {
-	_ = b.flushLocked() // a failure was logged and breaks the transcript
+	if b.tr != nil {
+		// One more try, whenever the last one was: nothing more comes.
+		b.mu.Lock()
+		b.tr.retryAt = time.Time{}
+		b.mu.Unlock()
+	}
+	_ = b.flushLocked() // a failure was logged and stops the transcript
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.finished {

@@ -281,9 +281,7 @@ func TestSnapshotRestoreInput(t *testing.T) {
 // it loads into a guest that answers (RAM and disk as they were saved).
 func TestSnapshotResaveFullDisk(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
-	if _, err := exec.LookPath("qemu-img"); err != nil {
-		t.Skip("qemu-img not found: run scripts/deps (installs qemu-utils)")
-	}
+	testguest.QEMUImg(t)
 	root := t.TempDir()
 	disk := filepath.Join(root, "disk.qcow2")
 	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "1M").CombinedOutput(); err != nil {
@@ -303,7 +301,7 @@ func TestSnapshotResaveFullDisk(t *testing.T) {
 	}
 	set("old")
 	s.mustCall("qemu_snapshot_save", map[string]any{"name": "a"}, nil)
-	before := driveTagsOf(t, disk)
+	before := testguest.SnapshotTags(t, disk)
 	set("new")
 	free := testfs.Fill(t, snaps, 4<<20)
 	defer free()
@@ -319,7 +317,7 @@ func TestSnapshotResaveFullDisk(t *testing.T) {
 	if len(list.Snapshots) != 1 || list.Snapshots[0].Matches == nil || !*list.Snapshots[0].Matches || list.Snapshots[0].Incomplete != "" {
 		t.Fatalf("list after the failed re-save: %+v", list)
 	}
-	if after := driveTagsOf(t, disk); !slices.Equal(after, before) || len(after) != 1 {
+	if after := testguest.SnapshotTags(t, disk); !slices.Equal(after, before) || len(after) != 1 {
 		t.Fatalf("the drive's snapshots: before %v, after the failed re-save %v", before, after)
 	}
 	if left, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "*")); len(left) != 2 {
@@ -330,21 +328,6 @@ func TestSnapshotResaveFullDisk(t *testing.T) {
 	if !w.Matched || strings.Count(w.Output, "old") != 2 || strings.Contains(w.Output, "new") {
 		t.Fatalf("the old snapshot after the failed re-save: %+v", w)
 	}
-}
-
-func driveTagsOf(t *testing.T, disk string) []string {
-	t.Helper()
-	out, err := exec.Command("qemu-img", "snapshot", "-U", "-l", disk).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img snapshot -l: %v %s", err, out)
-	}
-	var tags []string
-	for _, f := range strings.Fields(string(out)) {
-		if strings.HasPrefix(f, "qemu-mcp-") {
-			tags = append(tags, f)
-		}
-	}
-	return tags
 }
 
 // busy loads every core with a process the test starts, and stops it

@@ -98,9 +98,7 @@ func killPoints(t *testing.T) []killPoint {
 // one of the two saves.
 func TestSnapshotKillSweep(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
-	if _, err := exec.LookPath("qemu-img"); err != nil {
-		t.Skip("qemu-img not found: run scripts/deps (installs qemu-utils)")
-	}
+	testguest.QEMUImg(t)
 	for _, withDrive := range []bool{false, true} {
 		t.Run(fmt.Sprintf("drive=%v", withDrive), func(t *testing.T) {
 			killSweep(t, lin, withDrive)
@@ -235,7 +233,7 @@ func killSweep(t *testing.T, lin testguest.Linux, withDrive bool) {
 			t.Fatalf("kill %d (%s): the store holds %v, want %v", k, how, files, want)
 		}
 		if withDrive {
-			if tags := driveTags(t, disk); !slices.Equal(tags, []string{rec.tag}) {
+			if tags := testguest.SnapshotTags(t, disk); !slices.Equal(tags, []string{rec.tag}) {
 				t.Fatalf("kill %d (%s): the drive holds %v, want only the record's %s", k, how, tags, rec.tag)
 			}
 		}
@@ -294,20 +292,4 @@ func recordOf(t *testing.T, store string) recordParts {
 		return nil
 	})
 	return rec
-}
-
-// driveTags lists the qemu-mcp snapshots in a qcow2 drive.
-func driveTags(t *testing.T, disk string) []string {
-	t.Helper()
-	out, err := exec.Command("qemu-img", "snapshot", "-U", "-l", disk).CombinedOutput()
-	if err != nil {
-		t.Fatalf("qemu-img snapshot -l: %v %s", err, out)
-	}
-	var tags []string
-	for _, f := range strings.Fields(string(out)) {
-		if strings.HasPrefix(f, "qemu-mcp-") {
-			tags = append(tags, f)
-		}
-	}
-	return tags
 }

@@ -81,3 +81,28 @@ func LinuxGuest(t testing.TB) Linux {
 	}
 	return l
 }
+
+// QEMUImg skips the test when qemu-img is not installed.
+func QEMUImg(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-img"); err != nil {
+		t.Skip("qemu-img not found: run scripts/deps (installs qemu-utils)")
+	}
+}
+
+// SnapshotTags lists the server's snapshots (tags "qemu-mcp-...") in a
+// qcow2 image as qemu-img sees them, while a guest may hold it (-U).
+func SnapshotTags(t testing.TB, image string) []string {
+	t.Helper()
+	out, err := exec.Command("qemu-img", "snapshot", "-U", "-l", image).CombinedOutput()
+	if err != nil {
+		t.Fatalf("qemu-img snapshot -l %s: %v %s", image, err, out)
+	}
+	var tags []string
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "qemu-mcp-") {
+			tags = append(tags, f)
+		}
+	}
+	return tags
+}
