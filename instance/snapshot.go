@@ -107,6 +107,21 @@ type Restored struct {
 	DiscardedInput int
 }
 
+// CheckLoad says why meta cannot be loaded into this instance now, or nil:
+// another machine or QEMU version (CheckSnapshot), or a part of the
+// snapshot missing (snapshot.Verify: the record's image, the state in it,
+// each drive's tag). It touches nothing: every way of loading calls it
+// before the running guest is stopped.
+func (i *Instance) CheckLoad(ctx context.Context, meta snapshot.Meta) error {
+	if err := i.CheckSnapshot(ctx, meta); err != nil {
+		return err
+	}
+	if err := snapshot.Verify(meta); err != nil {
+		return fmt.Errorf("%w; the guest was left as it was", err)
+	}
+	return nil
+}
+
 // RestoreSnapshot puts the guest back in the state meta saved. QEMU cannot
 // load a RISC-V guest's state into the process that ran it (the timer
 // state is not saved, and time runs backwards), so the instance starts a
@@ -126,13 +141,10 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	if err != nil {
 		return res, err
 	}
-	if err := i.CheckSnapshot(ctx, meta); err != nil {
-		return res, err
-	}
 	// Every part is checked, and the image copied, before the running
 	// guest is touched: a snapshot that cannot load leaves it as it was.
-	if err := snapshot.Verify(meta); err != nil {
-		return res, fmt.Errorf("%w; the guest was left as it was", err)
+	if err := i.CheckLoad(ctx, meta); err != nil {
+		return res, err
 	}
 	staged, err := i.stage(store, meta)
 	if err != nil {

@@ -32,6 +32,9 @@ func (e *IncompleteError) Reason() string { return strings.Join(e.Parts, "; ") }
 // change only through a save or delete, which the caller serialises.
 func Verify(m Meta) error {
 	var parts []string
+	if m.ID != "" && m.Tag != tagFor(m.Name, m.ID) {
+		parts = append(parts, fmt.Sprintf("the record's tag %s is not its save's (%s)", m.Tag, m.ID))
+	}
 	if m.Path == "" {
 		parts = append(parts, "the record names no image")
 	} else if err := verifyImage(m); err != "" {
