@@ -134,7 +134,13 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 	}
 	byName := map[string]Meta{}
 	named := map[string]bool{}
+	var unreadable []string // names whose record cannot be read: their images stay
 	for _, m := range recs {
+		if m.unreadable != "" {
+			unreadable = append(unreadable, m.Name+".")
+			rep.Broken = append(rep.Broken, fmt.Sprintf("%s: its record is unreadable: %s", m.Name, m.unreadable))
+			continue
+		}
 		byName[m.Name] = m
 		named[m.Image] = true
 		if err := verifyImage(m); err != "" {
@@ -197,7 +203,7 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 		}
 		switch {
 		case strings.HasSuffix(n, ".qcow2") && !strings.HasPrefix(n, "."):
-			if named[n] {
+			if named[n] || slices.ContainsFunc(unreadable, func(p string) bool { return strings.HasPrefix(n, p) }) {
 				continue
 			}
 			_, o, ok := idOf(n, ".qcow2")

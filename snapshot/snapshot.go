@@ -312,6 +312,8 @@ type Meta struct {
 	ImageSize int64  `json:"image_size,omitempty"`
 	// Path is the image's path (not stored: where it was found).
 	Path string `json:"-"`
+	// unreadable says why the record could not be read.
+	unreadable string
 }
 
 // Store is the snapshots directory.
@@ -402,7 +404,8 @@ func records(dir string) ([]Meta, error) {
 			continue // replaced or deleted meanwhile
 		}
 		if err != nil {
-			return nil, err
+			// Listed, as what it is: a snapshot that cannot load.
+			m = Meta{Name: name, unreadable: err.Error()}
 		}
 		if m.Name == name {
 			out = append(out, m)

@@ -31,6 +31,9 @@ func (e *IncompleteError) Reason() string { return strings.Join(e.Parts, "; ") }
 // guest may hold them open, as qemu-img -U does: their snapshot tables
 // change only through a save or delete, which the caller serialises.
 func Verify(m Meta) error {
+	if m.unreadable != "" {
+		return &IncompleteError{Name: m.Name, Parts: []string{"its record is unreadable: " + m.unreadable}}
+	}
 	var parts []string
 	if m.ID != "" && m.Tag != tagFor(m.Name, m.ID) {
 		parts = append(parts, fmt.Sprintf("the record's tag %s is not its save's (%s)", m.Tag, m.ID))
