@@ -233,6 +233,9 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 	for _, d := range dead {
 		in := d.in
 		o := in.Owner
+		if slices.Contains(unreadable, in.Name+".") {
+			continue // which tag its record names cannot be told
+		}
 		var orphans []string
 		cur := byName[in.Name].Tag
 		for _, t := range []string{in.Tag, tagOf(in.Replaces)} {
