@@ -406,3 +406,60 @@ func TestSnapshotRestoresBusy(t *testing.T) {
 	t.Logf("%d restores on a busy machine in %v (%v each): every command after a load arrived whole; %d bytes typed for old guests were dropped, none reached a restored guest",
 		n, el.Round(time.Millisecond), (el / time.Duration(n)).Round(time.Millisecond), dropped)
 }
+
+// A snapshot with a part gone is listed as incomplete with the part named,
+// and a load or a boot of it is refused before the running guest is
+// touched.
+func TestSnapshotIncomplete(t *testing.T) {
+	testguest.QEMUImg(t)
+	root, snaps := t.TempDir(), t.TempDir()
+	disk := filepath.Join(root, "disk.qcow2")
+	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "1M").CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v %s", err, out)
+	}
+	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir, c.Snapshots = root, snaps }, nil)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"drives": []map[string]any{{"path": "disk.qcow2", "format": "qcow2"}}, "wait_for": prompt}, &b)
+	var si struct {
+		Drives []string `json:"drives"`
+	}
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "a"}, &si)
+	type listed struct {
+		Snapshots []struct {
+			Matches    *bool  `json:"matches"`
+			Incomplete string `json:"incomplete"`
+		} `json:"snapshots"`
+	}
+	images, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "a.*.qcow2"))
+	if len(images) != 1 {
+		t.Fatalf("images %v", images)
+	}
+	os.Rename(images[0], images[0]+".away")
+	var l listed
+	s.mustCall("qemu_snapshot_list", nil, &l)
+	if len(l.Snapshots) != 1 || l.Snapshots[0].Matches == nil || *l.Snapshots[0].Matches || !strings.Contains(l.Snapshots[0].Incomplete, "is missing") {
+		t.Fatalf("list without the image: %+v", l)
+	}
+	s.wantError("qemu_snapshot_load", map[string]any{"name": "a"}, `snapshot "a" is incomplete`, "is missing", "left as it was")
+	var st struct {
+		PID   int    `json:"pid"`
+		State string `json:"state"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo still", "wait_for": `still\r\n`}, &w)
+	if st.PID != b.PID || st.State != "running" || !w.Matched {
+		t.Fatalf("the guest after a refused load: %+v (booted pid %d), echo %v", st, b.PID, w.Matched)
+	}
+	os.Rename(images[0]+".away", images[0])
+	s.mustCall("qemu_shutdown", nil, nil)
+	tags := testguest.SnapshotTags(t, disk)
+	if out, err := exec.Command("qemu-img", "snapshot", "-d", tags[0], disk).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v %s", err, out)
+	}
+	s.mustCall("qemu_snapshot_list", nil, &l)
+	if len(l.Snapshots) != 1 || !strings.Contains(l.Snapshots[0].Incomplete, "has no snapshot "+tags[0]) {
+		t.Fatalf("list without the drive's part: %+v", l)
+	}
+	s.wantError("qemu_boot", map[string]any{"snapshot": "a"}, "has no snapshot "+tags[0])
+}
