@@ -218,6 +218,7 @@ func killSweep(t *testing.T, lin testguest.Linux, withDrive bool) {
 		var list struct {
 			Snapshots []struct {
 				Name       string `json:"name"`
+				Matches    *bool  `json:"matches"`
 				Incomplete string `json:"incomplete"`
 			} `json:"snapshots"`
 		}
@@ -238,6 +239,10 @@ func killSweep(t *testing.T, lin testguest.Linux, withDrive bool) {
 			}
 		}
 		boot(s, map[string]any{"snapshot": "a"})
+		call(s, "qemu_snapshot_list", nil, &list)
+		if len(list.Snapshots) != 1 || list.Snapshots[0].Matches == nil || !*list.Snapshots[0].Matches {
+			t.Fatalf("kill %d (%s): list with the guest running: %+v", k, how, list)
+		}
 		read := "cat /tmp/state"
 		if withDrive {
 			read += "; head -c 3 /dev/vda; echo"
