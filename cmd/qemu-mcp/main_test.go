@@ -49,7 +49,10 @@ func TestMain(m *testing.M) {
 func serverCmd(dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append([]string{"-log-level", "debug"}, args...)...)
 	cmd.Env = append(os.Environ(), "QEMU_MCP_TEST_MAIN=server", "QEMU_MCP_RUNTIME_DIR="+dir,
-		"QEMU_MCP_LOCK_FILE="+dir+".lock", "QEMU_MCP_STATE_DIR="+dir+".state")
+		"QEMU_MCP_LOCK_FILE="+dir+".lock", "QEMU_MCP_STATE_DIR="+dir+".state",
+		// Under -race the runtime sleeps a second before every exit
+		// (atexit_sleep_ms): not the server's time.
+		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	return cmd
 }
 
