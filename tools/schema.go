@@ -273,14 +273,12 @@ func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Con
 		if res == nil {
 			res = &mcp.CallToolResult{}
 		}
-		ob, err := json.Marshal(out)
+		ob, err := marshalNoEscape(out)
 		if err != nil {
 			return nil, fmt.Errorf("tools: %s: marshal the result: %w", t.Name, err)
 		}
 		res.StructuredContent = json.RawMessage(ob)
-		if res.Content == nil {
-			res.Content = []mcp.Content{&mcp.TextContent{Text: string(ob)}}
-		}
+		setText(res, ob, wholeText(req, s.cfg.WholeText))
 		return res, nil
 	})
 }

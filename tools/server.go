@@ -74,7 +74,11 @@ type Config struct {
 	// GDBTCP makes gdbstubs listen on this loopback TCP address instead
 	// of a unix socket (see instance.Config).
 	GDBTCP string
-	Logger *slog.Logger
+	// WholeText gives every client every value in a result's text
+	// content, also the clients that read the structured content (see
+	// structuredReaders).
+	WholeText bool
+	Logger    *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.

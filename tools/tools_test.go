@@ -45,6 +45,12 @@ func newSession(t testing.TB) *session { return newSessionWith(t, nil, nil) }
 // and the client's options given.
 func newSessionWith(t testing.TB, adjust func(*tools.Config), copts *mcp.ClientOptions) *session {
 	t.Helper()
+	return newSessionAs(t, "test", adjust, copts)
+}
+
+// newSessionAs is newSessionWith for a client that declares its name.
+func newSessionAs(t testing.TB, client string, adjust func(*tools.Config), copts *mcp.ClientOptions) *session {
+	t.Helper()
 	needQEMU(t)
 	kernel, err := os.ReadFile("../testdata/images/tiny.bin")
 	if err != nil {
@@ -79,7 +85,7 @@ func newSessionWith(t testing.TB, adjust func(*tools.Config), copts *mcp.ClientO
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, copts).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: client}, copts).Connect(ctx, ct, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

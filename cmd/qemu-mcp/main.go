@@ -54,6 +54,7 @@ func run(args []string, stderr io.Writer) int {
 		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
 		maxKept     = fs.String("max-kept", "2G", "total size of kept transcripts, captures and screenshots in the state directory ("+kept.Env+"); the oldest go first")
 		gdbTCP      = fs.String("gdb-tcp", "", "gdbstubs of guests booted with gdb: true listen on this loopback TCP address (127.0.0.1:0 for a free port each, shown as paths.gdb_address) instead of a private unix socket, so that your own gdb can attach while the server's debugger is idle")
+		wholeText   = fs.Bool("whole-text", false, "put every value of a result in its text content for every client; by default the clients known to show their model the structured content (Claude Code, Codex, Copilot CLI) get a one-line summary as text")
 		allowPaths  []string
 	)
 	fs.Func("allow-path", "let the tools read host files in `DIR` (repeatable; adds to "+hostpath.EnvAllowPaths+", colon-separated)", func(v string) error {
@@ -126,6 +127,7 @@ func run(args []string, stderr io.Writer) int {
 		MaxInstances:    *maxInst,
 		AllowPaths:      allowed,
 		GDBTCP:          *gdbTCP,
+		WholeText:       *wholeText,
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
