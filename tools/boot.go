@@ -125,7 +125,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, panics)
+	p, err := s.plan(req, in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, panics)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}

@@ -66,6 +66,24 @@ func TestResultBudget(t *testing.T) {
 			t.Errorf("flood, the %s: %d characters, %d copies of the end marker", view, len(v), strings.Count(v, "flood done 200000"))
 		}
 	}
+	// Copilot CLI hides a result over 20 KiB from its model (it saves it
+	// to a file): its largest pages and answers stay under that, with the
+	// rest a cursor or an offset away.
+	for _, c := range []struct {
+		name string
+		args map[string]any
+		more string
+	}{
+		{"serial_read", map[string]any{"since": 0, "max_bytes": 32768}, `"truncated":true`},
+		{"qmp_command", map[string]any{"command": "query-qmp-schema"}, `"next_offset":`},
+	} {
+		res := cp.call(c.name, c.args, nil)
+		view := text(res) + "\n\n" + structured(t, res)
+		t.Logf("Copilot CLI's view of %s %v: %d characters", c.name, c.args, len(view))
+		if res.IsError || len(view) >= 20<<10 || !strings.Contains(view, c.more) {
+			t.Errorf("Copilot CLI's view of %s %v: %d characters: %.300s", c.name, c.args, len(view), view)
+		}
+	}
 	if len(flood) >= 40000 || !w.Truncated || w.Elided == nil || strings.Count(flood, "flood done 200000") != 1 {
 		t.Fatalf("flood result: %d characters, truncated %v, elided %+v, %d copies of the end marker", len(flood), w.Truncated, w.Elided, strings.Count(flood, "flood done 200000"))
 	}

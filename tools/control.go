@@ -35,15 +35,10 @@ type QMPOutput struct {
 	SavedTo    string `json:"saved_to,omitempty" jsonschema:"file holding the whole answer, when it was too large to return"`
 }
 
-// qmpBudget bounds the JSON of a QMP answer in a result (about 8,000
-// tokens): a list longer than that comes a page at a time, anything else
-// that large is saved to a file.
-const qmpBudget = 24000
-
 // maxQMPArgs bounds a command's arguments.
 const maxQMPArgs = 64 << 10
 
-func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPInput) (*mcp.CallToolResult, QMPOutput, error) {
+func (s *Server) qmpCommand(ctx context.Context, req *mcp.CallToolRequest, in QMPInput) (*mcp.CallToolResult, QMPOutput, error) {
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, QMPOutput{}, fmt.Errorf("command is empty: give a QMP command such as query-status")
 	}
@@ -77,7 +72,7 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
-	out, err := s.qmpAnswer(inst.Name(), in.Command, raw, in.Offset)
+	out, err := s.qmpAnswer(inst.Name(), in.Command, raw, in.Offset, s.reader(req).answer)
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
@@ -94,9 +89,10 @@ func (s *Server) qmpCommand(ctx context.Context, _ *mcp.CallToolRequest, in QMPI
 	return textResult(text), out, nil
 }
 
-// qmpAnswer fits an answer into the budget: whole, a page of a list, or
-// saved to a file in the captures directory.
-func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset int) (QMPOutput, error) {
+// qmpAnswer fits an answer into budget characters of JSON (see
+// answerBudget): whole, a page of a list, or saved to a file in the
+// captures directory.
+func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset, budget int) (QMPOutput, error) {
 	decode := func(b []byte) (any, error) {
 		// UseNumber keeps 64-bit integers (addresses, sizes) exact.
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -107,7 +103,7 @@ func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset
 		}
 		return v, nil
 	}
-	if len(raw) <= qmpBudget && offset == 0 {
+	if len(raw) <= budget && offset == 0 {
 		v, err := decode(raw)
 		return QMPOutput{Return: v}, err
 	}
@@ -119,7 +115,7 @@ func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset
 		page := []any{}
 		size := 0
 		for _, e := range list[offset:] {
-			if len(page) > 0 && size+len(e) > qmpBudget {
+			if len(page) > 0 && size+len(e) > budget {
 				break
 			}
 			v, err := decode(e)

@@ -194,7 +194,7 @@ type MemoryOutput struct {
 	Next       string   `json:"next,omitempty" jsonschema:"the hexdump stops before here (max_bytes): ask again from this address"`
 }
 
-func (s *Server) debugMemory(ctx context.Context, _ *mcp.CallToolRequest, in MemoryInput) (*mcp.CallToolResult, MemoryOutput, error) {
+func (s *Server) debugMemory(ctx context.Context, req *mcp.CallToolRequest, in MemoryInput) (*mcp.CallToolResult, MemoryOutput, error) {
 	_, d, err := s.debugger(in.Target)
 	if err != nil {
 		return nil, MemoryOutput{}, err
@@ -202,7 +202,7 @@ func (s *Server) debugMemory(ctx context.Context, _ *mcp.CallToolRequest, in Mem
 	if in.Length == 0 {
 		in.Length = 256
 	}
-	limit, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes)
+	limit, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes, s.reader(req).page)
 	if err != nil {
 		return nil, MemoryOutput{}, err
 	}

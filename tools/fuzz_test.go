@@ -56,7 +56,7 @@ func FuzzBootArguments(f *testing.F) {
 		if json.Unmarshal(data, &in) != nil {
 			return
 		}
-		if _, err := s.plan(in.WaitOptions, in.Timeout, time.Minute, defaultMaxBytes, nil); err != nil && !strings.Contains(err.Error(), "wait_for") &&
+		if _, err := s.plan(nil, in.WaitOptions, in.Timeout, time.Minute, defaultMaxBytes, nil); err != nil && !strings.Contains(err.Error(), "wait_for") &&
 			!strings.Contains(err.Error(), "timeout") && !strings.Contains(err.Error(), "idle_ms") && !strings.Contains(err.Error(), "panic_patterns") {
 			t.Fatalf("plan error %q does not name the argument", err)
 		}

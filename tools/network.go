@@ -86,9 +86,6 @@ type PcapReadInput struct {
 	Target
 }
 
-// pcapBudget bounds a qemu_pcap_read result (about 8,000 tokens).
-const pcapBudget = 24000
-
 // PcapReadOutput is qemu_pcap_read's result.
 type PcapReadOutput struct {
 	Path    string         `json:"path"`
@@ -96,7 +93,7 @@ type PcapReadOutput struct {
 	Next    int            `json:"next" jsonschema:"packet number to read from next"`
 }
 
-func (s *Server) pcapRead(_ context.Context, _ *mcp.CallToolRequest, in PcapReadInput) (_ *mcp.CallToolResult, _ PcapReadOutput, err error) {
+func (s *Server) pcapRead(_ context.Context, req *mcp.CallToolRequest, in PcapReadInput) (_ *mcp.CallToolResult, _ PcapReadOutput, err error) {
 	if in.Count < 0 || in.Count > pcap.MaxSummaries {
 		return nil, PcapReadOutput{}, fmt.Errorf("count %d: want 1 to %d", in.Count, pcap.MaxSummaries)
 	}
@@ -155,7 +152,7 @@ func (s *Server) pcapRead(_ context.Context, _ *mcp.CallToolRequest, in PcapRead
 	// where the rest starts.
 	size := 0
 	for k, p := range sums {
-		if size += len(p.Text) + 120; size > pcapBudget && k > 0 {
+		if size += len(p.Text) + 120; size > s.reader(req).answer && k > 0 {
 			sums, next = sums[:k], p.Index
 			break
 		}

@@ -278,7 +278,7 @@ func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Con
 			return nil, fmt.Errorf("tools: %s: marshal the result: %w", t.Name, err)
 		}
 		res.StructuredContent = json.RawMessage(ob)
-		setText(res, ob, wholeText(req, s.cfg.WholeText))
+		setText(res, ob, !s.reader(req).structured)
 		return res, nil
 	})
 }

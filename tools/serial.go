@@ -256,17 +256,19 @@ func seconds(name string, v float64, def time.Duration) (time.Duration, error) {
 	return time.Duration(v * float64(time.Second)), nil
 }
 
-// checkMaxBytes validates a max_bytes argument, where 0 means def.
-func checkMaxBytes(v, def int) (int, error) {
+// checkMaxBytes validates a max_bytes argument, where 0 means def; a
+// client whose view holds less (see readers) gets at most limit, the rest
+// a cursor away.
+func checkMaxBytes(v, def, limit int) (int, error) {
 	switch {
 	case v > maxMaxBytes:
 		return 0, fmt.Errorf("max_bytes %d: at most %d a result (a client refuses larger results); page with the cursors instead", v, maxMaxBytes)
 	case v < 0:
 		return 0, fmt.Errorf("max_bytes %d: want a positive number", v)
 	case v == 0:
-		return def, nil
+		v = def
 	}
-	return v, nil
+	return min(v, limit), nil
 }
 
 // waitPlan is a validated wait: what to wait for, how long, what to report.
@@ -282,7 +284,7 @@ func (p waitPlan) active() bool { return len(p.spec.Patterns) > 0 || p.spec.Idle
 
 // plan validates the shared wait arguments; extra are the boot profile's
 // panic patterns, added to the defaults unless panic_patterns is given.
-func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, defMax int, extra []*regexp.Regexp) (waitPlan, error) {
+func (s *Server) plan(req *mcp.CallToolRequest, o WaitOptions, timeout float64, def time.Duration, defMax int, extra []*regexp.Regexp) (waitPlan, error) {
 	pats, desc, err := patterns(o.WaitFor)
 	if err != nil {
 		return waitPlan{}, err
@@ -294,7 +296,7 @@ func (s *Server) plan(o WaitOptions, timeout float64, def time.Duration, defMax 
 	if o.IdleMS < 0 {
 		return waitPlan{}, fmt.Errorf("idle_ms %d: want a positive number", o.IdleMS)
 	}
-	maxBytes, err := checkMaxBytes(o.MaxBytes, defMax)
+	maxBytes, err := checkMaxBytes(o.MaxBytes, defMax, s.reader(req).page)
 	if err != nil {
 		return waitPlan{}, err
 	}
@@ -473,7 +475,7 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	if in.CharDelayMS < 0 || in.CharDelayMS > 1000 {
 		return nil, SendOutput{}, fmt.Errorf("char_delay_ms %d: want 0 to 1000", in.CharDelayMS)
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, 30*time.Second, defaultMaxBytes, spec.Panics)
+	p, err := s.plan(req, in.WaitOptions, in.Timeout, 30*time.Second, defaultMaxBytes, spec.Panics)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
@@ -539,7 +541,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	if m == nil {
 		return nil, WaitResult{}, fmt.Errorf("guest %q has no console: its boot did not start QEMU; call qemu_boot", inst.Name())
 	}
-	p, err := s.plan(in.WaitOptions, in.Timeout, 5*time.Second, defaultMaxBytes, inst.Spec().Panics)
+	p, err := s.plan(req, in.WaitOptions, in.Timeout, 5*time.Second, defaultMaxBytes, inst.Spec().Panics)
 	if err != nil {
 		return nil, WaitResult{}, err
 	}

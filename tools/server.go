@@ -76,7 +76,7 @@ type Config struct {
 	GDBTCP string
 	// WholeText gives every client every value in a result's text
 	// content, also the clients that read the structured content (see
-	// structuredReaders).
+	// readers).
 	WholeText bool
 	Logger    *slog.Logger
 }

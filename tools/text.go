@@ -178,25 +178,6 @@ func marshalNoEscape(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// structuredReaders are the clients, by the name they declare, measured
-// (scripts/clients) to give their model the structured content: Claude
-// Code and Codex instead of the text, Copilot CLI after it. Their text is
-// the summary alone, so that Copilot's model reads each value once (twice,
-// a page of today's largest size would pass its limit and be saved to a
-// file the model never sees) and nothing is sent twice for the others.
-// Every other client gets the whole rendering.
-var structuredReaders = map[string]bool{"claude-code": true, "codex-mcp-client": true, "copilot-cli": true}
-
-// wholeText says whether the text content of a result for req carries
-// every value (see structuredReaders); all forces it for every client.
-func wholeText(req *mcp.CallToolRequest, all bool) bool {
-	if all || req == nil {
-		return true
-	}
-	ci := req.ClientInfo()
-	return ci == nil || !structuredReaders[ci.Name]
-}
-
 // setText makes the text content of res (the handler's summary, if any)
 // the summary followed, with whole, by the rendering of structured; other
 // content (an image) stays as it is.
