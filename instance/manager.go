@@ -49,8 +49,9 @@ type Config struct {
 	// exist and be private (see internal/runtimedir). Transcripts and
 	// captures go to its captures directory.
 	RuntimeDir string
-	// Record describes the server; New writes it, and every change to an
-	// instance rewrites it. Its PID and start time name every file.
+	// Record describes the server; it is written while an instance holds
+	// something (see New), and every change to an instance rewrites it.
+	// Its PID and start time name every file.
 	Record registry.Record
 	// LockFile overrides the repository lock's path (see lock.Path).
 	LockFile string
@@ -115,9 +116,12 @@ type driveClaim struct {
 	writable bool
 }
 
-// New writes the server's record and returns a Manager with no instances.
-// The record comes first: it is what lets the next server reap after this
-// one if it is killed.
+// New returns a Manager with no instances. The server's record is written
+// with the first thing a boot holds that would outlive a killed server
+// (the repository lock, a TAP, QEMU), before the rest is made, and removed
+// once the last of them is released: it is what lets the next server reap
+// after this one if it is killed, and a server that holds nothing leaves
+// nothing behind however it dies (a SIGKILL right after SIGTERM included).
 func New(cfg Config) (*Manager, error) {
 	if cfg.RuntimeDir == "" {
 		return nil, errors.New("instance: RuntimeDir is required")
@@ -143,8 +147,8 @@ func New(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.Captures, 0o700); err != nil {
 		return nil, fmt.Errorf("instance: captures directory: %w", err)
 	}
-	if err := registry.Write(cfg.RuntimeDir, cfg.Record); err != nil {
-		return nil, fmt.Errorf("instance: write registry record: %w", err)
+	if err := cfg.Record.Validate(); err != nil {
+		return nil, fmt.Errorf("instance: registry record: %w", err)
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, owner: cfg.Record.Owner(),
@@ -453,6 +457,13 @@ func (m *Manager) recordInstance(name string, f func(*registry.Instance)) {
 
 func (m *Manager) writeRecordLocked() {
 	if m.recGone {
+		return
+	}
+	if len(m.rec.Instances) == 0 {
+		// Nothing left that the next server would reap.
+		if err := registry.Remove(m.cfg.RuntimeDir, m.owner); err != nil {
+			m.log.Warn("remove registry record", "err", err)
+		}
 		return
 	}
 	if err := registry.Write(m.cfg.RuntimeDir, m.rec); err != nil {
