@@ -88,10 +88,11 @@ var clients = []client{
 			if err := writeJSON(filepath.Join(home, ".gemini", "settings.json"), map[string]any{
 				"mcpServers": map[string]any{"qemu": map[string]any{"command": server[0], "args": server[1:], "env": env,
 					"timeout": 120000, "trust": true}},
-				"security":    map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}, "folderTrust": map[string]any{"enabled": false}},
-				"folderTrust": map[string]any{"enabled": false},
-				"general":     map[string]any{"disableAutoUpdate": true},
-				"privacy":     map[string]any{"usageStatisticsEnabled": false},
+				// Untrusted folders get no MCP servers (gemini mcp list:
+				// Disabled); the project here is a fresh directory.
+				"security": map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}, "folderTrust": map[string]any{"enabled": false}},
+				"general":  map[string]any{"disableAutoUpdate": true},
+				"privacy":  map[string]any{"usageStatisticsEnabled": false},
 			}); err != nil {
 				return nil, nil, err
 			}

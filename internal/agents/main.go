@@ -552,7 +552,7 @@ func (r report) print(w io.Writer) {
 	if len(r.Leftovers) > 0 {
 		left = strings.Join(r.Leftovers, ", ")
 	}
-	sigs := "none (stdin closed)"
+	sigs := "no signal seen (stdin closed, or a SIGKILL)"
 	if len(r.Signals) > 0 {
 		sigs = strings.Join(r.Signals, ", ")
 	}

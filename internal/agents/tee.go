@@ -60,10 +60,11 @@ func tee(args []string) int {
 	}
 	go func() {
 		for s := range sigs {
+			// Passed on first: a SIGKILL may follow within a millisecond.
+			cmd.Process.Signal(s)
 			mu.Lock()
 			fmt.Fprintf(logf, "{\"dir\":\"signal\",\"line\":%q}\n", s.String())
 			mu.Unlock()
-			cmd.Process.Signal(s)
 		}
 	}()
 	go func() {
