@@ -179,10 +179,11 @@ func main() {
 }
 
 // size is one tool result: JSON.stringify(structuredContent), what Claude
-// Code shows the model.
+// Code shows the model, and the text content, what Gemini CLI shows it.
 type size struct {
 	call  string
 	chars int
+	text  int
 }
 
 // resultSizes calls each tool on what makes its result largest here,
@@ -210,7 +211,13 @@ func resultSizes(ctx context.Context) ([]size, error) {
 			args = map[string]any{}
 		}
 		enc.Encode(args)
-		out = append(out, size{name + " " + strings.TrimSpace(a.String()), len(b)})
+		var text int
+		for _, c := range res.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				text += len(t.Text)
+			}
+		}
+		out = append(out, size{name + " " + strings.TrimSpace(a.String()), len(b), text})
 		return nil
 	}
 	lt, err := s.cs.ListTools(ctx, nil)
@@ -218,7 +225,7 @@ func resultSizes(ctx context.Context) ([]size, error) {
 		return nil, err
 	}
 	b, _ := json.Marshal(lt.Tools)
-	out = append(out, size{fmt.Sprintf("tools/list (%d tools, every turn)", len(lt.Tools)), len(b)})
+	out = append(out, size{fmt.Sprintf("tools/list (%d tools, every turn)", len(lt.Tools)), len(b), 0})
 	for _, c := range []struct {
 		name string
 		args map[string]any
@@ -255,10 +262,14 @@ func resultSizes(ctx context.Context) ([]size, error) {
 // tokens; console text and JSON run at about 3 to 4 characters a token, so
 // 3 is the cautious estimate.
 func printSizes(sizes []size) {
-	fmt.Printf("\n| result (JSON.stringify(structuredContent)) | characters | tokens, at most about | share of Claude Code's 25,000 |\n|---|---|---|---|\n")
+	fmt.Printf("\n| result | characters of JSON.stringify(structuredContent) | tokens, at most about | share of Claude Code's 25,000 | characters of the text content |\n|---|---|---|---|---|\n")
 	for _, z := range sizes {
 		tok := z.chars / 3
-		fmt.Printf("| `%s` | %d | %d | %.0f%% |\n", z.call, z.chars, tok, 100*float64(tok)/25000)
+		text := "-"
+		if z.text > 0 {
+			text = fmt.Sprint(z.text)
+		}
+		fmt.Printf("| `%s` | %d | %d | %.0f%% | %s |\n", z.call, z.chars, tok, 100*float64(tok)/25000, text)
 	}
 }
 
