@@ -85,6 +85,9 @@ func plain(s *jsonschema.Schema, t reflect.Type) {
 		if d, ok := f.Tag.Lookup("default"); ok {
 			p.Default = defaultValue(p, d)
 		}
+		if a := f.Tag.Get("anyof"); a != "" {
+			p.AnyOf = anyOf(a)
+		}
 		setMaxLength(p, f.Tag.Get("max"))
 		if m := f.Tag.Get("maxitems"); m != "" && p.Type == "array" {
 			n, err := strconv.Atoi(m)
@@ -94,6 +97,22 @@ func plain(s *jsonschema.Schema, t reflect.Type) {
 			p.MaxItems = &n
 		}
 	}
+}
+
+// anyOf is the schema of a field that takes one of several types (an
+// `anyof` tag such as "string,[]string"). Without it the field's schema
+// has no type, and Codex, which rewrites schemas to the types it knows,
+// gives its model an empty schema: no description.
+func anyOf(tag string) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	for _, t := range strings.Split(tag, ",") {
+		if elem, ok := strings.CutPrefix(t, "[]"); ok {
+			out = append(out, &jsonschema.Schema{Type: "array", Items: &jsonschema.Schema{Type: elem}})
+		} else {
+			out = append(out, &jsonschema.Schema{Type: t})
+		}
+	}
+	return out
 }
 
 // defaultMaxString bounds a string argument without a max tag: names,

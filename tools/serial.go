@@ -21,7 +21,7 @@ import (
 // WaitOptions are the wait and text arguments that qemu_boot, serial_send
 // and serial_read share.
 type WaitOptions struct {
-	WaitFor       any      `json:"wait_for,omitempty" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \\r\\n, so write \\r?\\n (or $ for the end of the output so far)"`
+	WaitFor       any      `json:"wait_for,omitempty" anyof:"string,[]string" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \\r\\n, so write \\r?\\n (or $ for the end of the output so far)"`
 	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console has been quiet this many milliseconds (idle: true)"`
 	PanicPatterns []string `json:"panic_patterns,omitempty" maxitems:"64" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
 	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return: a longer output is its start and its end, the middle elided (see elided); default 16384 (qemu_boot 640), at most 32768"`
