@@ -101,6 +101,7 @@ type report struct {
 	ToolsOffered, ToolsAccepted int
 	Names                       string   // how the client names the tools, e.g. mcp__qemu__qemu_boot
 	SchemaChanges               []string // keywords the client dropped or added
+	Lost                        []string // parameters the model got without their description
 	Steps                       []stepReport
 	Leftovers                   []string
 	Signals                     []string // what the client sent the server
@@ -186,7 +187,7 @@ func run(c client, modules, self, server, keep string, timeout time.Duration) (r
 	for _, ex := range exchanges {
 		if len(ex.Tools) > 0 && r.ToolsOffered == 0 {
 			r.ToolsOffered = len(ex.Tools)
-			r.Names, r.ToolsAccepted, r.SchemaChanges = compareTools(srv.tools, ex.Tools)
+			r.Names, r.ToolsAccepted, r.SchemaChanges, r.Lost = compareTools(srv.tools, ex.Tools)
 		}
 		if len(ex.Results) >= len(last.Results) {
 			last = ex
@@ -195,7 +196,8 @@ func run(c client, modules, self, server, keep string, timeout time.Duration) (r
 	if r.ToolsOffered == 0 {
 		fail("the model was offered no tools")
 	} else if r.ToolsAccepted != len(srv.tools) {
-		fail("%d of the server's %d tools reached the model whole", r.ToolsAccepted, len(srv.tools))
+		fail("%d of the server's %d tools reached the model whole; parameters missing or without their description: %s",
+			r.ToolsAccepted, len(srv.tools), strings.Join(r.Lost, ", "))
 	}
 	if len(last.Results) < len(script) {
 		fail("the model received %d of the %d results", len(last.Results), len(script))
@@ -357,7 +359,7 @@ func readTee(path string) served {
 // compareTools finds each of the server's tools among those the model was
 // given and says whether its parameters are all there, and which schema
 // keywords the client changed.
-func compareTools(server, model map[string]json.RawMessage) (names string, whole int, changes []string) {
+func compareTools(server, model map[string]json.RawMessage) (names string, whole int, changes, lost []string) {
 	kw := map[string][2]int{}
 	for name, sch := range server {
 		mn := modelName(model, name)
@@ -368,14 +370,19 @@ func compareTools(server, model map[string]json.RawMessage) (names string, whole
 			names = strings.TrimSuffix(mn, name) + "<tool>"
 		}
 		var sp, mp struct {
-			Properties map[string]json.RawMessage `json:"properties"`
+			Properties map[string]struct {
+				Description string `json:"description"`
+			} `json:"properties"`
 		}
 		json.Unmarshal(sch, &sp)
 		json.Unmarshal(model[mn], &mp)
 		ok := true
-		for p := range sp.Properties {
-			if _, found := mp.Properties[p]; !found {
+		for p, ps := range sp.Properties {
+			mps, found := mp.Properties[p]
+			// A description may be reworded around, never lost.
+			if !found || !strings.Contains(jsonInner(mps.Description), jsonInner(firstWords(ps.Description))) {
 				ok = false
+				lost = append(lost, name+"."+p)
 			}
 		}
 		if ok {
@@ -393,7 +400,17 @@ func compareTools(server, model map[string]json.RawMessage) (names string, whole
 			changes = append(changes, fmt.Sprintf("%s %d->%d", k, c[0], c[1]))
 		}
 	}
-	return names, whole, changes
+	sort.Strings(lost)
+	return names, whole, changes, lost
+}
+
+// firstWords is the start of a description, which a client that folds
+// limits into it keeps.
+func firstWords(s string) string {
+	if len(s) > 40 {
+		return s[:40]
+	}
+	return s
 }
 
 // missing lists the values of the structured content that are not in
@@ -531,7 +548,7 @@ func (r report) print(w io.Writer) {
 	if len(r.SchemaChanges) > 0 {
 		changes = strings.Join(r.SchemaChanges, ", ")
 	}
-	fmt.Fprintf(w, "tools: the model was offered %d, %d of them the server's with every parameter, named %s; schema keywords (server->model): %s\n",
+	fmt.Fprintf(w, "tools: the model was offered %d, %d of them the server's with every parameter and its description, named %s; schema keywords (server->model): %s\n",
 		r.ToolsOffered, r.ToolsAccepted, r.Names, changes)
 	fmt.Fprintf(w, "%-16s %12s %12s %10s %9s  %s\n", "result", "server JSON", "server text", "model saw", "o200k", "reached the model")
 	for _, s := range r.Steps {
