@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,6 +53,10 @@ func runHelper(mode string) int {
 		return helperHold()
 	case "acquire":
 		return helperAcquire()
+	case "holdro":
+		return helperHoldReadOnly()
+	case "describe":
+		return helperDescribe()
 	}
 	fmt.Println("error unknown helper mode", mode)
 	return 2
@@ -88,6 +94,46 @@ func helperHold() int {
 	}
 	fmt.Println("locked", self.PID)
 	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// helperHoldReadOnly does what any user who can read a lock file can do:
+// open each of the paths (colon-separated) read-only and hold its flock.
+func helperHoldReadOnly() int {
+	for _, p := range filepath.SplitList(os.Getenv(helperPathEnv)) {
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			fmt.Println("error flock:", p, err)
+			return 1
+		}
+	}
+	fmt.Println("locked", os.Getpid())
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// helperDescribe runs Acquire and reports "held <uid> <hidden>" and then
+// "msg <message>", or "locked <pid>" (holding it until stdin closes), or
+// "error <message>".
+func helperDescribe() int {
+	l, err := Acquire(os.Getenv(helperPathEnv), Record{Target: "helper"})
+	var held *HeldError
+	switch {
+	case errors.As(err, &held):
+		fmt.Println("held", held.UID, held.Hidden)
+		fmt.Println("msg", oneLine(err.Error()))
+		return 0
+	case err != nil:
+		fmt.Println("error", oneLine(err.Error()))
+		return 1
+	}
+	fmt.Println("locked", os.Getpid())
+	io.Copy(io.Discard, os.Stdin)
+	l.Release()
 	return 0
 }
 
@@ -142,7 +188,28 @@ type child struct {
 // variables ("K=V") and extra descriptors from fd 3 on.
 func startHelper(t *testing.T, mode string, env []string, extra ...*os.File) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	return startHelperAs(t, runAs{}, mode, env, extra...)
+}
+
+// runAs says how a helper runs when not as the test itself.
+type runAs struct {
+	// bin is the test binary; another user needs a copy it may run
+	// (testusers.Binary).
+	bin  string
+	attr *syscall.SysProcAttr
+	// wrap is a command line the helper's own is appended to.
+	wrap []string
+}
+
+func startHelperAs(t *testing.T, as runAs, mode string, env []string, extra ...*os.File) *child {
+	t.Helper()
+	bin := as.bin
+	if bin == "" {
+		bin = os.Args[0]
+	}
+	argv := append(append([]string(nil), as.wrap...), bin, "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = as.attr
 	// Under -race a process sleeps a second at exit unless told not to.
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode, EnvLockFile+"=", "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
 	cmd.Env = append(cmd.Env, env...)

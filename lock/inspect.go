@@ -12,8 +12,8 @@ import (
 // State summarizes a lock file for doctor and server_info.
 type State string
 
-// The states Inspect reports. Acquire takes Absent, Free and Stale locks and
-// refuses Held and Unidentified ones.
+// The states Inspect reports. Acquire takes Absent, Free, Stale and Foreign
+// locks and refuses Held and Unidentified ones.
 const (
 	// Absent: there is no lock file.
 	Absent State = "absent"
@@ -28,6 +28,10 @@ const (
 	// Stale: the flock is held but the record names a process that is gone,
 	// a zombie, or a different process with the same PID.
 	Stale State = "stale"
+	// Foreign: only other users' processes hold the flock, on a lock file
+	// that other users can open (an older version made it 0644): no
+	// holder of ours. Acquire replaces the file by a private one.
+	Foreign State = "foreign"
 )
 
 // Status is what Inspect found.
@@ -46,7 +50,12 @@ type Status struct {
 	// Held is the error Acquire would return for a Held or Unidentified
 	// lock, with the holder's details; nil otherwise.
 	Held *HeldError
+	// HeldBy names the other users' processes holding a Foreign lock.
+	HeldBy string
 }
+
+// Refuses reports whether Acquire would refuse the lock as it is now.
+func (s Status) Refuses() bool { return s.State == Held || s.State == Unidentified }
 
 // String is a one-line summary for humans.
 func (s Status) String() string {
@@ -57,6 +66,8 @@ func (s Status) String() string {
 		return fmt.Sprintf("QEMU lock %s: free", s.Path)
 	case Stale:
 		return fmt.Sprintf("QEMU lock %s: stale (held, but its record names process %d, which is %v); the next qemu_boot will take it over", s.Path, s.Record.PID, s.Liveness)
+	case Foreign:
+		return fmt.Sprintf("QEMU lock %s: held only by other users' processes (%s) on a lock file anyone can open, left by an older version; the next qemu_boot replaces it by a private one", s.Path, s.HeldBy)
 	}
 	if s.Held != nil {
 		return s.Held.Error()
@@ -80,7 +91,7 @@ func Inspect(path string) (Status, error) {
 	if g, err := lockGuard(path, unix.LOCK_SH, inspectGuardWait); err == nil {
 		defer unix.Close(g)
 	}
-	fd, err := openLockFile(path, unix.O_RDONLY)
+	fd, err := openLockFile(path, unix.O_RDONLY, 0)
 	if errors.Is(err, unix.ENOENT) {
 		st.State = Absent
 		return st, nil
@@ -102,15 +113,24 @@ func Inspect(path string) (Status, error) {
 		unix.Flock(fd, unix.LOCK_UN)
 		st.State = Free
 	case errors.Is(err, unix.EWOULDBLOCK):
+		var fst unix.Stat_t
+		looseFile := unix.Fstat(fd, &fst) == nil && loose(&fst, permFor(path))
+		foreign, hs := false, []holder(nil)
+		if looseFile {
+			foreign, hs = foreignHeld(fd, permFor(path))
+		}
 		switch {
+		case foreign && !v.namesOneOf(hs):
+			st.State = Foreign
+			st.HeldBy = describeHolders(hs)
 		case v.stale():
 			st.State = Stale
 		case v.parseErr != nil || v.checkErr != nil:
 			st.State = Unidentified
-			st.Held = v.heldError(path)
+			st.Held = v.heldError(path, fd)
 		default:
 			st.State = Held
-			st.Held = v.heldError(path)
+			st.Held = v.heldError(path, fd)
 		}
 	default:
 		return st, fmt.Errorf("inspect QEMU lock %s: flock: %w", path, err)

@@ -102,11 +102,17 @@ const (
 	// maxUnstableReads bounds how often a record may change under us
 	// before we give up judging it.
 	maxUnstableReads = 10
-	fileMode         = 0o644
 )
 
-// errReplaced means the lock path stopped naming the inode we locked.
-var errReplaced = errors.New("lock file was replaced while being locked")
+var (
+	// errReplaced means the lock path stopped naming the inode we locked.
+	errReplaced = errors.New("lock file was replaced while being locked")
+	// errBusy means another acquirer is at work: wait a little and retry.
+	errBusy = errors.New("another acquirer is at work")
+	// errForeign means only other users' processes hold a guard that
+	// other users can open: there is no acquirer of ours to wait for.
+	errForeign = errors.New("the guard file is held by another user")
+)
 
 // Lock is a held QEMU lock. Release it when QEMU is down; if the process dies
 // first, the kernel releases the flock and the record is recognised as stale.
@@ -129,6 +135,11 @@ type Reclaim struct {
 	Stale Record
 	// Liveness is why it was stale: proc.Gone, proc.Zombie or proc.Reused.
 	Liveness proc.Liveness
+	// HeldBy, when not empty, names the other users' processes that held
+	// the flock on a lock file anyone could open (made by an older
+	// version): they were no acquirers, and the file was replaced by a
+	// private one under them.
+	HeldBy string
 }
 
 // Path returns the lock file's path.
@@ -218,10 +229,24 @@ type HeldError struct {
 	// Unidentified says why the holder could not be identified; empty when
 	// Holder names it.
 	Unidentified string
+	// UID is the user of the process holding the flock, or, when /proc
+	// hides it, of the lock file; -1 when unknown.
+	UID int
+	// Hidden says that /proc does not show us the holder: it is another
+	// user's process and /proc is mounted with hidepid.
+	Hidden bool
 }
+
+// other reports whether another user holds the lock: then only they (or
+// root) can stop it, and our tools cannot see their process.
+func (e *HeldError) other() bool { return e.UID >= 0 && e.UID != os.Geteuid() }
 
 func (e *HeldError) Error() string {
 	if e.Holder.PID <= 0 {
+		if e.other() || e.Hidden {
+			return fmt.Sprintf("QEMU lock %s is held by a process of %s that cannot be identified (%s), so it is not safe to take it over; ask them to stop it, or root: fuser -v %s",
+				e.Path, userName(e.UID), e.Unidentified, strconv.Quote(e.Path))
+		}
 		return fmt.Sprintf("QEMU lock %s is held by a process that cannot be identified (%s), so it is not safe to take it over; "+
 			"find the holder with: fuser -v %s (or: lsof %s), stop it or let it finish, then retry",
 			e.Path, e.Unidentified, strconv.Quote(e.Path), strconv.Quote(e.Path))
@@ -235,12 +260,17 @@ func (e *HeldError) Error() string {
 	}
 	fmt.Fprintf(&b, "process %d", pid)
 	switch {
+	case e.Hidden:
+		fmt.Fprintf(&b, " of %s, which you cannot see (/proc hides other users' processes)", userName(e.UID))
 	case e.Comm != "" && e.Exe != "":
 		fmt.Fprintf(&b, " (%s, %s)", e.Comm, e.Exe)
 	case e.Comm != "" || e.Exe != "":
 		fmt.Fprintf(&b, " (%s)", e.Comm+e.Exe)
 	default:
 		b.WriteString(" (details unavailable from /proc)")
+	}
+	if e.other() && !e.Hidden {
+		fmt.Fprintf(&b, " of %s", userName(e.UID))
 	}
 	if e.Holder.Target != "" {
 		fmt.Fprintf(&b, ", which protects %s", e.Holder.Target)
@@ -251,9 +281,12 @@ func (e *HeldError) Error() string {
 	if !e.Since.IsZero() {
 		fmt.Fprintf(&b, " since %s", e.Since.Format(time.RFC3339))
 	}
-	if self {
+	switch {
+	case self:
 		b.WriteString("; shut down the QEMU it runs (qemu_shutdown) before booting again")
-	} else {
+	case e.other():
+		fmt.Fprintf(&b, "; it is not yours to stop: ask %s to shut their guests down (qemu_shutdown), or root to stop process %d", userName(e.UID), pid)
+	default:
 		fmt.Fprintf(&b, "; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid)
 	}
 	return b.String()
@@ -309,7 +342,8 @@ func ownRecord(rec Record) (Record, error) {
 
 // tryAcquire makes one attempt, inside the guard. errReplaced asks for another.
 func tryAcquire(path string, rec Record) (*Lock, error) {
-	fd, err := openLockFile(path, unix.O_RDWR|unix.O_CREAT)
+	perm := permFor(path)
+	fd, err := openLockFile(path, unix.O_RDWR|unix.O_CREAT, perm)
 	if err != nil {
 		return nil, err
 	}
@@ -319,12 +353,22 @@ func tryAcquire(path string, rec Record) (*Lock, error) {
 			unix.Close(fd)
 		}
 	}()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("acquire QEMU lock %s: fstat: %w", path, err)
+	}
 	deadline := time.Now().Add(unidentifiedWait)
 	for unstable := 0; ; {
 		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			if err := sameFile(path, fd); err != nil {
 				return nil, err
+			}
+			if loose(&st, perm) {
+				// Free, but other users could open it, and hold it
+				// once we release it: put a private file in its
+				// place while we hold this one.
+				return replace(path, rec, nil)
 			}
 			if err := writeRecord(fd, rec); err != nil {
 				return nil, fmt.Errorf("acquire QEMU lock %s: %w", path, err)
@@ -340,6 +384,18 @@ func tryAcquire(path string, rec Record) (*Lock, error) {
 			return nil, fmt.Errorf("acquire QEMU lock %s: %w", path, err)
 		}
 		v := judge(content)
+		if loose(&st, perm) {
+			// Only a holder of ours writes its own record into the
+			// file, and other users cannot write it: a flock held by
+			// other users alone, whatever the record says, holds
+			// nothing of ours.
+			if foreign, hs := foreignHeld(fd, perm); foreign && !v.namesOneOf(hs) {
+				if err := sameFile(path, fd); err != nil {
+					return nil, err
+				}
+				return replace(path, rec, &Reclaim{Stale: v.rec, Liveness: v.live, HeldBy: describeHolders(hs)})
+			}
+		}
 		if v.parseErr != nil && time.Now().Before(deadline) {
 			// Perhaps a script just took the flock and is writing its
 			// record: give it a moment, then look again.
@@ -347,7 +403,7 @@ func tryAcquire(path string, rec Record) (*Lock, error) {
 			continue
 		}
 		if !v.stale() {
-			return nil, v.heldError(path)
+			return nil, v.heldError(path, fd)
 		}
 		// The flock is held and the record names no live process. Act only
 		// on a record that reads the same twice, and only if the path still
@@ -359,32 +415,38 @@ func tryAcquire(path string, rec Record) (*Lock, error) {
 		}
 		if !bytes.Equal(content, again) {
 			if unstable++; unstable >= maxUnstableReads {
-				return nil, &HeldError{Path: path, Unidentified: "its record keeps changing, so something outside qemu-mcp is writing it"}
+				return nil, &HeldError{Path: path, UID: -1, Unidentified: "its record keeps changing, so something outside qemu-mcp is writing it"}
 			}
 			continue
 		}
 		if err := sameFile(path, fd); err != nil {
 			return nil, err
 		}
-		return reclaim(path, rec, v)
+		return replace(path, rec, &Reclaim{Stale: v.rec, Liveness: v.live})
 	}
 }
 
-// reclaim replaces a stale lock file, inside the guard, by a new inode that
-// is locked and carries our record before it appears at the path.
-func reclaim(path string, rec Record, stale verdict) (*Lock, error) {
+// replace puts a new lock file at path, inside the guard: a new inode that
+// is locked, private and carries our record before it appears at the path.
+// It takes over a stale lock (r says whose), or a free or foreign-held one
+// that other users could open (r nil, or r.HeldBy set).
+func replace(path string, rec Record, r *Reclaim) (*Lock, error) {
+	what := "reclaim stale QEMU lock"
+	if r == nil || r.HeldBy != "" {
+		what = "replace QEMU lock file that other users can open"
+	}
 	tmp := path + newSuffix
 	if err := unix.Unlink(tmp); err != nil && !errors.Is(err, unix.ENOENT) {
-		return nil, fmt.Errorf("reclaim stale QEMU lock %s: remove leftover %s: %w", path, tmp, err)
+		return nil, fmt.Errorf("%s %s: remove leftover %s: %w", what, path, tmp, err)
 	}
-	fd, err := openLockFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL)
+	fd, err := openLockFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, permFor(path))
 	if err != nil {
-		return nil, fmt.Errorf("reclaim stale QEMU lock %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	fail := func(err error) (*Lock, error) {
 		unix.Unlink(tmp)
 		unix.Close(fd)
-		return nil, fmt.Errorf("reclaim stale QEMU lock %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	// Nobody else can have this inode open yet, so this cannot fail with
 	// EWOULDBLOCK unless something outside our protocol is at work.
@@ -401,7 +463,7 @@ func reclaim(path string, rec Record, stale verdict) (*Lock, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return newLock(path, rec, fd, &Reclaim{Stale: stale.rec, Liveness: stale.live})
+	return newLock(path, rec, fd, r)
 }
 
 func newLock(path string, rec Record, fd int, r *Reclaim) (*Lock, error) {
@@ -410,26 +472,60 @@ func newLock(path string, rec Record, fd int, r *Reclaim) (*Lock, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("acquire QEMU lock %s: fstat: %w", path, err)
 	}
+	if r != nil && r.Stale.PID == 0 && r.HeldBy == "" {
+		r = nil // a free file replaced: nothing was reclaimed
+	}
 	return &Lock{path: path, rec: rec, reclaimed: r, fd: fd, dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 // openLockFile opens a lock or guard file close-on-exec, so that QEMU and
 // other children never inherit the flock (an inherited flock outlives us and
 // makes the lock stale), and without following a symlink, so that nobody can
-// point our lock, or the record we write, at another file.
-func openLockFile(path string, flags int) (int, error) {
-	var fd int
-	var err error
-	for {
-		// O_NONBLOCK: a FIFO or device planted at the path must not hang
-		// the open; the type check below refuses it.
-		fd, err = unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, fileMode)
-		if !errors.Is(err, unix.EINTR) {
-			break
+// point our lock, or the record we write, at another file. A file it
+// creates gets mode perm exactly, whatever the umask: a lock of a
+// repository shared with a group must be writable by the group.
+func openLockFile(path string, flags int, perm uint32) (int, error) {
+	const always = unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK
+	open := func(flags int) (int, error) {
+		for {
+			// O_NONBLOCK: a FIFO or device planted at the path must not
+			// hang the open; the type check below refuses it.
+			fd, err := unix.Open(path, flags|always, perm)
+			if !errors.Is(err, unix.EINTR) {
+				return fd, err
+			}
 		}
 	}
-	if errors.Is(err, unix.ELOOP) {
+	var fd int
+	var err error
+	created := false
+	switch {
+	case flags&unix.O_CREAT == 0:
+		fd, err = open(flags)
+	case flags&unix.O_EXCL != 0:
+		fd, err = open(flags)
+		created = err == nil
+	default:
+		// Create it if missing (and then know that we did), else open
+		// the one there; if it vanishes in between, create it again.
+		for range maxAttempts {
+			if fd, err = open(flags | unix.O_EXCL); err == nil {
+				created = true
+				break
+			}
+			if !errors.Is(err, unix.EEXIST) {
+				break
+			}
+			if fd, err = open(flags &^ unix.O_CREAT); !errors.Is(err, unix.ENOENT) {
+				break
+			}
+		}
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EEXIST) && isSymlink(path) {
 		return -1, fmt.Errorf("lock file %s is a symbolic link; refusing to follow it (a lock file must be a plain file); remove the link if you did not mean it: rm %s", path, strconv.Quote(path))
+	}
+	if errors.Is(err, unix.EACCES) {
+		return -1, accessError(path, err)
 	}
 	if err != nil {
 		return -1, fmt.Errorf("open lock file %s: %w", path, err)
@@ -443,7 +539,28 @@ func openLockFile(path string, flags int) (int, error) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("lock file %s is not a regular file (mode %#o); move it away and retry", path, st.Mode&unix.S_IFMT)
 	}
+	if created && st.Mode&0o777 != perm {
+		if err := unix.Fchmod(fd, perm); err != nil {
+			unix.Close(fd)
+			unix.Unlink(path)
+			return -1, fmt.Errorf("set the mode of lock file %s to %#o: %w", path, perm, err)
+		}
+	}
 	return fd, nil
+}
+
+func isSymlink(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK
+}
+
+// accessError explains a lock file we may not open: it is another user's.
+func accessError(path string, err error) error {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) == nil && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("open lock file %s: %w: it belongs to %s; if no server of theirs runs on this repository, ask them (or root) to remove it", path, err, userName(int(st.Uid)))
+	}
+	return fmt.Errorf("open lock file %s: %w", path, err)
 }
 
 // sameFile reports errReplaced unless path names the inode open as fd.
@@ -468,26 +585,65 @@ func sameFile(path string, fd int) error {
 // lockGuard takes the guard flock next to lockPath, waiting at most wait. A
 // shared guard (Inspect) does not create the file: without it there is no
 // acquirer to wait for.
+//
+// A guard file other users can open (made by an older version) is never
+// used as the guard: another user may hold its flock for ever. An
+// exclusive guard replaces it by a private file (see replaceGuard); a
+// shared one goes without the guard when only other users hold it.
 func lockGuard(lockPath string, how int, wait time.Duration) (int, error) {
 	gp := lockPath + guardSuffix
+	perm := permFor(lockPath)
 	flags := unix.O_RDONLY
 	if how == unix.LOCK_EX {
 		flags |= unix.O_CREAT
 	}
 	deadline := time.Now().Add(wait)
 	backoff := time.Millisecond
+	pause := func() bool {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 16*time.Millisecond)
+		return true
+	}
 	for {
-		fd, err := openLockFile(gp, flags)
+		fd, err := openLockFile(gp, flags, perm)
 		if err != nil {
 			return -1, fmt.Errorf("QEMU lock guard: %w", err)
 		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("QEMU lock guard %s: fstat: %w", gp, err)
+		}
+		if loose(&st, perm) {
+			var nfd int
+			if how == unix.LOCK_EX {
+				nfd, err = replaceGuard(gp, fd, perm)
+			} else {
+				nfd, err = shareLooseGuard(gp, fd, perm)
+			}
+			if nfd != fd {
+				unix.Close(fd)
+			}
+			switch {
+			case err == nil:
+				return nfd, nil
+			case errors.Is(err, errReplaced):
+				continue
+			case errors.Is(err, errBusy) && pause():
+				continue
+			case errors.Is(err, errBusy):
+				return -1, guardTimeout(lockPath, gp, wait, nil)
+			}
+			return -1, err
+		}
 		for {
 			err = unix.Flock(fd, how|unix.LOCK_NB)
-			if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || !pause() {
 				break
 			}
-			time.Sleep(backoff)
-			backoff = min(2*backoff, 16*time.Millisecond)
 		}
 		if err == nil {
 			// The guard file is never removed by us; if something removed
@@ -497,15 +653,133 @@ func lockGuard(lockPath string, how int, wait time.Duration) (int, error) {
 				return fd, nil
 			}
 		}
+		var hs []holder
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			hs, _ = flockHolders(fd)
+		}
 		unix.Close(fd)
 		switch {
 		case errors.Is(err, errReplaced) && time.Now().Before(deadline):
 			continue
 		case errors.Is(err, unix.EWOULDBLOCK), errors.Is(err, errReplaced):
-			return -1, fmt.Errorf("another process has been acquiring the QEMU lock %s for over %v and still holds %s; is it stopped? find it with: fuser -v %s", lockPath, wait, gp, strconv.Quote(gp))
+			return -1, guardTimeout(lockPath, gp, wait, hs)
 		default:
 			return -1, fmt.Errorf("QEMU lock guard %s: flock: %w", gp, err)
 		}
+	}
+}
+
+func guardTimeout(lockPath, gp string, wait time.Duration, hs []holder) error {
+	if len(hs) > 0 {
+		return fmt.Errorf("another process has been acquiring the QEMU lock %s for over %v and still holds %s: %s; is it stopped?", lockPath, wait, gp, describeHolders(hs))
+	}
+	return fmt.Errorf("another process has been acquiring the QEMU lock %s for over %v and still holds %s; is it stopped? find it with: fuser -v %s", lockPath, wait, gp, strconv.Quote(gp))
+}
+
+// replaceGuard puts a private guard file in place of the one other users
+// can open (old, which names path gp when we looked) and returns it locked.
+//
+// Why this keeps one acquirer at a time: no acquirer of this version ever
+// enters the critical section on a loose guard, so replacing one cuts no
+// acquirer of ours short. Older versions do use it, so it is replaced only
+// while we hold its flock, or while only other users' processes hold it
+// (they are no acquirers). Replacers of this version exclude each other by
+// creating <guard>.new exclusively, already locked before it is renamed
+// into place, and rename only while gp still names the loose inode: after
+// one replacer's rename, every other finds gp changed and starts again on
+// the private file, which is never replaced. A <guard>.new whose flock is
+// free was left by a replacer that died, and is removed by whoever holds
+// its flock while it is still there.
+func replaceGuard(gp string, old int, perm uint32) (int, error) {
+	switch err := unix.Flock(old, unix.LOCK_EX|unix.LOCK_NB); {
+	case err == nil:
+		if err := sameFile(gp, old); err != nil {
+			return -1, err
+		}
+	case errors.Is(err, unix.EWOULDBLOCK):
+		if foreign, _ := foreignHeld(old, perm); !foreign {
+			return -1, errBusy // an acquirer of ours, for milliseconds
+		}
+	default:
+		return -1, fmt.Errorf("QEMU lock guard %s: flock: %w", gp, err)
+	}
+	tmp := gp + newSuffix
+	fd, err := openLockFile(tmp, unix.O_RDONLY|unix.O_CREAT|unix.O_EXCL, perm)
+	if errors.Is(err, unix.EEXIST) {
+		return -1, clearStaleTemp(tmp)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("replace QEMU lock guard %s: %w", gp, err)
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			// Another replacer judged it stale before we locked it,
+			// and removes it.
+			return fail(errBusy)
+		}
+		return fail(fmt.Errorf("replace QEMU lock guard %s: flock %s: %w", gp, tmp, err))
+	}
+	if err := sameFile(tmp, fd); err != nil {
+		return fail(err)
+	}
+	// We hold tmp's flock at tmp: no other replacer gets past here, and
+	// nothing else changes gp.
+	if err := sameFile(gp, old); err != nil {
+		unix.Unlink(tmp)
+		return fail(err)
+	}
+	if err := unix.Rename(tmp, gp); err != nil {
+		unix.Unlink(tmp)
+		return fail(fmt.Errorf("replace QEMU lock guard %s: rename %s over it: %w", gp, tmp, err))
+	}
+	return fd, nil
+}
+
+// clearStaleTemp removes a replacer's <guard>.new if its maker is gone,
+// and says when to retry: errReplaced at once, errBusy after a pause.
+func clearStaleTemp(tmp string) error {
+	fd, err := openLockFile(tmp, unix.O_RDONLY, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return errReplaced
+	}
+	if err != nil {
+		return fmt.Errorf("QEMU lock guard: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return errBusy
+		}
+		return fmt.Errorf("QEMU lock guard: flock %s: %w", tmp, err)
+	}
+	if err := sameFile(tmp, fd); err != nil {
+		return errReplaced
+	}
+	// Its maker died, or has not locked it yet and will find it gone.
+	if err := unix.Unlink(tmp); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("QEMU lock guard: remove leftover %s: %w", tmp, err)
+	}
+	return errReplaced
+}
+
+// shareLooseGuard takes a loose guard shared, for Inspect, or reports
+// errForeign when only other users hold it: an acquirer of ours replaces
+// the file before it uses it, so there is nobody to wait for.
+func shareLooseGuard(gp string, fd int, perm uint32) (int, error) {
+	switch err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); {
+	case err == nil:
+		return fd, sameFile(gp, fd)
+	case errors.Is(err, unix.EWOULDBLOCK):
+		if foreign, _ := foreignHeld(fd, perm); foreign {
+			return -1, errForeign
+		}
+		return -1, errBusy
+	default:
+		return -1, fmt.Errorf("QEMU lock guard %s: flock: %w", gp, err)
 	}
 }
 
@@ -581,17 +855,34 @@ func judge(content []byte) verdict {
 		// /proc mounted with hidepid hides other users' processes; the
 		// kernel still answers kill(pid, 0) with EPERM for them.
 		if kerr := unix.Kill(rec.PID, 0); kerr == nil || errors.Is(kerr, unix.EPERM) {
-			v.checkErr = fmt.Errorf("process %d exists but /proc does not show it", rec.PID)
+			v.checkErr = fmt.Errorf("process %d exists but /proc does not show it: %w", rec.PID, proc.ErrHidden)
 		}
 	}
 	return v
 }
 
-func (v verdict) heldError(path string) *HeldError {
-	e := &HeldError{Path: path}
+// heldError describes the holder of the flock on fd, the lock file at path.
+func (v verdict) heldError(path string, fd int) *HeldError {
+	e := &HeldError{Path: path, UID: -1}
+	var st unix.Stat_t
+	if fd >= 0 && unix.Fstat(fd, &st) == nil {
+		e.UID = int(st.Uid)
+	}
+	hs, _ := flockHolders(fd)
+	for _, h := range hs {
+		switch {
+		case h.Err == nil:
+			e.UID = h.Creds.UID
+		case errors.Is(h.Err, proc.ErrHidden):
+			e.Hidden = true
+		}
+	}
 	if v.parseErr != nil {
 		e.Unidentified = v.parseErr.Error()
 		return e
+	}
+	if v.checkErr != nil && v.hidden() {
+		e.Hidden = true
 	}
 	e.Holder = v.rec
 	e.Comm = v.info.Comm
@@ -606,4 +897,21 @@ func (v verdict) heldError(path string) *HeldError {
 		e.Since = proc.StartedAt(v.info.StartTime)
 	}
 	return e
+}
+
+// hidden reports whether the record names a process /proc hides from us.
+func (v verdict) hidden() bool { return errors.Is(v.checkErr, proc.ErrHidden) }
+
+// namesOneOf reports whether the record names one of the flock's holders:
+// a holder that wrote its own record into the file.
+func (v verdict) namesOneOf(hs []holder) bool {
+	if v.parseErr != nil {
+		return false
+	}
+	for _, h := range hs {
+		if h.PID == v.rec.PID {
+			return true
+		}
+	}
+	return false
 }

@@ -255,7 +255,7 @@ func TestFreeWithOldOrGarbageRecord(t *testing.T) {
 		strings.Repeat("pid=1 ", 20000),
 	} {
 		path := lockPath(t)
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		before := inode(t, path)

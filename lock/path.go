@@ -2,6 +2,8 @@ package lock
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -18,9 +20,19 @@ const EnvLockFile = "QEMU_MCP_LOCK_FILE"
 // server and its scripts use the same name, so they exclude each other.
 const FileName = ".qemu.lock"
 
-// runtimeFileName is the lock file's name in the runtime dir, used outside a
-// git repository.
-const runtimeFileName = "qemu.lock"
+// ProjectFileName is the name of the lock of a project outside git, in the
+// runtime dir: one per project root (by the hash of its real path), so that
+// projects that are not git checkouts do not exclude each other.
+func ProjectFileName(projectRoot string) string {
+	abs, err := filepath.Abs(projectRoot)
+	if err == nil {
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "qemu-" + hex.EncodeToString(sum[:8]) + ".lock"
+}
 
 // ErrNotRepo means no directory from the given one up to the root is inside a
 // git repository.
@@ -29,7 +41,8 @@ var ErrNotRepo = errors.New("not inside a git repository")
 // Path returns the lock file for projectRoot: $QEMU_MCP_LOCK_FILE if set,
 // else .qemu.lock in the repository's git common dir, so that every worktree
 // of one repository shares one lock (they share the disk images it
-// protects), else qemu.lock in runtimeDir.
+// protects), else a lock of the project's own in runtimeDir
+// (ProjectFileName).
 func Path(projectRoot, runtimeDir string) (string, error) {
 	if p := os.Getenv(EnvLockFile); p != "" {
 		abs, err := filepath.Abs(p)
@@ -46,7 +59,7 @@ func Path(projectRoot, runtimeDir string) (string, error) {
 		if runtimeDir == "" {
 			return "", fmt.Errorf("choose a QEMU lock file: %s is not in a git repository and no runtime dir was given (set %s)", projectRoot, EnvLockFile)
 		}
-		return filepath.Join(runtimeDir, runtimeFileName), nil
+		return filepath.Join(runtimeDir, ProjectFileName(projectRoot)), nil
 	default:
 		return "", fmt.Errorf("choose a QEMU lock file for %s: %w (or set %s to a lock file path)", projectRoot, err, EnvLockFile)
 	}

@@ -108,8 +108,22 @@ func TestPath(t *testing.T) {
 	if got, err := Path(repo, rt); err != nil || got != filepath.Join(repo, ".git", FileName) {
 		t.Errorf("in a repo: %q, %v", got, err)
 	}
-	if got, err := Path(filepath.Join(root, "plain"), rt); err != nil || got != filepath.Join(rt, "qemu.lock") {
-		t.Errorf("outside a repo: %q, %v", got, err)
+	// Outside git, each project has a lock of its own, named by its real
+	// path: two projects do not exclude each other, and a symlink to a
+	// project names the same lock.
+	mkdirs(t, filepath.Join(root, "plain2"))
+	plain, err := Path(filepath.Join(root, "plain"), rt)
+	if err != nil || filepath.Dir(plain) != rt || !strings.HasPrefix(filepath.Base(plain), "qemu-") || !strings.HasSuffix(plain, ".lock") {
+		t.Errorf("outside a repo: %q, %v", plain, err)
+	}
+	if other, _ := Path(filepath.Join(root, "plain2"), rt); other == plain {
+		t.Errorf("two projects outside git share the lock %s", plain)
+	}
+	if err := os.Symlink(filepath.Join(root, "plain"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if via, _ := Path(filepath.Join(root, "link"), rt); via != plain {
+		t.Errorf("through a symlink: %q, want %q", via, plain)
 	}
 	if _, err := Path(filepath.Join(root, "plain"), ""); err == nil || !strings.Contains(err.Error(), EnvLockFile) {
 		t.Errorf("outside a repo without runtime dir: %v", err)

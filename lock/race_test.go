@@ -30,47 +30,7 @@ func TestAcquireRace(t *testing.T) {
 				h.expect("locked")
 				old = inode(t, path)
 			}
-			gateR, gateW, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer gateW.Close()
-			cs := make([]*child, racers)
-			for i := range cs {
-				cs[i] = startHelper(t, "acquire", []string{helperPathEnv + "=" + path, helperGateEnv + "=1"}, gateR)
-			}
-			gateR.Close()
-			for _, c := range cs {
-				c.expect("ready")
-			}
-			gateW.Close() // go
-
-			var winner *child
-			heldBy := map[*child]int{}
-			for _, c := range cs {
-				l := c.line()
-				word, arg, _ := strings.Cut(l, " ")
-				n, _ := strconv.Atoi(arg)
-				switch word {
-				case "locked":
-					if winner != nil {
-						t.Fatalf("two winners: %d and %d", winner.pid, c.pid)
-					}
-					winner = c
-				case "held":
-					heldBy[c] = n
-				default:
-					t.Fatalf("racer %d: %q", c.pid, l)
-				}
-			}
-			if winner == nil {
-				t.Fatalf("no winner; holders reported: %v", heldBy)
-			}
-			for c, pid := range heldBy {
-				if pid != winner.pid {
-					t.Errorf("racer %d was told the holder is %d, but %d won", c.pid, pid, winner.pid)
-				}
-			}
+			winner, cs := race(t, path, racers)
 			rec := readRecordFile(t, path)
 			if rec.PID != winner.pid {
 				t.Errorf("lock file names %d, winner is %d", rec.PID, winner.pid)
@@ -89,4 +49,53 @@ func TestAcquireRace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// race starts racers acquirers of path at one instant and checks that
+// exactly one wins and every other is told that winner holds the lock.
+// The winner holds it until the racers are stopped.
+func race(t *testing.T, path string, racers int) (*child, []*child) {
+	t.Helper()
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gateW.Close()
+	cs := make([]*child, racers)
+	for i := range cs {
+		cs[i] = startHelper(t, "acquire", []string{helperPathEnv + "=" + path, helperGateEnv + "=1"}, gateR)
+	}
+	gateR.Close()
+	for _, c := range cs {
+		c.expect("ready")
+	}
+	gateW.Close() // go
+
+	var winner *child
+	heldBy := map[*child]int{}
+	for _, c := range cs {
+		l := c.line()
+		word, arg, _ := strings.Cut(l, " ")
+		n, _ := strconv.Atoi(arg)
+		switch word {
+		case "locked":
+			if winner != nil {
+				t.Fatalf("two winners: %d and %d", winner.pid, c.pid)
+			}
+			winner = c
+		case "held":
+			heldBy[c] = n
+		default:
+			t.Fatalf("racer %d: %q", c.pid, l)
+		}
+	}
+	if winner == nil {
+		t.Fatalf("no winner; holders reported: %v", heldBy)
+	}
+	for c, pid := range heldBy {
+		if pid != winner.pid {
+			t.Errorf("racer %d was told the holder is %d, but %d won", c.pid, pid, winner.pid)
+		}
+	}
+	return winner, cs
 }

@@ -210,3 +210,88 @@ func StartedAt(startTicks uint64) time.Time {
 	const userHZ = 100
 	return bt.Add(time.Duration(startTicks) * time.Second / userHZ)
 }
+
+// Creds are a process's effective user and groups, as the kernel checks
+// them for files it opens.
+type Creds struct {
+	UID int
+	// GIDs are the effective group and the supplementary groups.
+	GIDs []int
+}
+
+// InGroup reports whether gid is one of the process's groups.
+func (c Creds) InGroup(gid int) bool {
+	for _, g := range c.GIDs {
+		if g == gid {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrHidden means the process exists but /proc does not show it to us: it
+// belongs to another user and /proc is mounted with hidepid.
+var ErrHidden = errors.New("process exists but /proc hides it (another user's, with hidepid)")
+
+// ReadCreds reads pid's effective uid and groups from /proc/<pid>/status.
+// A process that /proc hides from us (hidepid) gives ErrHidden: the kernel
+// still answers kill(pid, 0), with EPERM, for another user's process.
+func ReadCreds(pid int) (Creds, error) {
+	if pid <= 0 {
+		return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			if kerr := unix.Kill(pid, 0); errors.Is(kerr, unix.EPERM) {
+				return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrHidden)
+			}
+			return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
+		}
+		return Creds{}, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	return ParseCreds(b)
+}
+
+// ParseCreds reads the Uid, Gid and Groups lines of a /proc/<pid>/status.
+func ParseCreds(b []byte) (Creds, error) {
+	c := Creds{UID: -1}
+	gid := -1
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		key, val, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(val)
+		switch string(key) {
+		case "Uid", "Gid":
+			// real, effective, saved, filesystem: files are checked
+			// against the effective (filesystem) ids.
+			if len(f) < 2 {
+				return Creds{}, fmt.Errorf("parse status: short %s line", key)
+			}
+			n, err := strconv.Atoi(string(f[1]))
+			if err != nil {
+				return Creds{}, fmt.Errorf("parse status %s: %w", key, err)
+			}
+			if string(key) == "Uid" {
+				c.UID = n
+			} else {
+				gid = n
+			}
+		case "Groups":
+			for _, g := range f {
+				n, err := strconv.Atoi(string(g))
+				if err != nil {
+					return Creds{}, fmt.Errorf("parse status Groups: %w", err)
+				}
+				c.GIDs = append(c.GIDs, n)
+			}
+		}
+	}
+	if c.UID < 0 || gid < 0 {
+		return Creds{}, errors.New("parse status: no Uid or Gid line")
+	}
+	c.GIDs = append([]int{gid}, c.GIDs...)
+	return c, nil
+}

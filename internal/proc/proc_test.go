@@ -114,3 +114,17 @@ func TestSignalDelivers(t *testing.T) {
 		t.Fatalf("sleep was not killed by the signal: %v", err)
 	}
 }
+
+func TestCreds(t *testing.T) {
+	c, err := ParseCreds([]byte("Name:\tx\nUid:\t1000\t1001\t1001\t1001\nGid:\t100\t101\t101\t101\nGroups:\t5 27 \n"))
+	if err != nil || c.UID != 1001 || len(c.GIDs) != 3 || c.GIDs[0] != 101 || !c.InGroup(27) || c.InGroup(100) {
+		t.Errorf("ParseCreds = %+v, %v", c, err)
+	}
+	if _, err := ParseCreds([]byte("Name:\tx\n")); err == nil {
+		t.Error("no Uid line accepted")
+	}
+	self, err := ReadCreds(os.Getpid())
+	if err != nil || self.UID != os.Geteuid() || !self.InGroup(os.Getegid()) {
+		t.Errorf("ReadCreds(self) = %+v, %v", self, err)
+	}
+}
