@@ -32,9 +32,11 @@
 //  1. Creation (O_CREAT on a missing path), inside the guard. Whoever creates
 //     it must still win the flock like anyone else.
 //  2. Rename of a new inode over the path (reclaim), inside the guard, only
-//     after judging the current record stale. The reclaimer locks the new
-//     inode and writes its complete record before the rename, so the inode
-//     appears at the path already locked and already naming its holder.
+//     after judging the current record stale, or the file one that other
+//     users can open (see holders.go) while we hold its flock or only
+//     other users' processes do. The reclaimer locks the new inode and
+//     writes its complete record before the rename, so the inode appears
+//     at the path already locked and already naming its holder.
 //  3. Unlink by Release, only by the holder of the inode the path names, while
 //     it still holds the flock.
 //
@@ -55,6 +57,10 @@
 // naming the winner. Renaming and then checking the inode without the guard
 // is not enough: two reclaimers that each judged the old record stale could
 // each rename and each find their own inode at the moment they check.
+//
+// The guard itself is never removed, but a guard file that other users can
+// open is never used either: it is replaced by a private one (replaceGuard
+// says why that keeps one acquirer at a time).
 //
 // What this cannot protect against is a foreign process that changes the
 // path without the guard (rm of the lock file, or a script that takes the
