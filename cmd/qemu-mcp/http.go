@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/peercred"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -64,6 +65,62 @@ func requireToken(token string, next http.Handler) http.Handler {
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="qemu-mcp"`)
 			http.Error(w, "unauthorized: send Authorization: Bearer <token from --token-file>", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// peerKey keys the connection's peer in a request's context.
+type peerKey struct{}
+
+// peer is the user at the other end of one connection, looked up once, at
+// its first request: a client sends many requests on one connection, and
+// the lookup stays off the accept loop.
+type peer struct {
+	conn net.Conn
+	once sync.Once
+	uid  int
+	err  error
+}
+
+// withPeer is http.Server.ConnContext: it notes each connection, for
+// requireOwner.
+func withPeer(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, peerKey{}, &peer{conn: c})
+}
+
+// requireOwner serves only connections that the server's own user opened.
+// On loopback every local user can connect; the kernel tells who did (see
+// internal/peercred), so the owner's clients need nothing more, no token
+// to pass around and no file to read. Other users get 403, once per
+// connection in the log.
+func requireOwner(owner int, log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, _ := r.Context().Value(peerKey{}).(*peer)
+		if p == nil {
+			http.Error(w, "forbidden: cannot tell who opened this connection", http.StatusForbidden)
+			return
+		}
+		first := false
+		p.once.Do(func() {
+			first = true
+			p.uid, p.err = peercred.UID(p.conn)
+		})
+		uid, err := p.uid, p.err
+		switch {
+		case err != nil:
+			if first {
+				log.Warn("http: refused a connection whose user cannot be told", "remote", p.conn.RemoteAddr(), "err", err)
+			}
+			http.Error(w, "forbidden: this qemu-mcp server serves only its owner's connections, and the user of this one cannot be told: "+err.Error(), http.StatusForbidden)
+			return
+		case uid != owner:
+			if first {
+				log.Warn("http: refused another user's connection", "remote", p.conn.RemoteAddr(), "uid", uid)
+			}
+			http.Error(w, fmt.Sprintf("forbidden: this qemu-mcp server serves only its owner (uid %d), and this connection is from uid %d; "+
+				"its owner can let other users in by starting it with --token-file", owner, uid), http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -213,7 +270,11 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, se
 	h = capSessions(ms, maxSessions, h)
 	h = checkOrigin(h)
 	if token != "" {
+		// The owner opted in: whoever has the token gets in, from
+		// anywhere the address is reachable.
 		h = requireToken(token, h)
+	} else {
+		h = requireOwner(os.Geteuid(), log, h)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
@@ -221,7 +282,7 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, se
 	// A client that trickles a request body must not hold a connection
 	// (and a descriptor) for ever; event streams are responses, which
 	// these limits do not cut.
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	hs := &http.Server{Handler: mux, ConnContext: withPeer, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()

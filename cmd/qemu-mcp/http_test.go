@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 
@@ -23,7 +24,12 @@ import (
 // log line that names the address it listens on.
 func httpServer(t *testing.T, dir string, args ...string) (*server, string) {
 	t.Helper()
-	cmd := serverCmd(dir, args...)
+	return httpServerCmd(t, serverCmd(dir, args...))
+}
+
+// httpServerCmd starts cmd, a server with -http, and returns its URL.
+func httpServerCmd(t *testing.T, cmd *exec.Cmd) (*server, string) {
+	t.Helper()
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
