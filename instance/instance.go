@@ -376,8 +376,7 @@ func (i *Instance) startDebugger() {
 			if err != nil {
 				return nil, err
 			}
-			network, addr := gdbAddress(mch)
-			return gdb.Dial(ctx, network, addr, gdb.WithLogger(log))
+			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log))
 		},
 		Running: func(ctx context.Context) (bool, error) {
 			mch, err := i.Running()
@@ -393,14 +392,6 @@ func (i *Instance) startDebugger() {
 	i.debugger = d
 	i.mu.Unlock()
 	i.push("debugger", i.closeDebugger)
-}
-
-// gdbAddress is where mch's gdbstub listens.
-func gdbAddress(mch *qemu.Machine) (network, addr string) {
-	if a := mch.Paths().GDBAddress; a != "" {
-		return "tcp", a
-	}
-	return "unix", mch.Paths().GDBSocket
 }
 
 // closeDebugger detaches from the stub, once.

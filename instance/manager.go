@@ -74,9 +74,9 @@ type Config struct {
 	// Snapshots is the snapshot store's directory: its size counts
 	// towards KeepCap, though snapshots are never removed for it.
 	Snapshots string
-	// GDBTCP, if set, makes debug guests' gdbstubs listen on this
-	// loopback TCP address ("127.0.0.1:0": a free port each) instead of a
-	// unix socket in the runtime directory.
+	// GDBTCP, if set, also serves debug guests' gdbstubs (unix sockets in
+	// the runtime directory) on this loopback TCP address ("127.0.0.1:0":
+	// a free port each), to the server's own user only.
 	GDBTCP string
 	// Logger receives what nobody else would see; nil means slog.Default().
 	Logger *slog.Logger

@@ -301,11 +301,11 @@ func resumeTimer(ctx context.Context, mch *qemu.Machine, mtime uint64) error {
 			return nil // the timer state is saved since 10.2
 		}
 	}
-	network, addr := gdbAddress(mch)
+	addr := mch.Paths().GDBSocket
 	if addr == "" {
 		return errors.New("no gdbstub to re-arm the guest's timer")
 	}
-	c, err := gdb.Dial(ctx, network, addr)
+	c, err := gdb.Dial(ctx, "unix", addr)
 	if err != nil {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)
 	}

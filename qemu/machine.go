@@ -33,8 +33,8 @@ type Paths struct {
 	SerialOut string `json:"serial_out"`
 	QMPSocket string `json:"qmp_socket"`
 	GDBSocket string `json:"gdb_socket,omitempty"`
-	// GDBAddress is the gdbstub's loopback TCP address, when it listens
-	// on TCP instead of GDBSocket.
+	// GDBAddress is the gdbstub's loopback TCP address for its owner's
+	// gdb, when the server was asked to serve it there too.
 	GDBAddress string `json:"gdb_address,omitempty"`
 }
 
@@ -90,10 +90,10 @@ type Runtime struct {
 	// GDBSocket, if set, is where QEMU's gdbstub listens (a unix socket,
 	// the server's like the QMP socket); empty means no gdbstub.
 	GDBSocket string
-	// GDBTCP, if set, makes the gdbstub listen on this loopback TCP
-	// address instead ("127.0.0.1:0" picks a free port), so that a
-	// person's gdb can attach with "target remote"; GDBSocket is then
-	// ignored.
+	// GDBTCP, if set with GDBSocket, also serves the gdbstub on this
+	// loopback TCP address ("127.0.0.1:0" picks a free port), to the
+	// server's own user only (see gdbProxy), so that a person's gdb can
+	// attach with "target remote 127.0.0.1:PORT".
 	GDBTCP string
 	// Logger receives supervision logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -188,15 +188,7 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	defer qmpFile.Close() // QEMU has its own copy once started
 	m.paths = Paths{SerialIn: m.console.InPath(), SerialOut: m.console.OutPath(), QMPSocket: sock}
 	var gdbFile *os.File
-	switch {
-	case rt.GDBTCP != "":
-		var addr string
-		if gdbFile, addr, err = listenLoopback(rt.GDBTCP); err != nil {
-			return err
-		}
-		defer gdbFile.Close()
-		m.paths.GDBAddress = addr
-	case rt.GDBSocket != "":
+	if rt.GDBSocket != "" {
 		if len(rt.GDBSocket) > maxSocketPath {
 			return fmt.Errorf("gdb socket path %s is %d bytes, more than a unix socket allows (%d): use a shorter runtime directory (QEMU_MCP_RUNTIME_DIR)", rt.GDBSocket, len(rt.GDBSocket), maxSocketPath)
 		}
@@ -205,6 +197,15 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 		}
 		defer gdbFile.Close()
 		m.paths.GDBSocket = rt.GDBSocket
+		if rt.GDBTCP != "" {
+			// Only the server listens on TCP, for its own user.
+			p, err := startGDBProxy(rt.GDBTCP, rt.GDBSocket, log)
+			if err != nil {
+				return err
+			}
+			m.addCleanup(p.Close)
+			m.paths.GDBAddress = p.Addr()
+		}
 	}
 
 	// Every cleanup is registered before QEMU starts: once it runs, the
@@ -343,25 +344,6 @@ func CheckLoopback(addr string) error {
 		return fmt.Errorf("gdb tcp address %q is not loopback: the gdbstub gives whoever connects the whole guest, so only 127.0.0.1 or [::1] is allowed", addr)
 	}
 	return nil
-}
-
-// listenLoopback listens on a loopback TCP address for the gdbstub; any
-// other address is refused, as a debugger port reads and writes all of the
-// guest's memory.
-func listenLoopback(addr string) (*os.File, string, error) {
-	if err := CheckLoopback(addr); err != nil {
-		return nil, "", err
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", fmt.Errorf("listen for the gdbstub on %s: %w", addr, err)
-	}
-	defer ln.Close()
-	f, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		return nil, "", fmt.Errorf("gdb tcp socket descriptor: %w", err)
-	}
-	return f, ln.Addr().String(), nil
 }
 
 // supervise waits for QEMU to exit. The FIFO never reports EOF (the server

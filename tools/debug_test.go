@@ -415,9 +415,10 @@ func TestDebugLinux(t *testing.T) {
 	}
 }
 
-// With -gdb-tcp the stub listens on loopback TCP; the server's debugger
-// uses it, and once it holds nothing (no breakpoints, guest running) it
-// lets go, so that a person's gdb can attach.
+// With -gdb-tcp the server also serves the stub on loopback TCP, to its own
+// user; its debugger uses the unix socket, and once it holds nothing (no
+// breakpoints, guest running) it lets go, so that a person's gdb can attach
+// over TCP.
 func TestDebugTCPLetsAnotherDebuggerAttach(t *testing.T) {
 	s := newSessionWith(t, func(c *tools.Config) { c.GDBTCP = "127.0.0.1:0" }, nil)
 	var b struct {
@@ -428,7 +429,7 @@ func TestDebugTCPLetsAnotherDebuggerAttach(t *testing.T) {
 		} `json:"paths"`
 	}
 	s.mustCall("qemu_boot", map[string]any{"gdb": true, "wait_for": prompt}, &b)
-	if b.Paths.GDBAddress == "" || b.Paths.GDBSocket != "" || !strings.HasPrefix(b.Paths.GDBAddress, "127.0.0.1:") {
+	if b.Paths.GDBAddress == "" || b.Paths.GDBSocket == "" || !strings.HasPrefix(b.Paths.GDBAddress, "127.0.0.1:") {
 		t.Fatalf("paths: %+v", b.Paths)
 	}
 	var br breakOut

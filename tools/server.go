@@ -71,8 +71,8 @@ type Config struct {
 	// Snapshots is where saved guest states are kept; empty means beside
 	// Captures (kept.Snapshots).
 	Snapshots string
-	// GDBTCP makes gdbstubs listen on this loopback TCP address instead
-	// of a unix socket (see instance.Config).
+	// GDBTCP also serves gdbstubs on this loopback TCP address, to the
+	// server's own user (see instance.Config).
 	GDBTCP string
 	// WholeText gives every client every value in a result's text
 	// content, also the clients that read the structured content (see

@@ -53,7 +53,7 @@ func run(args []string, stderr io.Writer) int {
 		allowHost   = fs.Bool("allow-host-access", false, "let qmp_command and extra_args reach outside the guest (host files, sockets, programs); off by default")
 		maxInst     = fs.Int("max-instances", instance.DefaultMaxInstances, "most guests (instances) that run at once")
 		maxKept     = fs.String("max-kept", "2G", "total size of kept transcripts, captures and screenshots in the state directory ("+kept.Env+"); the oldest go first")
-		gdbTCP      = fs.String("gdb-tcp", "", "gdbstubs of guests booted with gdb: true listen on this loopback TCP address (127.0.0.1:0 for a free port each, shown as paths.gdb_address) instead of a private unix socket, so that your own gdb can attach while the server's debugger is idle")
+		gdbTCP      = fs.String("gdb-tcp", "", "also serve the gdbstubs of guests booted with gdb: true on this loopback TCP address (127.0.0.1:0 for a free port each, shown as paths.gdb_address), for your own gdb while the server's debugger is idle; only your own user's connections reach the stub (the kernel tells who connected), other users' are closed")
 		wholeText   = fs.Bool("whole-text", false, "put every value of a result in its text content for every client; by default the clients known to show their model the structured content (Claude Code, Codex, Copilot CLI) get a one-line summary as text")
 		allowPaths  []string
 	)

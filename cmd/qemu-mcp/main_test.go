@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "spawner: server pid", cmd.Process.Pid)
 		cmd.Wait()
 		os.Exit(0)
-	case "post", "holdro", "dial":
+	case "post", "holdro", "dial", "gdbtcp":
 		// What another user (or the owner) does from outside: see
 		// users_test.go.
 		os.Exit(userHelper(os.Getenv("QEMU_MCP_TEST_MAIN")))

@@ -88,8 +88,28 @@ func (a account) helper(mode string, env ...string) *exec.Cmd {
 //	      read-only, hold a flock on each, print "locked" and wait for EOF
 //	dial: connect to the unix socket $QEMU_MCP_TEST_PATHS and print "ok"
 //	      and the first line the server sends, or "error" and why
+//	gdbtcp: connect to the gdbstub at $QEMU_MCP_TEST_URL, ask why the
+//	      guest stopped ("?") and print "reply" and the answer, or "closed"
 func userHelper(mode string) int {
 	switch mode {
+	case "gdbtcp":
+		c, err := net.DialTimeout("tcp", os.Getenv("QEMU_MCP_TEST_URL"), 5*time.Second)
+		if err != nil {
+			fmt.Println("error", err)
+			return 0
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		c.Write([]byte("$?#3f"))
+		buf := make([]byte, 256)
+		n, err := io.ReadAtLeast(c, buf, 2)
+		if err != nil {
+			fmt.Println("closed", err)
+			return 0
+		}
+		c.Write([]byte("+$D#44")) // detach: the guest runs on
+		fmt.Printf("reply %q\n", buf[:n])
+		return 0
 	case "post":
 		req, _ := http.NewRequest("POST", os.Getenv("QEMU_MCP_TEST_URL"), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -300,5 +320,44 @@ func TestTwoProjectsOutsideGit(t *testing.T) {
 	}
 	if locks[0] == locks[1] {
 		t.Errorf("both projects hold %s", locks[0])
+	}
+}
+
+// With -gdb-tcp, the owner's gdb attaches over loopback TCP; another
+// user's connection is closed before it reaches the stub, and the guest
+// runs on.
+func TestGDBTCPOnlyOwner(t *testing.T) {
+	needQEMU(t)
+	users := accounts(t, 2)
+	owner, other := users[0], users[1]
+	dir := owner.dir(t, "run", 0o700)
+	cmd := owner.serverCmd(dir, owner.home, "-gdb-tcp", "127.0.0.1:0")
+	s := startServerCmd(t, cmd, cmd.Env)
+	var b struct {
+		Paths struct {
+			GDBAddress string `json:"gdb_address"`
+		} `json:"paths"`
+	}
+	if res := s.call(t, "qemu_boot", map[string]any{"gdb": true, "wait_for": `tiny> $`}, &b); res.IsError || b.Paths.GDBAddress == "" {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	gdbAs := func(a account) string {
+		out, err := a.helper("gdbtcp", "QEMU_MCP_TEST_URL="+b.Paths.GDBAddress).Output()
+		if err != nil {
+			t.Fatalf("gdb as %s: %v", a.Name, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := gdbAs(other); !strings.HasPrefix(got, "closed") {
+		t.Errorf("another user's gdb: %s, want the connection closed", got)
+	}
+	if got := gdbAs(owner); !strings.HasPrefix(got, "reply") || !strings.Contains(got, "$T05") && !strings.Contains(got, "$S05") {
+		t.Errorf("the owner's gdb: %s, want a stop reply", got)
+	}
+	var w struct {
+		Matched bool `json:"matched"`
+	}
+	if res := s.call(t, "serial_send", map[string]any{"data": "echo still-running", "wait_for": `still-running\r\ntiny> $`, "timeout": 10}, &w); res.IsError || !w.Matched {
+		t.Errorf("the guest after both attempts: %s", resultText(res))
 	}
 }
