@@ -441,6 +441,9 @@ func (i *Instance) runtime(withGDB bool) qemu.Runtime {
 		Logger:    m.log.With("instance", i.name),
 		Console:   i.console,
 	}
+	if i.spec.QEMU.VNC {
+		rt.VNCSocket = filepath.Join(dir, names.Name(names.VNCSocket, m.owner, i.name))
+	}
 	if withGDB {
 		rt.GDBSocket = filepath.Join(dir, names.Name(names.GDBSocket, m.owner, i.name))
 		rt.GDBTCP = m.cfg.GDBTCP

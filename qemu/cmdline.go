@@ -51,7 +51,9 @@ type Config struct {
 	// GPU adds a virtio-gpu display with a virtio keyboard and tablet. The
 	// display stays headless; screenshots go through QMP.
 	GPU bool
-	// VNC adds a VNC server on 127.0.0.1 at the first free display.
+	// VNC adds a VNC server on a unix socket (Runtime.VNCSocket): a
+	// loopback port would let every local user watch the display and
+	// type into it.
 	VNC bool
 	// Network is "" or "none" (no NIC), "user" (QEMU's slirp: no
 	// privileges) or "tap" (TAPName, created by the caller).
@@ -77,6 +79,8 @@ type Config struct {
 	// gdbstub's listening socket (set by Start).
 	fds   map[string]int
 	gdbFD int
+	// vncSocket is where the VNC server listens (set by Start).
+	vncSocket string
 }
 
 // LoadVM is a saved state to start from.
@@ -138,7 +142,7 @@ func WithExtraArgs(args ...string) Option {
 // WithGPU adds a display, keyboard and tablet.
 func WithGPU(on bool) Option { return func(c *Config) { c.GPU = on } }
 
-// WithVNC serves the display over VNC on loopback.
+// WithVNC serves the display over VNC on a unix socket.
 func WithVNC(on bool) Option { return func(c *Config) { c.VNC = on } }
 
 // WithNetwork selects the guest network: "none", "user" or "tap".
@@ -352,10 +356,8 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	if c.GPU {
 		argv = append(argv, "-device", "virtio-gpu-device", "-device", "virtio-keyboard-device", "-device", "virtio-tablet-device")
 	}
-	if c.VNC {
-		// QEMU picks the first free display from 0 to 99 itself, with no
-		// race between probing a port and binding it.
-		argv = append(argv, "-vnc", "127.0.0.1:0,to=99")
+	if c.VNC && c.vncSocket != "" {
+		argv = append(argv, "-vnc", "unix:"+escapeOpt(c.vncSocket))
 	}
 	argv = append(argv,
 		"-chardev", "pipe,id=serial0,path="+escapeOpt(serialBase),

@@ -36,6 +36,8 @@ type Paths struct {
 	// GDBAddress is the gdbstub's loopback TCP address for its owner's
 	// gdb, when the server was asked to serve it there too.
 	GDBAddress string `json:"gdb_address,omitempty"`
+	// VNCSocket is the VNC server's unix socket, with VNC.
+	VNCSocket string `json:"vnc_socket,omitempty"`
 }
 
 // Exit describes how QEMU ended.
@@ -95,6 +97,10 @@ type Runtime struct {
 	// server's own user only (see gdbProxy), so that a person's gdb can
 	// attach with "target remote 127.0.0.1:PORT".
 	GDBTCP string
+	// VNCSocket is where the VNC server listens, with Config.VNC: a unix
+	// socket in the private runtime directory, which QEMU makes. It must
+	// not exist.
+	VNCSocket string
 	// Logger receives supervision logs; nil means slog.Default().
 	Logger *slog.Logger
 	// ConnectTimeout bounds the QMP connection at start; zero means 10s.
@@ -208,6 +214,22 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 		}
 	}
 
+	if cfg.VNC {
+		switch {
+		case rt.VNCSocket == "":
+			return errors.New("vnc needs a socket path (Runtime.VNCSocket)")
+		case len(rt.VNCSocket) > maxSocketPath:
+			return fmt.Errorf("vnc socket path %s is %d bytes, more than a unix socket allows (%d): use a shorter runtime directory (QEMU_MCP_RUNTIME_DIR)", rt.VNCSocket, len(rt.VNCSocket), maxSocketPath)
+		}
+		if _, err := os.Lstat(rt.VNCSocket); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("vnc socket %s already exists: a previous server left it behind; remove it or let the reaper run", rt.VNCSocket)
+		}
+		cfg.vncSocket = rt.VNCSocket
+		m.paths.VNCSocket = rt.VNCSocket
+		// QEMU makes the socket; it goes with the machine.
+		m.addCleanup(func() error { return removeSocket(rt.VNCSocket) })
+	}
+
 	// Every cleanup is registered before QEMU starts: once it runs, the
 	// supervisor may run them at any moment.
 	m.mon = qmp.New(sock, qmp.WithLogger(log))
@@ -225,7 +247,7 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 		cfg.fds[p] = qmpFD + len(extra)
 		extra = append(extra, cfg.Files[p])
 	}
-	m.cfg.fds = cfg.fds
+	m.cfg.fds, m.cfg.vncSocket = cfg.fds, cfg.vncSocket
 	m.argv = cfg.Argv(m.console.Base(), qmpFD)
 	m.argv[0] = bin
 	cmd := exec.Command(bin, m.argv[1:]...)

@@ -40,7 +40,7 @@ type BootInput struct {
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
-	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on 127.0.0.1 at a free display number (reported as vnc)"`
+	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC, on a unix socket only you can open (reported as vnc)"`
 	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP device of the guest's own on the host; needs CAP_NET_ADMIN)"`
 	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
 	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
@@ -65,7 +65,7 @@ type BootOutput struct {
 	// Reaped reports what dead servers had left and this boot removed.
 	Reaped      *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
 	KeptRemoved []string       `json:"kept_removed,omitempty" jsonschema:"old kept files removed to stay under --max-kept"`
-	VNC         string         `json:"vnc,omitempty" jsonschema:"host:port of the VNC server, with vnc: true"`
+	VNC         string         `json:"vnc,omitempty" jsonschema:"the VNC server's unix socket, with vnc: true"`
 	TAP         string         `json:"tap,omitempty" jsonschema:"the TAP device, with network tap"`
 	PCAPPath    string         `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
 	// Profile is the profile applied, if any.
@@ -203,11 +203,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if st, active, ok := inst.CaptureStats(); ok && active {
 		out.PCAPPath = st.Path
 	}
-	if in.VNC {
-		if out.VNC, err = vncDisplay(ctx, m); err != nil {
-			s.log.Warn("query vnc", "instance", name, "err", err)
-		}
-	}
+	out.VNC = m.Paths().VNCSocket
 	if p.active() {
 		w, err := s.wait(ctx, req, inst, 0, p)
 		if err != nil {

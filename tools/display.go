@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -256,24 +255,4 @@ func (s *Server) mouse(ctx context.Context, _ *mcp.CallToolRequest, in MouseInpu
 		text += "; clicked " + strings.Join(in.Buttons, ", ")
 	}
 	return textResult(text), MouseOutput{X: in.X, Y: in.Y, Clicked: in.Buttons}, nil
-}
-
-// vncDisplay asks QEMU where its VNC server listens.
-func vncDisplay(ctx context.Context, m *qemu.Machine) (string, error) {
-	raw, err := m.Monitor().Execute(ctx, "query-vnc", nil)
-	if err != nil {
-		return "", err
-	}
-	var v struct {
-		Enabled bool   `json:"enabled"`
-		Host    string `json:"host"`
-		Service string `json:"service"`
-	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", err
-	}
-	if !v.Enabled {
-		return "", errors.New("vnc is not enabled")
-	}
-	return v.Host + ":" + v.Service, nil
 }

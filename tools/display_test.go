@@ -3,9 +3,14 @@ package tools_test
 import (
 	"bytes"
 	"image/png"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -47,8 +52,24 @@ func TestScreenshotAndVNC(t *testing.T) {
 		Argv []string `json:"argv"`
 	}
 	s.mustCall("qemu_boot", map[string]any{"gpu": true, "vnc": true, "wait_for": prompt}, &b)
-	if !strings.HasPrefix(b.VNC, "127.0.0.1:59") {
-		t.Errorf("vnc %q, want a loopback VNC port", b.VNC)
+	// A unix socket only its user can open: a VNC server answers on it.
+	if fi, err := os.Lstat(b.VNC); err != nil || fi.Mode()&os.ModeSocket == 0 || !strings.HasPrefix(filepath.Base(b.VNC), "vnc-") {
+		t.Fatalf("vnc %q: %v %v, want the VNC server's socket", b.VNC, fi, err)
+	}
+	c, err := net.Dial("unix", b.VNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := make([]byte, 12)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, hello); err != nil || !strings.HasPrefix(string(hello), "RFB 003.") {
+		t.Errorf("vnc socket says %q, %v", hello, err)
+	}
+	c.Close()
+	for _, a := range b.Argv {
+		if strings.Contains(a, "127.0.0.1") {
+			t.Errorf("qemu listens on loopback: %q", a)
+		}
 	}
 	img := screenshot(t, s)
 	if _, err := png.Decode(bytes.NewReader(img.Data)); err != nil {

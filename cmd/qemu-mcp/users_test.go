@@ -361,3 +361,47 @@ func TestGDBTCPOnlyOwner(t *testing.T) {
 		t.Errorf("the guest after both attempts: %s", resultText(res))
 	}
 }
+
+// The owner's VNC display is a unix socket in the owner's private runtime
+// directory: the owner's viewer connects, another user's cannot, and
+// nothing of the owner's listens on TCP.
+func TestVNCOnlyOwner(t *testing.T) {
+	needQEMU(t)
+	users := accounts(t, 2)
+	owner, other := users[0], users[1]
+	dir := owner.dir(t, "run", 0o700)
+	cmd := owner.serverCmd(dir, owner.home)
+	s := startServerCmd(t, cmd, cmd.Env)
+	var b struct {
+		VNC string `json:"vnc"`
+	}
+	if res := s.call(t, "qemu_boot", map[string]any{"gpu": true, "vnc": true}, &b); res.IsError || b.VNC == "" {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	dial := func(a account) string {
+		out, err := a.helper("dial", "QEMU_MCP_TEST_PATHS="+b.VNC).Output()
+		if err != nil {
+			t.Fatalf("dial as %s: %v", a.Name, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if got := dial(owner); !strings.HasPrefix(got, `ok "RFB 003.`) {
+		t.Errorf("the owner's viewer: %s", got)
+	}
+	if got := dial(other); !strings.HasPrefix(got, "error") || !strings.Contains(got, "permission denied") {
+		t.Errorf("another user's viewer: %s, want permission denied", got)
+	}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		tb, _ := os.ReadFile(table)
+		for _, line := range strings.Split(string(tb), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 7 && f[3] == "0A" && f[7] == strconv.Itoa(owner.UID) {
+				t.Errorf("a process of the owner listens on TCP: %s", line)
+			}
+		}
+	}
+	s.call(t, "qemu_shutdown", nil, nil)
+	if _, err := os.Lstat(b.VNC); !os.IsNotExist(err) {
+		t.Errorf("the VNC socket outlives the guest: %v", err)
+	}
+}

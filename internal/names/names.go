@@ -98,6 +98,7 @@ const (
 	RecordTemp         // .server-<tag>.json.<hex>.tmp: regular file (a write cut short)
 	GDBSocket          // gdb-<tag>-<instance>.sock: unix socket (QEMU's gdbstub)
 	SnapshotStage      // snapload-<tag>-<instance>.qcow2: regular file (a snapshot's copy a QEMU loads)
+	VNCSocket          // vnc-<tag>-<instance>.sock: unix socket (QEMU's VNC server)
 )
 
 func (k Kind) String() string {
@@ -116,6 +117,8 @@ func (k Kind) String() string {
 		return "gdb-socket"
 	case SnapshotStage:
 		return "snapshot-stage"
+	case VNCSocket:
+		return "vnc-socket"
 	}
 	return "unknown"
 }
@@ -126,7 +129,7 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // UnmarshalText reads what MarshalText wrote; anything else is Unknown.
 func (k *Kind) UnmarshalText(b []byte) error {
 	*k = Unknown
-	for c := SerialIn; c <= SnapshotStage; c++ {
+	for c := SerialIn; c <= VNCSocket; c++ {
 		if c.String() == string(b) {
 			*k = c
 		}
@@ -165,6 +168,11 @@ func Name(k Kind, o Owner, instance string) string {
 			return ""
 		}
 		return "snapload-" + t + ".qcow2"
+	case VNCSocket:
+		if o.Legacy() {
+			return ""
+		}
+		return "vnc-" + t + ".sock"
 	case Record:
 		return "server-" + o.Tag() + ".json"
 	}
@@ -239,6 +247,12 @@ func Classify(name string) (Entry, bool) {
 	case strings.HasPrefix(name, "gdb-"):
 		if s, ok := strings.CutSuffix(name[len("gdb-"):], ".sock"); ok {
 			if e, ok := instanceEntry(s, GDBSocket); ok && !e.Owner.Legacy() {
+				return e, true
+			}
+		}
+	case strings.HasPrefix(name, "vnc-"):
+		if s, ok := strings.CutSuffix(name[len("vnc-"):], ".sock"); ok {
+			if e, ok := instanceEntry(s, VNCSocket); ok && !e.Owner.Legacy() {
 				return e, true
 			}
 		}

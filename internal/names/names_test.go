@@ -16,6 +16,7 @@ func TestClassify(t *testing.T) {
 		"gdb-12-345-x.sock":          {Owner: o, Kind: names.GDBSocket, Instance: "x"},
 		"gdb-12.sock":                {},
 		"snapload-12-345-x.qcow2":    {Owner: o, Kind: names.SnapshotStage, Instance: "x"},
+		"vnc-12-345-x.sock":          {Owner: o, Kind: names.VNCSocket, Instance: "x"},
 		"snapload-12.qcow2":          {},
 		"server-12-345.json":         {Owner: o, Kind: names.Record},
 		".server-12-345.json.0f.tmp": {Owner: o, Kind: names.RecordTemp},

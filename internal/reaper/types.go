@@ -20,7 +20,7 @@ func Want(k names.Kind) FileType {
 	switch k {
 	case names.SerialIn, names.SerialOut:
 		return TypeFIFO
-	case names.QMPSocket, names.GDBSocket:
+	case names.QMPSocket, names.GDBSocket, names.VNCSocket:
 		return TypeSocket
 	case names.Record, names.RecordTemp, names.SnapshotStage:
 		return TypeRegular
