@@ -18,7 +18,11 @@
 // whatever thread reads it.
 //
 // Capturing needs CAP_NET_RAW (root); without it Start fails with an error
-// wrapping ErrNoPrivilege. Capture files are never removed by this package.
+// wrapping ErrNoPrivilege. An ordinary user's guest is captured by QEMU
+// itself instead: its filter-dump object writes each frame of a netdev as a
+// pcap stream, into a FIFO the server reads (NewStream, AddStream); the
+// same filter, snap length, counters and file come out of it. Capture
+// files are never removed by this package.
 package pcap
 
 import (
@@ -34,6 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
@@ -113,7 +118,13 @@ type Capture struct {
 	snaplen int
 	started time.Time
 
-	h    *pcapgo.EthernetHandle
+	h *pcapgo.EthernetHandle // nil for a capture fed by streams
+	// streams are the pcap streams (QEMU's filter-dump) that feed a
+	// capture made by NewStream, one after the other; Stop closes it.
+	streams   chan *os.File
+	streamsMu sync.Mutex // guards sending on streams against its close
+	cur       *os.File   // the stream being read, under mu
+
 	file *os.File
 	buf  *bufio.Writer
 	w    *pcapgo.Writer
@@ -141,19 +152,9 @@ type Capture struct {
 // the calling thread's network namespace. It returns once the capture is
 // running: every frame from then on is captured.
 func Start(ifname string, opts Options) (*Capture, error) {
-	filter, err := Compile(opts.Filter)
+	filter, snaplen, err := opts.check()
 	if err != nil {
 		return nil, err
-	}
-	snaplen := opts.Snaplen
-	if snaplen == 0 {
-		snaplen = DefaultSnaplen
-	}
-	if snaplen < 0 || snaplen > MaxSnaplen {
-		return nil, fmt.Errorf("pcap: snap length %d out of range 1..%d", opts.Snaplen, MaxSnaplen)
-	}
-	if opts.Path == "" && opts.Dir == "" && opts.File == nil {
-		return nil, errors.New("pcap: neither a capture file nor a directory for it was given")
 	}
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
@@ -168,37 +169,63 @@ func Start(ifname string, opts Options) (*Capture, error) {
 	}
 	// The handle keeps reading whole frames (MaxSnaplen) so that the
 	// filter sees all of each one; the file gets snaplen bytes.
+	c, err := open(ifname, filter, snaplen, opts)
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	c.ifindex, c.h = ifi.Index, h
+	go c.run()
+	return c, nil
+}
+
+// check validates the options: the filter compiled, the snap length.
+func (opts Options) check() (*Filter, int, error) {
+	filter, err := Compile(opts.Filter)
+	if err != nil {
+		return nil, 0, err
+	}
+	snaplen := opts.Snaplen
+	if snaplen == 0 {
+		snaplen = DefaultSnaplen
+	}
+	if snaplen < 0 || snaplen > MaxSnaplen {
+		return nil, 0, fmt.Errorf("pcap: snap length %d out of range 1..%d", opts.Snaplen, MaxSnaplen)
+	}
+	if opts.Path == "" && opts.Dir == "" && opts.File == nil {
+		return nil, 0, errors.New("pcap: neither a capture file nor a directory for it was given")
+	}
+	return filter, snaplen, nil
+}
+
+// open makes the capture file (or takes opts.File) and writes its header.
+func open(ifname string, filter *Filter, snaplen int, opts Options) (*Capture, error) {
 	f, path := opts.File, opts.Path
 	if f == nil {
-		f, path, err = createFile(ifname, opts)
-		if err != nil {
-			h.Close()
+		var err error
+		if f, path, err = createFile(ifname, opts); err != nil {
 			return nil, err
 		}
 	}
 	c := &Capture{
 		ifname:  ifname,
-		ifindex: ifi.Index,
 		path:    path,
 		filter:  filter,
 		snaplen: snaplen,
 		started: time.Now(),
-		h:       h,
 		file:    f,
 		buf:     bufio.NewWriterSize(f, 64<<10),
 		done:    make(chan struct{}),
 	}
 	c.w = pcapgo.NewWriter(c.buf)
-	err = c.w.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet)
+	err := c.w.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet)
 	if err == nil {
 		err = c.buf.Flush()
 	}
 	if err != nil {
-		h.Close()
 		f.Close()
 		return nil, fmt.Errorf("pcap: write the header of %s: %w", path, err)
 	}
-	go c.run()
 	return c, nil
 }
 
@@ -292,37 +319,45 @@ func (c *Capture) run() {
 		// Before bind, the socket received frames of every interface; they
 		// may still be queued.
 		other := ci.InterfaceIndex != 0 && ci.InterfaceIndex != c.ifindex
-		keep := !other && c.filter.Match(data)
-		if keep {
-			if len(data) > c.snaplen {
-				data = data[:c.snaplen]
-			}
-			ci.CaptureLength = len(data)
-			if ci.Length < len(data) {
-				ci.Length = len(data)
-			}
-			// One Flush, one write(2) per packet: readers of the file see
-			// whole packets.
-			err = c.w.WritePacket(ci, data)
-			if err == nil {
-				err = c.buf.Flush()
-			}
-			if err != nil {
-				c.fail(fmt.Errorf("pcap: write %s: %w", c.path, err))
-				return
-			}
+		if !c.take(data, ci, other) {
+			return
 		}
-		c.mu.Lock()
-		c.read++
-		switch {
-		case keep:
-			c.packets++
-			c.bytes += int64(len(data))
-		case !other:
-			c.filtered++
-		}
-		c.mu.Unlock()
 	}
+}
+
+// take filters one frame and writes it; false once the capture failed.
+func (c *Capture) take(data []byte, ci gopacket.CaptureInfo, other bool) bool {
+	keep := !other && c.filter.Match(data)
+	if keep {
+		if len(data) > c.snaplen {
+			data = data[:c.snaplen]
+		}
+		ci.CaptureLength = len(data)
+		if ci.Length < len(data) {
+			ci.Length = len(data)
+		}
+		// One Flush, one write(2) per packet: readers of the file see
+		// whole packets.
+		err := c.w.WritePacket(ci, data)
+		if err == nil {
+			err = c.buf.Flush()
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("pcap: write %s: %w", c.path, err))
+			return false
+		}
+	}
+	c.mu.Lock()
+	c.read++
+	switch {
+	case keep:
+		c.packets++
+		c.bytes += int64(len(data))
+	case !other:
+		c.filtered++
+	}
+	c.mu.Unlock()
+	return true
 }
 
 func (c *Capture) fail(err error) {
@@ -336,7 +371,7 @@ func (c *Capture) fail(err error) {
 // pollKernelLocked adds the kernel's counters since the last call (the
 // kernel resets them on every read). c.mu must be held.
 func (c *Capture) pollKernelLocked() {
-	if c.closed {
+	if c.closed || c.h == nil {
 		return
 	}
 	st, err := c.h.Stats()
@@ -392,6 +427,10 @@ func (c *Capture) Done() <-chan struct{} { return c.done }
 // stays.
 func (c *Capture) Stop() (Stats, error) {
 	c.stopOnce.Do(func() {
+		if c.h == nil {
+			c.stopStreams()
+			return
+		}
 		c.drain(drainTimeout)
 		c.stopping.Store(true)
 		c.mu.Lock()
@@ -401,20 +440,26 @@ func (c *Capture) Stop() (Stats, error) {
 		// Closing the socket wakes the goroutine blocked reading it.
 		c.h.Close()
 		<-c.done
-		err := c.buf.Flush()
-		if cerr := c.file.Close(); err == nil {
-			err = cerr
-		}
-		c.mu.Lock()
-		c.stopped = time.Now()
-		c.final = c.statsLocked()
-		if err != nil {
-			err = fmt.Errorf("pcap: close %s: %w", c.path, err)
-		}
-		c.stopErr = errors.Join(c.err, err)
-		c.mu.Unlock()
+		c.finish()
 	})
 	return c.final, c.stopErr
+}
+
+// finish closes the file once nothing writes to it any more, and keeps the
+// final counters.
+func (c *Capture) finish() {
+	err := c.buf.Flush()
+	if cerr := c.file.Close(); err == nil {
+		err = cerr
+	}
+	c.mu.Lock()
+	c.stopped = time.Now()
+	c.final = c.statsLocked()
+	if err != nil {
+		err = fmt.Errorf("pcap: close %s: %w", c.path, err)
+	}
+	c.stopErr = errors.Join(c.err, err)
+	c.mu.Unlock()
 }
 
 // drain waits until the goroutine has read every frame the kernel had
