@@ -82,10 +82,14 @@ type DebugSpec struct {
 }
 
 // TAPSpec says how to make the guest's TAP: a host address, or a bridge to
-// join.
+// join; or names a persistent TAP that exists already.
 type TAPSpec struct {
 	CIDR   string
 	Bridge string
+	// Name, if set, is a persistent TAP someone else made (root, for this
+	// user) that the guest uses as it is: the instance neither makes,
+	// configures nor deletes it (see tap.Existing).
+	Name string
 }
 
 // CaptureSpec is a capture started at boot.
@@ -125,6 +129,7 @@ type Instance struct {
 	machine     *qemu.Machine
 	dev         *tap.Device
 	capture     *pcap.Capture
+	viaQEMU     bool // capture is fed by QEMU (see capture.go)
 	lastCapture *pcap.Stats
 	transcript  string
 	lockPath    string
@@ -232,10 +237,28 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 			return rep, err
 		}
 		cfg.Network, cfg.TAPName, cfg.MAC = "tap", i.dev.Name, i.dev.GuestMAC.String()
+		// A capture through QEMU (see capture.go) needs plain frames.
+		cfg.TAPPlainFrames = !inProcess()
 	}
+	// A capture in this process starts before QEMU, so the guest's first
+	// frame is in it; one through QEMU starts before the guest runs.
+	var captureAtStart func(ctx context.Context, mch *qemu.Machine) error
 	if c := i.spec.Capture; c != nil {
-		if _, err := i.StartCapture(nil, c.Filter, 0); err != nil {
-			return rep, fmt.Errorf("capture at boot: %w", err)
+		if inProcess() {
+			if _, err := i.StartCapture(nil, c.Filter, 0); err != nil {
+				return rep, fmt.Errorf("capture at boot: %w", err)
+			}
+		} else {
+			captureAtStart = func(ctx context.Context, mch *qemu.Machine) error {
+				cp, err := i.startQEMUCapture(ctx, mch, nil, c.Filter, 0)
+				if err != nil {
+					return fmt.Errorf("capture at boot: %w", err)
+				}
+				i.mu.Lock()
+				i.capture, i.viaQEMU = cp, true
+				i.mu.Unlock()
+				return nil
+			}
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -292,6 +315,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.Meta.Name, snap.Meta.Created.Format(time.RFC3339)))
 		})
 	}
+	rt.BeforeCont = thenCall(rt.BeforeCont, captureAtStart)
 	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		return rep, fmt.Errorf("boot: %w", err)
@@ -335,6 +359,28 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 
 func (i *Instance) makeTAP(t TAPSpec) error {
 	m := i.mgr
+	if t.Name != "" {
+		dev, err := tap.Existing(t.Name, false)
+		if err != nil {
+			return fmt.Errorf("network tap %s: %w", t.Name, err)
+		}
+		dev.GuestMAC = names.GuestMAC(m.owner, i.name)
+		if !dev.Up {
+			m.log.Warn("the guest's TAP is down on the host: frames will not flow until root brings it up", "instance", i.name, "tap", t.Name)
+		}
+		// Not in the record: it is not ours, and no reaper may delete it.
+		i.mu.Lock()
+		i.dev = dev
+		i.mu.Unlock()
+		i.push("tap", func() error {
+			i.StopCapture()
+			i.mu.Lock()
+			i.dev = nil
+			i.mu.Unlock()
+			return nil
+		})
+		return nil
+	}
 	dev, err := tap.Create(tap.Options{
 		Name: names.TAP(m.owner, i.name), GuestMAC: names.GuestMAC(m.owner, i.name),
 		CIDR: t.CIDR, Bridge: t.Bridge, UID: os.Getuid(), GID: os.Getgid(),
@@ -707,14 +753,28 @@ func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.C
 		return fail(fmt.Errorf("a capture of guest %q is already running into %s: call qemu_pcap_stop first", i.name, running.Path()))
 	}
 	m := i.mgr
-	opts := pcap.Options{Dir: m.cfg.Captures,
-		Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot, Snaplen: snaplen, Filter: filter}
-	if f != nil {
-		opts.File, opts.Path = f, f.Name()
-	}
-	c, err := pcap.Start(dev.Name, opts)
-	if err != nil {
-		return fail(fmt.Errorf("capture on %s: %w", dev.Name, err))
+	var c *pcap.Capture
+	var err error
+	viaQEMU := !inProcess()
+	if viaQEMU {
+		mch, rerr := i.Running()
+		if rerr != nil {
+			return fail(rerr)
+		}
+		c, err = i.startQEMUCapture(context.Background(), mch, f, filter, snaplen)
+		f = nil // startQEMUCapture closed and removed it on failure
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		opts := pcap.Options{Dir: m.cfg.Captures,
+			Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot, Snaplen: snaplen, Filter: filter}
+		if f != nil {
+			opts.File, opts.Path = f, f.Name()
+		}
+		if c, err = pcap.Start(dev.Name, opts); err != nil {
+			return fail(fmt.Errorf("capture on %s: %w", dev.Name, err))
+		}
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -724,7 +784,7 @@ func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.C
 		go c.Stop()
 		return nil, fmt.Errorf("guest %q changed while the capture started: try again", i.name)
 	}
-	i.capture = c
+	i.capture, i.viaQEMU = c, viaQEMU
 	return c, nil
 }
 
@@ -732,11 +792,14 @@ func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.C
 // none runs.
 func (i *Instance) StopCapture() (pcap.Stats, bool) {
 	i.mu.Lock()
-	c := i.capture
-	i.capture = nil
+	c, viaQEMU := i.capture, i.viaQEMU
+	i.capture, i.viaQEMU = nil, false
 	i.mu.Unlock()
 	if c == nil {
 		return pcap.Stats{}, false
+	}
+	if viaQEMU {
+		i.stopQEMUCapture()
 	}
 	st, err := c.Stop()
 	if err != nil {

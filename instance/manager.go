@@ -32,6 +32,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
@@ -355,7 +356,7 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 			}
 			// What would refuse the new boot refuses it before the
 			// running guest is stopped, not after.
-			if err := m.precheck(spec); err != nil {
+			if err := m.precheck(spec, prev); err != nil {
 				return nil, err
 			}
 			if _, err := prev.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
@@ -588,14 +589,39 @@ func (m *Manager) HoldsLock(path string) ([]string, bool) {
 	return slices.Clone(ref.users), true
 }
 
-// precheck tells whether a boot of spec would be refused by another
-// instance's drives or by a repository lock that another process holds.
-func (m *Manager) precheck(spec Spec) error {
+// precheck tells whether a boot of spec would be refused by what can be
+// known before it starts: another instance's drives, a repository lock
+// that another process holds, the TAP (privilege, or the named one), the
+// capture filter, the snapshot to start from. A restart runs it before it
+// stops prev, the running guest of the same name, which it leaves alone
+// when the boot would fail.
+func (m *Manager) precheck(spec Spec, prev *Instance) error {
 	m.mu.Lock()
 	err := m.drivesFreeLocked(spec.Name, driveClaims(spec.Name, spec.QEMU.Drives))
 	m.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if c := spec.Capture; c != nil {
+		if _, err := pcap.Compile(c.Filter); err != nil {
+			return fmt.Errorf("capture at boot: %w", err)
+		}
+	}
+	if t := spec.TAP; t != nil {
+		if t.Name != "" {
+			// The guest being restarted may hold it: it lets go first.
+			held := prev != nil && prev.TAP() != nil && prev.TAP().Name == t.Name
+			if _, err := tap.Existing(t.Name, held); err != nil {
+				return fmt.Errorf("network tap %s: %w", t.Name, err)
+			}
+		} else if err := tap.CheckCreate(t.Bridge); err != nil {
+			return fmt.Errorf("network tap: %w", err)
+		}
+	}
+	if s := spec.Snapshot; s != nil {
+		if err := s.Store.CheckStage(s.Meta, m.cfg.RuntimeDir); err != nil {
+			return err
+		}
 	}
 	path, err := m.LockPath(spec.Root)
 	if err != nil {
@@ -604,8 +630,8 @@ func (m *Manager) precheck(spec Spec) error {
 	if _, ours := m.HoldsLock(path); ours {
 		return nil
 	}
-	if st, err := lock.Inspect(path); err == nil && st.State == lock.Held {
-		return fmt.Errorf("cannot boot: the repository lock %s is held by process %d; the running guest was left alone", path, st.Record.PID)
+	if st, err := lock.Inspect(path); err == nil && st.Refuses() {
+		return fmt.Errorf("cannot boot: %v", st.Held)
 	}
 	return nil
 }

@@ -193,6 +193,7 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 		}
 		res.Cursor = i.mark(what)
 	})
+	rt.BeforeCont = thenCall(rt.BeforeCont, i.continueCapture())
 	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		os.Remove(staged)

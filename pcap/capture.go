@@ -229,6 +229,11 @@ func open(ifname string, filter *Filter, snaplen int, opts Options) (*Capture, e
 	return c, nil
 }
 
+// CanCapture reports whether Start may capture here: whether this process
+// may open a packet socket (CAP_NET_RAW). Without it, captures go through
+// QEMU (NewStream).
+func CanCapture() error { return probePacketSocket() }
+
 // probePacketSocket opens and closes a packet socket that receives nothing
 // (protocol 0), to learn whether the process may: pcapgo formats the
 // socket's errno into a string, which would lose EPERM.

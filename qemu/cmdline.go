@@ -60,6 +60,10 @@ type Config struct {
 	Network string
 	// TAPName is the host TAP device for Network "tap".
 	TAPName string
+	// TAPPlainFrames turns the TAP's virtio-net header off (vnet_hdr=off),
+	// so that frames pass as plain Ethernet: QEMU before 8.0 writes that
+	// header into every frame a filter-dump captures.
+	TAPPlainFrames bool
 	// MAC is the guest NIC's address; empty lets QEMU choose.
 	MAC string
 	// Files are host files the server opened and checked itself (see
@@ -346,6 +350,9 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		netdev := "user,id=net0"
 		if c.Network == "tap" {
 			netdev = "tap,id=net0,ifname=" + escapeOpt(c.TAPName) + ",script=no,downscript=no"
+			if c.TAPPlainFrames {
+				netdev += ",vnet_hdr=off"
+			}
 		}
 		dev := "virtio-net-device,netdev=net0"
 		if c.MAC != "" {

@@ -561,6 +561,27 @@ func syncFile(path string) error {
 	return err
 }
 
+// CheckStage reports what would make Stage fail for a copy in dir, without
+// copying: the image unreadable, or too little room for it in dir.
+func (s Store) CheckStage(m Meta, dir string) error {
+	in, err := os.Open(m.Path)
+	if err != nil {
+		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err == nil {
+		if free := int64(st.Bavail) * st.Bsize; free < fi.Size() {
+			return fmt.Errorf("stage snapshot %q: its image is %d bytes and %s has %d free: free some space there first", m.Name, fi.Size(), dir, free)
+		}
+	}
+	return nil
+}
+
 // Stage copies m's image to dst for a QEMU to load from: QEMU opens a
 // snapshot's image read-write, so each load gets a copy of its own and the
 // kept image stays as saved, however many guests load it at once.

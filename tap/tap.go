@@ -145,6 +145,11 @@ type Device struct {
 	CIDR     string           // host address, e.g. "10.0.2.2/24"; empty with Bridge
 	Bridge   string           // bridge it joined; empty with CIDR
 	UID, GID int              // owner and group (-1: none)
+	// External says that someone else made the device (see Existing):
+	// Close leaves it.
+	External bool
+	// Up says whether the device was up when Existing looked.
+	Up bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -155,6 +160,9 @@ type Device struct {
 // that newer device. It leaves alone a link of the same name that is no
 // longer a TAP.
 func (d *Device) Close() error {
+	if d.External {
+		return nil
+	}
 	d.closeOnce.Do(func() { _, d.closeErr = DeleteIfTAP(d.Name) })
 	return d.closeErr
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
+	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -41,7 +43,8 @@ type BootInput struct {
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"add a virtio-gpu display (headless), a virtio keyboard and a virtio tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
 	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC, on a unix socket only you can open (reported as vnc)"`
-	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP device of the guest's own on the host; needs CAP_NET_ADMIN)"`
+	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP of the guest's own; made by the server with CAP_NET_ADMIN, else give tap)"`
+	Tap         string       `json:"tap,omitempty" jsonschema:"with network tap: use this existing persistent TAP of yours as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
 	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
 	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
 	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
@@ -139,8 +142,11 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if in.PCAP && in.Network != "tap" {
 		return nil, BootOutput{}, errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
 	}
-	if (in.TapCIDR != "" || in.Bridge != "") && in.Network != "tap" {
-		return nil, BootOutput{}, errors.New(`tap_cidr and bridge need network: "tap"`)
+	if (in.TapCIDR != "" || in.Bridge != "" || in.Tap != "") && in.Network != "tap" {
+		return nil, BootOutput{}, errors.New(`tap, tap_cidr and bridge need network: "tap"`)
+	}
+	if in.Tap != "" && (in.TapCIDR != "" || in.Bridge != "") {
+		return nil, BootOutput{}, fmt.Errorf("tap %q is used as it is: the server does not configure it, so tap_cidr and bridge do not go with it (root sets its address or bridge)", in.Tap)
 	}
 	spec := instance.Spec{Name: name, Root: root, QEMU: cfg, Restart: in.Restart,
 		Profile: prof.name, Prompt: prof.Prompt, Panics: panics}
@@ -171,7 +177,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		spec.Debug, symbols = d, path
 	}
 	if in.Network == "tap" {
-		spec.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge}
+		spec.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge, Name: in.Tap}
 		if in.PCAP {
 			spec.Capture = &instance.CaptureSpec{Filter: in.PCAPFilter}
 		}
@@ -185,7 +191,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	inst, reaped, err := mgr.Boot(ctx, spec)
 	if err != nil {
-		return nil, BootOutput{}, err
+		return nil, BootOutput{}, tapAdvice(err, in.Tap)
 	}
 	m := inst.Machine()
 	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel,
@@ -215,6 +221,22 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	out.ElapsedMS = time.Since(start).Milliseconds()
 	return textResult(bootText(out, p.desc)), out, nil
+}
+
+// tapAdvice completes a refused TAP boot's error with the ways an ordinary
+// user has: the user network, or a persistent TAP root makes once (never
+// file capabilities on the server: they would give every user who runs it
+// the host's network).
+func tapAdvice(err error, name string) error {
+	if !errors.Is(err, tap.ErrNoPrivilege) || name != "" {
+		return err
+	}
+	u := "$USER"
+	if cu, uerr := user.Current(); uerr == nil {
+		u = cu.Username
+	}
+	return fmt.Errorf("%w; or, for a TAP without privileges, have root make you a persistent one once and boot with network: \"tap\", tap: \"qmtap0\"; as root: "+
+		"ip tuntap add dev qmtap0 mode tap user %s && ip link set qmtap0 up && ip addr add 10.0.2.2/24 dev qmtap0 (or, to join a bridge instead of the address: ip link set qmtap0 master BRIDGE)", err, u)
 }
 
 func bootText(o BootOutput, waitFor string) string {

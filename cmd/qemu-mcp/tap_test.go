@@ -223,7 +223,8 @@ func TestTAPWithoutPrivilege(t *testing.T) {
 	s := startServerCmd(t, cmd, cmd.Env)
 	res := s.call(t, "qemu_boot", map[string]any{"network": "tap"}, nil)
 	msg := resultText(res)
-	if !res.IsError || !strings.Contains(msg, "CAP_NET_ADMIN") || !strings.Contains(msg, `network: "user"`) {
+	if !res.IsError || !strings.Contains(msg, "CAP_NET_ADMIN") || !strings.Contains(msg, `network: "user"`) ||
+		!strings.Contains(msg, "ip tuntap add dev qmtap0 mode tap user nobody") || !strings.Contains(msg, `tap: "qmtap0"`) {
 		t.Fatalf("boot with tap as nobody: %s", msg)
 	}
 	var st struct {
@@ -328,5 +329,55 @@ func TestLinuxPingsHost(t *testing.T) {
 		"wait_for": `packets received`, "timeout": 30}, &w)
 	if res.IsError || !strings.Contains(w.Output, "3 packets transmitted, 3 packets received") {
 		t.Fatalf("ping the host: %s", resultText(res))
+	}
+}
+
+// A server that could delete TAPs (root) leaves one it was given by name:
+// not at shutdown, not when its next incarnation reaps after a SIGKILL; and
+// it captures on it in-process.
+func TestExistingTAPAsRoot(t *testing.T) {
+	needQEMU(t)
+	ns := netns(t)
+	for _, args := range [][]string{{"tuntap", "add", "dev", "qmtapr", "mode", "tap"}, {"link", "set", "qmtapr", "up"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", ns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	dir := runtimeDir(t)
+	a := startServerIn(t, ns, dir)
+	var b struct {
+		TAP  string `json:"tap"`
+		PCAP string `json:"pcap"`
+	}
+	if res := a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap": "qmtapr", "pcap": true, "wait_for": `tiny> $`}, &b); res.IsError {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	if b.TAP != "qmtapr" || b.PCAP == "" {
+		t.Errorf("boot result %+v", b)
+	}
+	// A second guest cannot have it while the first does.
+	if res := a.call(t, "qemu_boot", map[string]any{"instance": "two", "network": "tap", "tap": "qmtapr"}, nil); !res.IsError || !strings.Contains(resultText(res), "in use") {
+		t.Errorf("a second guest on the same TAP: %s", resultText(res))
+	}
+	a.call(t, "qemu_shutdown", nil, nil)
+	if !linkExists(ns, "qmtapr") {
+		t.Fatal("shutdown deleted the TAP it was given")
+	}
+	if res := a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap": "qmtapr", "wait_for": `tiny> $`}, nil); res.IsError {
+		t.Fatalf("second boot: %s", resultText(res))
+	}
+	a.cmd.Process.Kill()
+	<-a.done
+	next := startServerIn(t, ns, dir)
+	var nb struct {
+		Reaped struct {
+			DeletedTAPs []string `json:"deleted_taps"`
+		} `json:"reaped"`
+	}
+	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &nb); res.IsError {
+		t.Fatalf("boot after the kill: %s", resultText(res))
+	}
+	if len(nb.Reaped.DeletedTAPs) != 0 || !linkExists(ns, "qmtapr") {
+		t.Errorf("the reaper deleted %v; TAP there: %v", nb.Reaped.DeletedTAPs, linkExists(ns, "qmtapr"))
 	}
 }

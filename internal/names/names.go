@@ -99,6 +99,7 @@ const (
 	GDBSocket          // gdb-<tag>-<instance>.sock: unix socket (QEMU's gdbstub)
 	SnapshotStage      // snapload-<tag>-<instance>.qcow2: regular file (a snapshot's copy a QEMU loads)
 	VNCSocket          // vnc-<tag>-<instance>.sock: unix socket (QEMU's VNC server)
+	CaptureFIFO        // pcap-<tag>-<instance>.fifo: FIFO (QEMU's filter-dump writes a capture into it)
 )
 
 func (k Kind) String() string {
@@ -119,6 +120,8 @@ func (k Kind) String() string {
 		return "snapshot-stage"
 	case VNCSocket:
 		return "vnc-socket"
+	case CaptureFIFO:
+		return "capture-fifo"
 	}
 	return "unknown"
 }
@@ -129,7 +132,7 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // UnmarshalText reads what MarshalText wrote; anything else is Unknown.
 func (k *Kind) UnmarshalText(b []byte) error {
 	*k = Unknown
-	for c := SerialIn; c <= VNCSocket; c++ {
+	for c := SerialIn; c <= CaptureFIFO; c++ {
 		if c.String() == string(b) {
 			*k = c
 		}
@@ -173,6 +176,11 @@ func Name(k Kind, o Owner, instance string) string {
 			return ""
 		}
 		return "vnc-" + t + ".sock"
+	case CaptureFIFO:
+		if o.Legacy() {
+			return ""
+		}
+		return "pcap-" + t + ".fifo"
 	case Record:
 		return "server-" + o.Tag() + ".json"
 	}
@@ -253,6 +261,12 @@ func Classify(name string) (Entry, bool) {
 	case strings.HasPrefix(name, "vnc-"):
 		if s, ok := strings.CutSuffix(name[len("vnc-"):], ".sock"); ok {
 			if e, ok := instanceEntry(s, VNCSocket); ok && !e.Owner.Legacy() {
+				return e, true
+			}
+		}
+	case strings.HasPrefix(name, "pcap-"):
+		if s, ok := strings.CutSuffix(name[len("pcap-"):], ".fifo"); ok {
+			if e, ok := instanceEntry(s, CaptureFIFO); ok && !e.Owner.Legacy() {
 				return e, true
 			}
 		}

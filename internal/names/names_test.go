@@ -17,6 +17,7 @@ func TestClassify(t *testing.T) {
 		"gdb-12.sock":                {},
 		"snapload-12-345-x.qcow2":    {Owner: o, Kind: names.SnapshotStage, Instance: "x"},
 		"vnc-12-345-x.sock":          {Owner: o, Kind: names.VNCSocket, Instance: "x"},
+		"pcap-12-345-x.fifo":         {Owner: o, Kind: names.CaptureFIFO, Instance: "x"},
 		"snapload-12.qcow2":          {},
 		"server-12-345.json":         {Owner: o, Kind: names.Record},
 		".server-12-345.json.0f.tmp": {Owner: o, Kind: names.RecordTemp},

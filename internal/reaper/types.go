@@ -18,7 +18,7 @@ const (
 // Want returns the only file type an entry of kind k may be removed as.
 func Want(k names.Kind) FileType {
 	switch k {
-	case names.SerialIn, names.SerialOut:
+	case names.SerialIn, names.SerialOut, names.CaptureFIFO:
 		return TypeFIFO
 	case names.QMPSocket, names.GDBSocket, names.VNCSocket:
 		return TypeSocket
