@@ -359,9 +359,10 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 
 func (i *Instance) makeTAP(t TAPSpec) error {
 	m := i.mgr
+	var dev *tap.Device
+	var err error
 	if t.Name != "" {
-		dev, err := tap.Existing(t.Name, false)
-		if err != nil {
+		if dev, err = tap.Existing(t.Name, false); err != nil {
 			return fmt.Errorf("network tap %s: %w", t.Name, err)
 		}
 		dev.GuestMAC = names.GuestMAC(m.owner, i.name)
@@ -369,31 +370,22 @@ func (i *Instance) makeTAP(t TAPSpec) error {
 			m.log.Warn("the guest's TAP is down on the host: frames will not flow until root brings it up", "instance", i.name, "tap", t.Name)
 		}
 		// Not in the record: it is not ours, and no reaper may delete it.
-		i.mu.Lock()
-		i.dev = dev
-		i.mu.Unlock()
-		i.push("tap", func() error {
-			i.StopCapture()
-			i.mu.Lock()
-			i.dev = nil
-			i.mu.Unlock()
-			return nil
+	} else {
+		dev, err = tap.Create(tap.Options{
+			Name: names.TAP(m.owner, i.name), GuestMAC: names.GuestMAC(m.owner, i.name),
+			CIDR: t.CIDR, Bridge: t.Bridge, UID: os.Getuid(), GID: os.Getgid(),
+			// A name is unique to this process and instance, so a link of
+			// that name can only be a TAP this instance left at an
+			// earlier boot.
+			Replace: true,
 		})
-		return nil
+		if err != nil {
+			return fmt.Errorf("network tap: %w", err)
+		}
+		// Recorded right after it exists, so that if we are killed the
+		// next server's reaper deletes it.
+		m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = dev.Name })
 	}
-	dev, err := tap.Create(tap.Options{
-		Name: names.TAP(m.owner, i.name), GuestMAC: names.GuestMAC(m.owner, i.name),
-		CIDR: t.CIDR, Bridge: t.Bridge, UID: os.Getuid(), GID: os.Getgid(),
-		// A name is unique to this process and instance, so a link of that
-		// name can only be a TAP this instance left at an earlier boot.
-		Replace: true,
-	})
-	if err != nil {
-		return fmt.Errorf("network tap: %w", err)
-	}
-	// Recorded right after it exists, so that if we are killed the next
-	// server's reaper deletes it.
-	m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = dev.Name })
 	i.mu.Lock()
 	i.dev = dev
 	i.mu.Unlock()
@@ -404,6 +396,9 @@ func (i *Instance) makeTAP(t TAPSpec) error {
 		i.mu.Lock()
 		i.dev = nil
 		i.mu.Unlock()
+		if dev.External {
+			return nil // someone else's, as it was
+		}
 		err := dev.Close()
 		m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = "" })
 		return err

@@ -47,7 +47,7 @@ func linkExists(ns, name string) bool {
 
 func TestTAPAndCapture(t *testing.T) {
 	needQEMU(t)
-	if _, err := os.Stat("/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"); err != nil {
+	if _, err := os.Stat(testguest.UBoot); err != nil {
 		t.Skip("U-Boot missing: run scripts/deps (installs u-boot-qemu)")
 	}
 	if _, err := exec.LookPath("tcpdump"); err != nil {
@@ -56,60 +56,13 @@ func TestTAPAndCapture(t *testing.T) {
 	ns := netns(t)
 	dir := runtimeDir(t)
 	a := startServerIn(t, ns, dir)
-	var b struct {
-		TAP     string `json:"tap"`
-		PCAP    string `json:"pcap"`
-		Matched bool   `json:"matched"`
-	}
-	res := a.call(t, "qemu_boot", map[string]any{
-		"kernel": "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin", "memory": "256M",
-		"network": "tap", "tap_cidr": "192.0.2.1/24", "pcap": true,
-		"wait_for": "Hit any key to stop autoboot", "timeout": 60,
-	}, &b)
-	if res.IsError || !b.Matched {
-		t.Fatalf("boot: %s", resultText(res))
-	}
+	b := ubootPing(t, a, map[string]any{"network": "tap", "tap_cidr": "192.0.2.1/24", "pcap": true})
 	if b.TAP != names.TAP(a.owner(t), "default") || !linkExists(ns, b.TAP) || !strings.Contains(b.PCAP, "/captures/") {
 		t.Fatalf("boot result tap %q pcap %q", b.TAP, b.PCAP)
 	}
 	var w struct {
 		Matched bool   `json:"matched"`
 		Output  string `json:"output"`
-	}
-	a.call(t, "serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
-	if !w.Matched {
-		t.Fatalf("no U-Boot prompt: %q", w.Output)
-	}
-	a.call(t, "serial_send", map[string]any{"data": "setenv ipaddr 192.0.2.15; ping 192.0.2.1", "wait_for": `host 192\.0\.2\.1 is alive`, "timeout": 20}, &w)
-	if !w.Matched {
-		t.Fatalf("ping: %q", w.Output)
-	}
-	// The agent's view of the traffic, while the capture still runs.
-	var r struct {
-		Packets []struct {
-			Index int    `json:"index"`
-			Text  string `json:"text"`
-		} `json:"packets"`
-		Next int `json:"next"`
-	}
-	want := []string{
-		"ARP, Request who-has 192.0.2.1 tell 192.0.2.15",
-		"ARP, Reply 192.0.2.1 is-at",
-		"IP 192.0.2.15 > 192.0.2.1: ICMP echo request",
-		"IP 192.0.2.1 > 192.0.2.15: ICMP echo reply",
-	}
-	var lines []string
-	deadline := time.Now().Add(5 * time.Second)
-	for !containsAll(lines, want) && time.Now().Before(deadline) {
-		a.call(t, "qemu_pcap_read", map[string]any{"from": 1}, &r)
-		lines = lines[:0]
-		for _, p := range r.Packets {
-			lines = append(lines, p.Text)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !containsAll(lines, want) {
-		t.Fatalf("qemu_pcap_read shows %q, want lines containing %q", lines, want)
 	}
 	// A restore keeps the guest's TAP and capture: the restored U-Boot
 	// pings again, through the same device, into the same capture.
@@ -158,7 +111,7 @@ func TestTAPAndCapture(t *testing.T) {
 	}
 
 	// After SIGKILL of the server, the next server's reaper deletes its TAP.
-	res = a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap_cidr": "198.51.100.1/24", "wait_for": `tiny> $`}, &b)
+	res := a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap_cidr": "198.51.100.1/24", "wait_for": `tiny> $`}, &b)
 	if res.IsError || !linkExists(ns, b.TAP) {
 		t.Fatalf("second boot: %s", resultText(res))
 	}
@@ -380,4 +333,64 @@ func TestExistingTAPAsRoot(t *testing.T) {
 	if len(nb.Reaped.DeletedTAPs) != 0 || !linkExists(ns, "qmtapr") {
 		t.Errorf("the reaper deleted %v; TAP there: %v", nb.Reaped.DeletedTAPs, linkExists(ns, "qmtapr"))
 	}
+}
+
+// ubootBoot is what ubootPing's boot reports.
+type ubootBoot struct {
+	TAP     string `json:"tap"`
+	PCAP    string `json:"pcap"`
+	Matched bool   `json:"matched"`
+}
+
+// pingLines are what a capture of U-Boot's ping of 192.0.2.1 shows.
+var pingLines = []string{
+	"ARP, Request who-has 192.0.2.1 tell 192.0.2.15",
+	"ARP, Reply 192.0.2.1 is-at",
+	"IP 192.0.2.15 > 192.0.2.1: ICMP echo request",
+	"IP 192.0.2.1 > 192.0.2.15: ICMP echo reply",
+}
+
+// ubootPing boots U-Boot with network args (a TAP whose host side is
+// 192.0.2.1, captured at boot), has it ping the host, and waits until the
+// agent's view of the capture (qemu_pcap_read, while it runs) shows the
+// exchange.
+func ubootPing(t *testing.T, s *server, network map[string]any) ubootBoot {
+	t.Helper()
+	args := map[string]any{"kernel": testguest.UBoot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}
+	for k, v := range network {
+		args[k] = v
+	}
+	var b ubootBoot
+	if res := s.call(t, "qemu_boot", args, &b); res.IsError || !b.Matched {
+		t.Fatalf("boot: %s", resultText(res))
+	}
+	var w struct {
+		Matched bool   `json:"matched"`
+		Output  string `json:"output"`
+	}
+	s.call(t, "serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
+	if !w.Matched {
+		t.Fatalf("no U-Boot prompt: %q", w.Output)
+	}
+	s.call(t, "serial_send", map[string]any{"data": "setenv ipaddr 192.0.2.15; ping 192.0.2.1", "wait_for": `host 192\.0\.2\.1 is alive`, "timeout": 20}, &w)
+	if !w.Matched {
+		t.Fatalf("ping: %q", w.Output)
+	}
+	var r struct {
+		Packets []struct {
+			Text string `json:"text"`
+		} `json:"packets"`
+	}
+	var lines []string
+	for deadline := time.Now().Add(5 * time.Second); !containsAll(lines, pingLines) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s.call(t, "qemu_pcap_read", map[string]any{"from": 1}, &r)
+		lines = lines[:0]
+		for _, p := range r.Packets {
+			lines = append(lines, p.Text)
+		}
+	}
+	if !containsAll(lines, pingLines) {
+		t.Fatalf("qemu_pcap_read shows %q, want lines containing %q", lines, pingLines)
+	}
+	return b
 }

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
@@ -151,54 +150,14 @@ func TestUserTAPByName(t *testing.T) {
 		}
 	}
 
-	var b struct {
-		TAP     string `json:"tap"`
-		PCAP    string `json:"pcap"`
-		Matched bool   `json:"matched"`
-	}
-	res := s.call(t, "qemu_boot", map[string]any{
-		"kernel": testguest.UBoot, "memory": "256M", "network": "tap", "tap": "qmtapa", "pcap": true,
-		"wait_for": "Hit any key to stop autoboot", "timeout": 60,
-	}, &b)
-	if res.IsError || !b.Matched {
-		t.Fatalf("boot: %s", resultText(res))
-	}
+	b := ubootPing(t, s, map[string]any{"network": "tap", "tap": "qmtapa", "pcap": true})
 	if b.TAP != "qmtapa" || b.PCAP == "" {
 		t.Fatalf("boot result: tap %q pcap %q", b.TAP, b.PCAP)
 	}
+	want := pingLines
 	var w struct {
 		Matched bool   `json:"matched"`
 		Output  string `json:"output"`
-	}
-	s.call(t, "serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
-	if !w.Matched {
-		t.Fatalf("no U-Boot prompt: %q", w.Output)
-	}
-	s.call(t, "serial_send", map[string]any{"data": "setenv ipaddr 192.0.2.15; ping 192.0.2.1", "wait_for": `host 192\.0\.2\.1 is alive`, "timeout": 20}, &w)
-	if !w.Matched {
-		t.Fatalf("ping: %q", w.Output)
-	}
-	want := []string{
-		"ARP, Request who-has 192.0.2.1 tell 192.0.2.15",
-		"ARP, Reply 192.0.2.1 is-at",
-		"IP 192.0.2.15 > 192.0.2.1: ICMP echo request",
-		"IP 192.0.2.1 > 192.0.2.15: ICMP echo reply",
-	}
-	var r struct {
-		Packets []struct {
-			Text string `json:"text"`
-		} `json:"packets"`
-	}
-	var lines []string
-	for deadline := time.Now().Add(5 * time.Second); !containsAll(lines, want) && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		s.call(t, "qemu_pcap_read", map[string]any{"from": 1}, &r)
-		lines = lines[:0]
-		for _, p := range r.Packets {
-			lines = append(lines, p.Text)
-		}
-	}
-	if !containsAll(lines, want) {
-		t.Fatalf("qemu_pcap_read shows %q, want lines containing %q", lines, want)
 	}
 	var stop struct {
 		Path    string `json:"path"`

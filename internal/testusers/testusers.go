@@ -192,12 +192,19 @@ func Shared(t testing.TB) string {
 func Binary(t testing.TB, dir string) string {
 	t.Helper()
 	dst := filepath.Join(dir, filepath.Base(os.Args[0]))
-	in, err := os.Open(os.Args[0])
+	CopyExecutable(t, os.Args[0], dst)
+	return dst
+}
+
+// CopyExecutable copies the file from to to, mode 0755.
+func CopyExecutable(t testing.TB, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,5 +214,4 @@ func Binary(t testing.TB, dir string) string {
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return dst
 }
