@@ -3,6 +3,7 @@ package tap
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/user"
 	"strconv"
@@ -110,7 +111,7 @@ func Existing(name string, inUse bool) (*Device, error) {
 		}
 	}
 	d := &Device{Name: name, Index: l.Attrs().Index, MAC: l.Attrs().HardwareAddr, UID: -1, GID: -1, External: true,
-		Up: l.Attrs().Flags&unix.IFF_UP != 0}
+		Up: l.Attrs().Flags&net.FlagUp != 0}
 	return d, nil
 }
 
