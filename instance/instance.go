@@ -645,6 +645,16 @@ func (i *Instance) Running() (*qemu.Machine, error) {
 	return mch, nil
 }
 
+// exited reports whether the instance's QEMU has exited.
+func (i *Instance) exited() bool {
+	mch := i.Machine()
+	if mch == nil {
+		return false
+	}
+	_, ok := mch.Exited()
+	return ok
+}
+
 func (i *Instance) busyError() error {
 	i.mu.Lock()
 	st, mch := i.state, i.machine

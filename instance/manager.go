@@ -352,6 +352,17 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 		if prev != nil && prev.State() != Stopped {
 			m.mu.Unlock()
 			if !spec.Restart {
+				if prev.exited() {
+					// Its QEMU is gone (the guest powered off) and its
+					// cleanup runs: milliseconds, then it is stopped.
+					select {
+					case <-prev.Done():
+						continue
+					case <-ctx.Done():
+						return nil, context.Cause(ctx)
+					case <-time.After(5 * time.Second):
+					}
+				}
 				return nil, prev.busyError()
 			}
 			// What would refuse the new boot refuses it before the
