@@ -133,9 +133,16 @@ type Client struct {
 	runGen   uint64 // counts resumes
 	stopGen  uint64 // runGen of the latest run that ended
 	exit     *Stop  // set once the target exited
-	// watchHit says the last run ended on a watchpoint, which QEMU
-	// reports before the access: resuming must step past it.
-	watchHit bool
+	// selThread is the thread the stub's register and memory commands
+	// act on (Hg), "" when unknown: a stop may move QEMU's selection to
+	// the thread that stopped.
+	selThread string
+	// parked are the threads that stopped on a trap (breakpoint, step,
+	// watchpoint) and have not run since: resuming one at a breakpoint's
+	// address would report that breakpoint again without it moving.
+	// watched are those that stopped on a watchpoint, which QEMU reports
+	// before the access: resuming them must step past it.
+	parked, watched map[string]bool
 }
 
 // Dial connects to a gdbstub at network/address ("unix", a path, or "tcp",
@@ -167,6 +174,8 @@ func Dial(ctx context.Context, network, address string, opts ...Option) (*Client
 		readerDone: make(chan struct{}),
 		changed:    make(chan struct{}),
 		pcIndex:    -1,
+		parked:     map[string]bool{},
+		watched:    map[string]bool{},
 	}
 	c.ack.Store(true)
 	go c.readLoop(bufio.NewReaderSize(conn, 8192))
@@ -284,9 +293,15 @@ func (c *Client) handshake(ctx context.Context) error {
 	}
 	c.probe = bytes.HasPrefix(reply, []byte("QC"))
 
-	if _, err := c.haltReason(ctx); err != nil {
+	st, err := c.haltReason(ctx)
+	if err != nil {
 		return err
 	}
+	// A stub starts with register commands on the thread it reports
+	// stopped (QEMU: its first vCPU).
+	c.mu.Lock()
+	c.selThread = st.Thread
+	c.mu.Unlock()
 	c.log.Debug("gdb: connected", "arch", c.desc.arch, "registers", len(c.desc.regs), "features", c.features)
 	return nil
 }
@@ -417,11 +432,19 @@ func (c *Client) dispatch(p []byte) error {
 		c.stops++
 		c.last, c.haveLast, c.consumed = s, true, false
 		if c.running {
-			// Only stops that end a run count for watchHit: the
-			// answer to '?' is always a plain SIGTRAP in QEMU.
+			// Only stops that end a run park a thread: the answer
+			// to '?' is always a plain SIGTRAP in QEMU.
 			c.running = false
 			c.stopGen = c.runGen
-			c.watchHit = s.Reason == ReasonWatch || s.Reason == ReasonRWatch || s.Reason == ReasonAWatch
+			if s.Signal == SIGTRAP {
+				c.parked[s.Thread] = true
+			}
+			if s.Reason == ReasonWatch || s.Reason == ReasonRWatch || s.Reason == ReasonAWatch {
+				c.watched[s.Thread] = true
+			}
+		}
+		if s.Thread != c.selThread {
+			c.selThread = ""
 		}
 		if s.exited() {
 			c.exit = &s

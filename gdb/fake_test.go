@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,10 @@ type fakeStub struct {
 	// hook may answer a command itself (return true), e.g. to delay,
 	// corrupt or hang up.
 	hook func(f *fakeConn, cmd string) bool
+	// threads, if set, are the threads qfThreadInfo lists, one a reply;
+	// tregs are 'p' replies by thread (selected with Hg) and regnum.
+	threads []string
+	tregs   map[string]map[int]string
 
 	mu    sync.Mutex
 	conns []*fakeConn
@@ -45,6 +50,8 @@ type fakeConn struct {
 	lastSent []byte
 
 	running atomic.Bool
+	sel     string       // the thread Hg selected
+	next    int          // the next thread qsThreadInfo lists
 	acks    atomic.Int32 // '+' received
 	nacks   atomic.Int32
 	cmds    chan string // every command received, in order
@@ -90,7 +97,8 @@ func newFakeStub(t *testing.T) *fakeStub {
 			if err != nil {
 				return
 			}
-			f := &fakeConn{s: s, conn: conn, ack: true, cmds: make(chan string, 1000)}
+			// QEMU's register commands start on the first thread.
+			f := &fakeConn{s: s, conn: conn, ack: true, cmds: make(chan string, 1000), sel: "01"}
 			s.mu.Lock()
 			s.conns = append(s.conns, f)
 			s.mu.Unlock()
@@ -246,9 +254,32 @@ func (f *fakeConn) handle(cmd string) {
 		f.send("T05thread:01;")
 	case cmd == "g":
 		f.send(s.gReply)
+	case cmd == "qfThreadInfo" || cmd == "qsThreadInfo":
+		if cmd == "qfThreadInfo" {
+			f.next = 0
+		}
+		if s.threads == nil {
+			f.send("")
+		} else if f.next < len(s.threads) {
+			f.send("m" + s.threads[f.next])
+			f.next++
+		} else {
+			f.send("l")
+		}
+	case strings.HasPrefix(cmd, "qThreadExtraInfo,"):
+		f.send(fmt.Sprintf("%x", "CPU#"+strings.TrimPrefix(cmd, "qThreadExtraInfo,")+" [halted ]"))
+	case strings.HasPrefix(cmd, "Hg") && s.threads != nil:
+		if slices.Contains(s.threads, cmd[2:]) {
+			f.sel = cmd[2:]
+			f.send("OK")
+		} else {
+			f.send("E22")
+		}
 	case strings.HasPrefix(cmd, "p"):
 		n, _ := strconv.ParseUint(cmd[1:], 16, 32)
-		if v, ok := s.regs[int(n)]; ok {
+		if v, ok := s.tregs[f.sel][int(n)]; ok {
+			f.send(v)
+		} else if v, ok := s.regs[int(n)]; ok {
 			f.send(v)
 		} else {
 			f.send("E14")
@@ -270,9 +301,11 @@ func (f *fakeConn) handle(cmd string) {
 			return
 		}
 		f.send(sb.String())
-	case cmd == "c" || cmd == "vCont;c":
+	case cmd == "c" || strings.HasPrefix(cmd, "vCont;c"):
 		f.running.Store(true)
-	case cmd == "s" || strings.HasPrefix(cmd, "vCont;s"):
+	case strings.HasPrefix(cmd, "vCont;s:"):
+		f.send("T05thread:" + strings.TrimPrefix(cmd, "vCont;s:") + ";")
+	case cmd == "s":
 		f.send("T05thread:01;")
 	case cmd == "D" || strings.HasPrefix(cmd, "Z") || strings.HasPrefix(cmd, "z") || strings.HasPrefix(cmd, "P") || strings.HasPrefix(cmd, "M"):
 		f.send("OK")
@@ -554,5 +587,115 @@ func TestFakeDroppedWhileRunning(t *testing.T) {
 	s3, err := c.Wait(bg(t))
 	if err != nil || s3.Reason != ReasonWatch || s3.Addr != 0x1234 {
 		t.Errorf("Wait = %+v, %v", s3, err)
+	}
+}
+
+// Threads: listed one a reply, selected with Hg only when the selection
+// changes or a stop may have moved it, stepped and run alone with vCont;
+// a thread parked at a breakpoint is stepped past it before a continue,
+// whichever thread stopped last.
+func TestFakeThreads(t *testing.T) {
+	s := newFakeStub(t)
+	s.threads = []string{"02", "01"}
+	s.tregs = map[string]map[int]string{
+		"01": {3: "0010208000000000"}, // pc 0x80201000
+		"02": {3: "0020208000000000"}, // pc 0x80202000
+	}
+	c := s.dial(t)
+	f := s.conn(0)
+	ctx := bg(t)
+	lastCmd(f)
+
+	ths, err := c.Threads(ctx)
+	if err != nil || strings.Join(ths, " ") != "01 02" {
+		t.Fatalf("Threads = %q, %v", ths, err)
+	}
+	if n, ok := ThreadNumber("p1.0a"); !ok || n != 10 {
+		t.Errorf("ThreadNumber(p1.0a) = %d, %v", n, ok)
+	}
+	info, err := c.ThreadInfo(ctx, "02")
+	if err != nil || info != "CPU#02 [halted ]" || !Halted(info) {
+		t.Errorf("ThreadInfo = %q, %v", info, err)
+	}
+	cmds := func() string {
+		var out []string
+		for len(f.cmds) > 0 {
+			out = append(out, <-f.cmds)
+		}
+		return strings.Join(out, " ")
+	}
+	cmds()
+	// cmdsUntil waits for the command a resume sends, which has no reply.
+	cmdsUntil := func(last string) string {
+		var out []string
+		for {
+			select {
+			case cmd := <-f.cmds:
+				out = append(out, cmd)
+				if cmd == last {
+					return strings.Join(out, " ")
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no %s after %q", last, out)
+			}
+		}
+	}
+
+	pc := func(th string) uint64 {
+		t.Helper()
+		v, err := c.Thread(th).ReadRegister(ctx, "pc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// The handshake's stop named 01, the stub's current thread: no Hg.
+	if pc("01") != 0x80201000 || pc("02") != 0x80202000 || pc("02") != 0x80202000 || pc("") != 0x80201000 {
+		t.Error("pcs by thread")
+	}
+	if got := cmds(); got != "p3 Hg02 p3 p3 Hg01 p3" {
+		t.Errorf("commands: %s", got)
+	}
+	if _, err := c.Thread("07").ReadRegister(ctx, "pc"); err == nil || !strings.Contains(err.Error(), "no thread 07") {
+		t.Errorf("read of a thread that does not exist: %v", err)
+	}
+
+	// A step runs the thread alone; its stop makes it the last thread.
+	if st, err := c.Thread("02").Step(ctx); err != nil || st.Thread != "02" || st.Reason != ReasonStep {
+		t.Fatalf("step 02: %+v, %v", st, err)
+	}
+	cmds()
+	if pc("") != 0x80202000 {
+		t.Error("after a step of 02, the default thread is not 02")
+	}
+	if got := cmds(); got != "Hg02 p3" {
+		t.Errorf("commands after a stop on 02: %s", got)
+	}
+
+	// 02 stopped at a breakpoint; then 01 is stepped. A continue steps 02
+	// past its breakpoint (01 is not at one) before resuming all.
+	if err := c.SetBreakpoint(ctx, Software, 0x80202000, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Thread("01").Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cmds()
+	if err := c.Continue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmdsUntil("c"); got != "Hg01 p3 Hg02 p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 c" {
+		t.Errorf("continue: %s", got)
+	}
+	if _, err := c.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cmds()
+	// Running one thread alone.
+	if err := c.Thread("02").Continue(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := cmdsUntil("vCont;c:02"); got != "Hg02 p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 vCont;c:02" {
+		t.Errorf("continue 02 alone: %s", got)
 	}
 }

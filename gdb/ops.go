@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -36,8 +37,12 @@ func (c *Client) lookup(name string) (Register, error) {
 // QEMU's riscv64: x0..x31 and pc) and returns them by name. Registers the
 // stub marks unavailable, and any wider than 64 bits, are left out.
 func (c *Client) ReadRegisters(ctx context.Context) (map[string]uint64, error) {
+	return c.readRegisters(ctx, "")
+}
+
+func (c *Client) readRegisters(ctx context.Context, thread string) (map[string]uint64, error) {
 	var data []byte
-	err := c.command(ctx, func() error {
+	err := c.commandOn(ctx, thread, func() error {
 		cmd := []byte("g")
 		reply, err := c.exchange(ctx, cmd)
 		if err != nil {
@@ -77,12 +82,16 @@ func (c *Client) ReadRegisters(ctx context.Context) (map[string]uint64, error) {
 // description, CSRs such as sstatus, satp or mstatus and QEMU's virtual
 // "priv" (the privilege level: 0 user, 1 supervisor, 3 machine) included.
 func (c *Client) ReadRegister(ctx context.Context, name string) (uint64, error) {
+	return c.readRegister(ctx, "", name)
+}
+
+func (c *Client) readRegister(ctx context.Context, thread, name string) (uint64, error) {
 	r, err := c.lookup(name)
 	if err != nil {
 		return 0, fmt.Errorf("gdb: read register: %w", err)
 	}
 	var v uint64
-	err = c.command(ctx, func() error {
+	err = c.commandOn(ctx, thread, func() error {
 		v, err = c.readReg(ctx, r)
 		return err
 	})
@@ -113,13 +122,17 @@ func (c *Client) readReg(ctx context.Context, r Register) (uint64, error) {
 // WriteRegister sets one register with 'P'. Bits beyond the register's
 // size are dropped.
 func (c *Client) WriteRegister(ctx context.Context, name string, v uint64) error {
+	return c.writeRegister(ctx, "", name, v)
+}
+
+func (c *Client) writeRegister(ctx context.Context, thread, name string, v uint64) error {
 	r, err := c.lookup(name)
 	if err != nil {
 		return fmt.Errorf("gdb: write register: %w", err)
 	}
 	cmd := fmt.Appendf(nil, "P%x=", r.Regnum)
 	cmd = appendLittleEndian(cmd, v, (r.Bitsize+7)/8)
-	err = c.command(ctx, func() error { return c.expectOK(ctx, cmd) })
+	err = c.commandOn(ctx, thread, func() error { return c.expectOK(ctx, cmd) })
 	if err != nil {
 		return fmt.Errorf("gdb: write register %s: %w", name, err)
 	}
@@ -132,11 +145,15 @@ func (c *Client) WriteRegister(ctx context.Context, name string, v uint64) error
 // before it with a *MemoryError saying where reading failed; the
 // connection stays usable.
 func (c *Client) ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, error) {
+	return c.readMemory(ctx, "", addr, n)
+}
+
+func (c *Client) readMemory(ctx context.Context, thread string, addr uint64, n int) ([]byte, error) {
 	if err := checkRange(addr, n); err != nil {
 		return nil, fmt.Errorf("gdb: read memory: %w", err)
 	}
 	out := make([]byte, 0, n)
-	err := c.command(ctx, func() error {
+	err := c.commandOn(ctx, thread, func() error {
 		for len(out) < n {
 			a := addr + uint64(len(out))
 			size := min(c.readChunk-int(a%uint64(c.readChunk)), n-len(out))
@@ -167,10 +184,14 @@ func (c *Client) ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, er
 // *MemoryError says where, and how much was written before. QEMU 7.2
 // acknowledges writes where nothing is mapped; they go nowhere.
 func (c *Client) WriteMemory(ctx context.Context, addr uint64, data []byte) error {
+	return c.writeMemory(ctx, "", addr, data)
+}
+
+func (c *Client) writeMemory(ctx context.Context, thread string, addr uint64, data []byte) error {
 	if err := checkRange(addr, len(data)); err != nil {
 		return fmt.Errorf("gdb: write memory: %w", err)
 	}
-	err := c.command(ctx, func() error {
+	err := c.commandOn(ctx, thread, func() error {
 		for done := 0; done < len(data); {
 			a := addr + uint64(done)
 			size := min(c.writeChunk-int(a%uint64(c.writeChunk)), len(data)-done)
@@ -336,23 +357,34 @@ func (c *Client) putBack(ctx context.Context) error {
 	return nil
 }
 
-// Continue resumes the target and returns once the request is sent; Wait
-// reports the next stop.
+// Continue resumes the target (every thread) and returns once the
+// request is sent; Wait reports the next stop.
 //
-// QEMU would report some stops again at once: a breakpoint at the pc the
-// target stopped at, and (QEMU 7.2 reports watchpoints before the access)
-// the watchpoint that just fired. So Continue first steps one instruction
-// with those removed, then puts them back, as gdb does. Should that step
-// itself stop for another reason (another watchpoint), the target stays
-// stopped and Wait returns that stop.
+// QEMU would report some stops again at once: a breakpoint at the pc a
+// thread stopped at, and (QEMU 7.2 reports watchpoints before the access)
+// the watchpoint that just fired. So Continue first steps each thread
+// that stopped there one instruction with those removed, then puts them
+// back, as gdb does. Should such a step itself stop for another reason
+// (another watchpoint), the target stays stopped and Wait returns that
+// stop.
 func (c *Client) Continue(ctx context.Context) error {
+	return c.resumeAll(ctx, "continue", "")
+}
+
+// resumeAll steps the parked threads past what is in their way and
+// resumes every thread, or with only set that thread alone.
+func (c *Client) resumeAll(ctx context.Context, op, only string) error {
 	err := c.command(ctx, func() error {
-		inTheWay, err := c.inTheWay(ctx, true)
-		if err != nil {
-			return err
-		}
-		if len(inTheWay) > 0 {
-			s, err := c.stepPast(ctx, inTheWay)
+		threads := c.parkedThreads(only)
+		for _, t := range threads {
+			inTheWay, err := c.inTheWay(ctx, t, true)
+			if err != nil {
+				return err
+			}
+			if len(inTheWay) == 0 {
+				continue
+			}
+			s, err := c.stepPast(ctx, t, inTheWay)
 			if err != nil {
 				return err
 			}
@@ -365,22 +397,39 @@ func (c *Client) Continue(ctx context.Context) error {
 				return nil
 			}
 		}
-		_, err = c.resume(ctx, []byte("c"))
+		pkt := []byte("c")
+		if only != "" {
+			pkt = []byte("vCont;c:" + only)
+		}
+		_, err := c.resume(ctx, pkt, only)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("gdb: continue: %w", err)
+		return fmt.Errorf("gdb: %s: %w", op, err)
 	}
 	return nil
 }
 
-// inTheWay lists what would stop the target again without it moving: after
-// a watchpoint stop every watchpoint and, when resuming rather than
-// stepping (QEMU steps through breakpoints), the breakpoints at pc.
-func (c *Client) inTheWay(ctx context.Context, resuming bool) ([]Breakpoint, error) {
+// parkedThreads are the threads to step past breakpoints before a resume:
+// those parked and the last to stop (which a stub without thread ids
+// names ""); with only set, that thread alone, as no other moves.
+func (c *Client) parkedThreads(only string) []string {
 	c.mu.Lock()
-	watchHit := c.watchHit
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if only != "" {
+		return []string{only}
+	}
+	set := maps.Clone(c.parked)
+	set[c.last.Thread] = true
+	return slices.Sorted(maps.Keys(set))
+}
+
+// inTheWay lists what would stop thread again without it moving: after
+// its watchpoint stop every watchpoint and, when resuming rather than
+// stepping (QEMU steps through breakpoints), the breakpoints at its pc.
+// The caller holds cmdSem.
+func (c *Client) inTheWay(ctx context.Context, thread string, resuming bool) ([]Breakpoint, error) {
+	watchHit := c.isWatched(thread)
 	var out, atPC []Breakpoint
 	for bp, n := range c.bps {
 		for range n {
@@ -393,6 +442,9 @@ func (c *Client) inTheWay(ctx context.Context, resuming bool) ([]Breakpoint, err
 		}
 	}
 	if len(atPC) > 0 {
+		if err := c.selectThread(ctx, thread); err != nil {
+			return nil, err
+		}
 		pc, err := c.readReg(ctx, c.desc.regs[c.pcIndex])
 		if err != nil {
 			return nil, fmt.Errorf("read pc: %w", err)
@@ -406,10 +458,10 @@ func (c *Client) inTheWay(ctx context.Context, resuming bool) ([]Breakpoint, err
 	return out, nil
 }
 
-// stepPast steps one instruction with the given breakpoints removed and
-// puts them back. If ctx ends during the step, the step goes on; the next
-// command puts them back once the target has stopped.
-func (c *Client) stepPast(ctx context.Context, remove []Breakpoint) (Stop, error) {
+// stepPast steps thread one instruction with the given breakpoints
+// removed and puts them back. If ctx ends during the step, the step goes
+// on; the next command puts them back once the target has stopped.
+func (c *Client) stepPast(ctx context.Context, thread string, remove []Breakpoint) (Stop, error) {
 	for i, bp := range remove {
 		if err := c.expectOK(ctx, fmt.Appendf(nil, "z%d,%x,%x", bp.Kind, bp.Addr, bp.Length)); err != nil {
 			c.reinsert = append(c.reinsert, remove[:i]...)
@@ -417,7 +469,11 @@ func (c *Client) stepPast(ctx context.Context, remove []Breakpoint) (Stop, error
 		}
 	}
 	c.reinsert = append(c.reinsert, remove...)
-	gen, err := c.resume(ctx, c.stepPacket())
+	pkt, one, err := c.stepPacket(thread)
+	if err != nil {
+		return Stop{}, err
+	}
+	gen, err := c.resume(ctx, pkt, one)
 	if err != nil {
 		return Stop{}, err
 	}
@@ -433,27 +489,44 @@ func (c *Client) stepPast(ctx context.Context, remove []Breakpoint) (Stop, error
 	return s, nil
 }
 
-func (c *Client) stepPacket() []byte {
+// stepPacket steps thread ("" for the last to stop) alone: vCont steps
+// only that thread (vCPU), where plain 's' would let the others run
+// meanwhile. one is the thread that runs, "" when all may.
+func (c *Client) stepPacket(thread string) (pkt []byte, one string, err error) {
 	c.mu.Lock()
-	thread := c.last.Thread
+	last := c.last.Thread
 	c.mu.Unlock()
-	// vCont steps only the thread (vCPU) that stopped; plain 's' would let
-	// the others run meanwhile.
-	if c.vcont["s"] && thread != "" {
-		return []byte("vCont;s:" + thread)
+	explicit := thread != "" && thread != last
+	if thread == "" {
+		thread = last
 	}
-	return []byte("s")
+	switch {
+	case c.vcont["s"] && thread != "":
+		return []byte("vCont;s:" + thread), thread, nil
+	case explicit:
+		return nil, "", fmt.Errorf("%w: stepping thread %s alone needs vCont", ErrUnsupported, thread)
+	}
+	return []byte("s"), "", nil
 }
 
 // resume marks the target running and sends pkt, returning the run's
-// generation. Running is set first, so that however fast the stop reply
-// comes it ends this run.
-func (c *Client) resume(ctx context.Context, pkt []byte) (uint64, error) {
+// generation; one is the only thread pkt lets run, "" for all. Running
+// is set first, so that however fast the stop reply comes it ends this
+// run.
+func (c *Client) resume(ctx context.Context, pkt []byte, one string) (uint64, error) {
 	c.mu.Lock()
 	c.running = true
 	c.runGen++
 	gen := c.runGen
 	c.consumed = true
+	parked, watched := maps.Clone(c.parked), maps.Clone(c.watched)
+	if one == "" {
+		clear(c.parked)
+		clear(c.watched)
+	} else {
+		delete(c.parked, one)
+		delete(c.watched, one)
+	}
 	c.mu.Unlock()
 	if err := c.sendPacket(ctx, pkt); err != nil {
 		c.mu.Lock()
@@ -461,6 +534,7 @@ func (c *Client) resume(ctx context.Context, pkt []byte) (uint64, error) {
 			// Nothing was sent (or the connection is gone anyway).
 			c.running = false
 			c.stopGen = gen
+			c.parked, c.watched = parked, watched
 		}
 		c.mu.Unlock()
 		return 0, err
@@ -488,28 +562,38 @@ func (c *Client) waitGen(ctx context.Context, gen uint64, step bool) (Stop, erro
 	return s, nil
 }
 
-// Step executes one instruction on the thread that last stopped and
-// returns the stop (Reason "step", or "watch" and the like when the
-// instruction fired a watchpoint). After a watchpoint stop, the
-// watchpoints are lifted for the step, or it would stop on the same access
-// again. If ctx ends first the step is still under way: Running is true
-// and Wait gets its stop.
+// Step executes one instruction on the thread that last stopped, the
+// others staying stopped, and returns the stop (Reason "step", or "watch"
+// and the like when the instruction fired a watchpoint). After a
+// watchpoint stop, the watchpoints are lifted for the step, or it would
+// stop on the same access again. If ctx ends first the step is still
+// under way: Running is true and Wait gets its stop (or Interrupt ends
+// it: a thread waiting for an interrupt never finishes a step, as QEMU
+// masks interrupts while stepping).
 func (c *Client) Step(ctx context.Context) (Stop, error) {
+	return c.step(ctx, "")
+}
+
+func (c *Client) step(ctx context.Context, thread string) (Stop, error) {
 	var s Stop
 	var gen uint64
 	err := c.command(ctx, func() error {
-		inTheWay, err := c.inTheWay(ctx, false)
+		inTheWay, err := c.inTheWay(ctx, thread, false)
 		if err != nil {
 			return err
 		}
 		if len(inTheWay) > 0 {
-			s, err = c.stepPast(ctx, inTheWay)
+			s, err = c.stepPast(ctx, thread, inTheWay)
 			if err == nil && s.Reason == ReasonBreakpoint {
 				s.Reason = ReasonStep
 			}
 			return err
 		}
-		gen, err = c.resume(ctx, c.stepPacket())
+		pkt, one, err := c.stepPacket(thread)
+		if err != nil {
+			return err
+		}
+		gen, err = c.resume(ctx, pkt, one)
 		return err
 	})
 	if err == nil && gen != 0 {
