@@ -28,22 +28,27 @@ type Backtrace struct {
 	End string `json:"end,omitempty"`
 }
 
-// Backtrace unwinds the stack by frame pointers, at most max frames.
-func (s *Session) Backtrace(ctx context.Context, max int) (Backtrace, error) {
+// Backtrace unwinds the stack of hart (LastHart: the hart of the last
+// stop) by frame pointers, at most max frames; on is the hart.
+func (s *Session) Backtrace(ctx context.Context, hart, max int) (bt Backtrace, on int, err error) {
 	if max <= 0 || max > 256 {
-		return Backtrace{}, fmt.Errorf("max_frames %d: want 1 to 256", max)
+		return Backtrace{}, 0, fmt.Errorf("max_frames %d: want 1 to 256", max)
 	}
 	defer s.begin()()
-	var bt Backtrace
-	err := s.stopped(ctx, func(c *gdb.Client) error {
-		regs, err := c.ReadRegisters(ctx)
+	err = s.stopped(ctx, func(c *gdb.Client) error {
+		th, h, err := s.on(ctx, c, hart)
 		if err != nil {
 			return err
 		}
-		bt = s.unwind(ctx, c, regs, max)
+		on = h
+		regs, err := th.ReadRegisters(ctx)
+		if err != nil {
+			return err
+		}
+		bt = s.unwind(ctx, th, regs, max)
 		return nil
 	})
-	return bt, err
+	return bt, on, err
 }
 
 // unwindState is what is known of a frame: the pc and frame pointer, and,
@@ -80,12 +85,12 @@ func isEntry(fn string) bool {
 		strings.HasPrefix(fn, "handle_syscall")
 }
 
-func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uint64, max int) Backtrace {
+func (s *Session) unwind(ctx context.Context, th *gdb.Thread, regs map[string]uint64, max int) Backtrace {
 	fp, _ := gpr(regs, "s0")
 	st := unwindState{pc: regs["pc"], fp: fp, ra: regs["ra"], sp: regs["sp"], exact: true}
 	var bt Backtrace
 	read := func(a uint64) (uint64, bool) {
-		b, err := c.ReadMemory(ctx, a, 8)
+		b, err := th.ReadMemory(ctx, a, 8)
 		if err != nil || len(b) < 8 {
 			return 0, false
 		}
@@ -94,13 +99,13 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 	for len(bt.Frames) < max {
 		f := Frame{Where: s.Where(st.pc)}
 		if !st.exact {
-			f.Where = s.callerWhere(ctx, c, st.pc)
+			f.Where = s.callerWhere(ctx, th, st.pc)
 		}
 		if !st.exact && len(bt.Frames) > 0 && (isEntry(f.Function) || isEntry(s.Where(st.pc).Function)) {
 			// The callee was called by trap entry code: the trapped
 			// context is in the pt_regs at the callee's CFA.
 			bt.Frames = append(bt.Frames, f)
-			b, err := c.ReadMemory(ctx, st.calleeCFA, ptSize)
+			b, err := th.ReadMemory(ctx, st.calleeCFA, ptSize)
 			if err != nil || len(b) < ptSize {
 				bt.End = fmt.Sprintf("could not read the trap frame at %s", hex(st.calleeCFA))
 				return bt
@@ -125,7 +130,7 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 			// trapped context is sepc and what the vector has not yet
 			// moved into pt_regs.
 			bt.Frames = append(bt.Frames, f)
-			next, t, user, err := s.inVector(ctx, c, st)
+			next, t, user, err := s.inVector(ctx, th, st)
 			if err != nil {
 				bt.End = err.Error()
 				return bt
@@ -147,7 +152,7 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 			}
 			return bt
 		}
-		pro := s.prologue(ctx, c, st.pc)
+		pro := s.prologue(ctx, th, st.pc)
 		if !st.exact && !pro.fpSet {
 			pro = standardPrologue // a caller's frame is built; assume it is standard
 		}
@@ -177,7 +182,7 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 				bt.End = fmt.Sprintf("could not read the saved frame pointer near %s", hex(st.fp))
 				return bt
 			}
-			if next.fp != 0 && next.fp <= st.fp && !isEntry(s.callerWhere(ctx, c, next.pc).Function) {
+			if next.fp != 0 && next.fp <= st.fp && !isEntry(s.callerWhere(ctx, th, next.pc).Function) {
 				bt.End = fmt.Sprintf("saved frame pointer %s is below %s: the stack is corrupt or the code lacks frame pointers", hex(next.fp), hex(st.fp))
 				return bt
 			}
@@ -195,9 +200,9 @@ func (s *Session) unwind(ctx context.Context, c *gdb.Client, regs map[string]uin
 // the trap vector: pc from sepc, the cause from scause, the mode from
 // sstatus.SPP; ra, sp and s0 live until the vector has saved them in
 // pt_regs (at ra 8, sp 16, s0 64), and from there after.
-func (s *Session) inVector(ctx context.Context, c *gdb.Client, st unwindState) (unwindState, Trap, bool, error) {
+func (s *Session) inVector(ctx context.Context, th *gdb.Thread, st unwindState) (unwindState, Trap, bool, error) {
 	csr := func(name string) (uint64, error) {
-		v, err := c.ReadRegister(ctx, name)
+		v, err := th.ReadRegister(ctx, name)
 		if err != nil {
 			return 0, fmt.Errorf("read %s in the trap vector: %w", name, err)
 		}
@@ -221,8 +226,8 @@ func (s *Session) inVector(ctx context.Context, c *gdb.Client, st unwindState) (
 	}
 	t.epc, t.status = epc, status
 	next := unwindState{pc: epc, ra: st.ra, sp: st.sp, fp: st.fp, exact: true}
-	if pro := s.prologue(ctx, c, st.pc); pro.spAdjusted {
-		b, err := c.ReadMemory(ctx, st.sp, ptSize)
+	if pro := s.prologue(ctx, th, st.pc); pro.spAdjusted {
+		b, err := th.ReadMemory(ctx, st.sp, ptSize)
 		if err == nil && len(b) == ptSize {
 			next.sp = binary.LittleEndian.Uint64(b[2*8:])
 			if pro.raSaved { // the vector sets ra to ret_from_exception later
@@ -239,8 +244,8 @@ func (s *Session) inVector(ctx context.Context, c *gdb.Client, st unwindState) (
 // callerWhere symbolizes a return address: by the call before it when
 // there is one, else (entry code sets ra to a label, such as
 // ret_from_syscall, without a call) as it is.
-func (s *Session) callerWhere(ctx context.Context, c *gdb.Client, ra uint64) Where {
-	if code, _ := c.ReadMemory(ctx, ra-4, 4); len(code) == 4 {
+func (s *Session) callerWhere(ctx context.Context, th *gdb.Thread, ra uint64) Where {
+	if code, _ := th.ReadMemory(ctx, ra-4, 4); len(code) == 4 {
 		if n, call := isCall(code); call && n == 4 {
 			return s.whereReturn(ra)
 		}
@@ -285,7 +290,7 @@ const prologueScan = 512
 // prologue decodes the start of the function holding pc up to pc (at
 // most prologueScan bytes). Without symbols, or when the code does not read,
 // it assumes the standard prologue.
-func (s *Session) prologue(ctx context.Context, c *gdb.Client, pc uint64) prologue {
+func (s *Session) prologue(ctx context.Context, th *gdb.Thread, pc uint64) prologue {
 	if s.cfg.Symbols == nil {
 		return standardPrologue
 	}
@@ -298,7 +303,7 @@ func (s *Session) prologue(ctx context.Context, c *gdb.Client, pc uint64) prolog
 	if n == 0 {
 		return prologue{}
 	}
-	code, _ := c.ReadMemory(ctx, start, n)
+	code, _ := th.ReadMemory(ctx, start, n)
 	p := scanPrologue(code)
 	if !p.fpSet && loc.Offset > prologueScan {
 		return standardPrologue // a long function's prologue is long done

@@ -55,8 +55,14 @@ type Session struct {
 	breaks map[uint64]Breakpoint
 	// watches are the watchpoints set, by address.
 	watches map[uint64]*watch
-	// lastReason is why the guest last stopped, as last reported.
+	// lastReason is why the guest last stopped, as last reported, and
+	// hart the hart that stopped: what per-hart operations act on by
+	// default.
 	lastReason string
+	hart       int
+	// threads are the stub's threads (one a hart) for client threadsOf.
+	threads   []string
+	threadsOf *gdb.Client
 }
 
 // New returns a session that connects on first use.
@@ -337,18 +343,24 @@ func (s *Session) Breakpoints() []Breakpoint {
 	return out
 }
 
-// StopInfo is where and why the guest stopped, or that it still runs.
+// StopInfo is where and why the guest stopped, or that it still runs:
+// what every stop reports, in one place.
 type StopInfo struct {
 	Stopped bool `json:"stopped"`
 	Running bool `json:"running"`
 	// Reason is breakpoint, step, watch/rwatch/awatch, paused (by
 	// debug_pause), signal or exited.
-	Reason   string `json:"reason,omitempty"`
-	PC       string `json:"pc,omitempty"`
-	Function string `json:"function,omitempty"`
-	Offset   string `json:"offset,omitempty"`
-	File     string `json:"file,omitempty"`
-	Line     int    `json:"line,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Hart is the hart that stopped (or was stepped): its mhartid, and
+	// Processor the kernel's CPU number for it (Linux's /proc/cpuinfo
+	// "processor") on a guest with several harts.
+	Hart      *int   `json:"hart,omitempty"`
+	Processor *int   `json:"processor,omitempty"`
+	PC        string `json:"pc,omitempty"`
+	Function  string `json:"function,omitempty"`
+	Offset    string `json:"offset,omitempty"`
+	File      string `json:"file,omitempty"`
+	Line      int    `json:"line,omitempty"`
 	// Insn is the instruction at pc, the next to execute.
 	Insn string `json:"insn,omitempty"`
 	// WatchAddr is the data address a watchpoint fired on; Access what
@@ -358,6 +370,9 @@ type StopInfo struct {
 	Backtrace *Backtrace `json:"backtrace,omitempty"`
 	// Exited says QEMU ended while the debugger waited.
 	Exited bool `json:"exited,omitempty"`
+	// Incomplete says why a step did not finish (it timed out): the
+	// hart is stopped where it got to.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // watchFrames bounds the backtrace of a watchpoint stop.
@@ -417,18 +432,21 @@ func (s *Session) stopInfo(ctx context.Context, c *gdb.Client, st gdb.Stop) (Sto
 		}
 	}
 	s.lastReason = info.Reason
-	var err error
+	th, hart, err := s.stoppedHart(ctx, c, st)
+	if err != nil {
+		return info, err
+	}
 	if info.WatchAddr != "" {
 		// First, as it may step the access to its end.
-		if info.Access, err = s.watchStop(ctx, c, st); err != nil {
+		if info.Access, err = s.watchStop(ctx, th, st); err != nil {
 			return info, fmt.Errorf("debugger: read what the watchpoint caught: %w", err)
 		}
-		if regs, err := c.ReadRegisters(ctx); err == nil {
-			bt := s.unwind(ctx, c, regs, watchFrames)
+		if regs, err := th.ReadRegisters(ctx); err == nil {
+			bt := s.unwind(ctx, th, regs, watchFrames)
 			info.Backtrace = &bt
 		}
 	}
-	return info, s.locate(ctx, c, &info)
+	return info, s.locate(ctx, c, th, hart, &info)
 }
 
 // held describes a guest the session holds stopped whose stop was
@@ -439,18 +457,24 @@ func (s *Session) held(ctx context.Context, c *gdb.Client) (StopInfo, error) {
 	if info.Reason == "" {
 		info.Reason = "paused"
 	}
-	return info, s.locate(ctx, c, &info)
+	th, hart, err := s.on(ctx, c, LastHart)
+	if err != nil {
+		return info, err
+	}
+	return info, s.locate(ctx, c, th, hart, &info)
 }
 
-// locate fills in where the stopped hart is and its next instruction.
-func (s *Session) locate(ctx context.Context, c *gdb.Client, info *StopInfo) error {
-	pc, err := c.ReadRegister(ctx, "pc")
+// locate fills in which hart th is and where, and its next instruction.
+func (s *Session) locate(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart int, info *StopInfo) error {
+	info.Hart = &hart
+	info.Processor = s.processor(ctx, c, th, hart)
+	pc, err := th.ReadRegister(ctx, "pc")
 	if err != nil {
 		return fmt.Errorf("debugger: read pc: %w", err)
 	}
 	w := s.Where(pc)
 	info.PC, info.Function, info.Offset, info.File, info.Line = w.Addr, w.Function, w.Offset, w.File, w.Line
-	if code, _ := c.ReadMemory(ctx, pc, 4); len(code) >= 2 {
+	if code, _ := th.ReadMemory(ctx, pc, 4); len(code) >= 2 {
 		if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
 			info.Insn = in[0].Text
 			if in[0].Target != "" {
@@ -511,9 +535,13 @@ func (s *Session) Pause(ctx context.Context) (StopInfo, error) {
 	return s.held(ctx, c) // already stopped: say where and why
 }
 
-// Step executes count instructions of a stopped guest (it is paused
-// first if it runs); with over, a call is stepped over as one.
-func (s *Session) Step(ctx context.Context, count int, over bool) (StopInfo, error) {
+// Step executes count instructions of one hart (LastHart: the hart of
+// the last stop), the others staying stopped; the guest is paused first
+// if it runs. With over, a call is stepped over as one: the hart alone
+// runs until it returns. A step that has not finished within timeout (a
+// hart waiting in wfi, or in a call that waits for a hart that is
+// stopped) is ended there, and the result says why.
+func (s *Session) Step(ctx context.Context, hart, count int, over bool, timeout time.Duration) (StopInfo, error) {
 	if count <= 0 || count > 10000 {
 		return StopInfo{}, fmt.Errorf("count %d: want 1 to 10000", count)
 	}
@@ -529,13 +557,24 @@ func (s *Session) Step(ctx context.Context, count int, over bool) (StopInfo, err
 	} else {
 		s.pending(ctx, c) // a step from a breakpoint hit between calls
 	}
+	th, hart, err := s.on(ctx, c, hart)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var st gdb.Stop
-	for range count {
+	for i := range count {
+		inCall := false
 		if over {
-			if st, err = s.stepOver(ctx, c); err != nil {
-				return StopInfo{}, err
+			st, err = s.stepOver(sctx, th, &inCall)
+		} else {
+			st, err = th.Step(sctx)
+		}
+		if err != nil {
+			if sctx.Err() != nil && ctx.Err() == nil {
+				return s.stuck(ctx, c, th, hart, i, count, inCall, timeout)
 			}
-		} else if st, err = c.Step(ctx); err != nil {
 			return StopInfo{}, err
 		}
 		if st.Reason != gdb.ReasonStep && st.Reason != gdb.ReasonBreakpoint {
@@ -546,20 +585,23 @@ func (s *Session) Step(ctx context.Context, count int, over bool) (StopInfo, err
 }
 
 // stepOver steps one instruction, or, when it is a call (jal/jalr that
-// links ra), runs until the call returns to the next instruction.
-func (s *Session) stepOver(ctx context.Context, c *gdb.Client) (gdb.Stop, error) {
-	pc, err := c.ReadRegister(ctx, "pc")
+// links ra), runs the hart alone until the call returns to the next
+// instruction (or stops at a breakpoint or watchpoint on the way), which
+// inCall then says.
+func (s *Session) stepOver(ctx context.Context, th *gdb.Thread, inCall *bool) (gdb.Stop, error) {
+	pc, err := th.ReadRegister(ctx, "pc")
 	if err != nil {
 		return gdb.Stop{}, err
 	}
-	code, err := c.ReadMemory(ctx, pc, 4)
+	code, err := th.ReadMemory(ctx, pc, 4)
 	if err != nil || len(code) < 2 {
-		return c.Step(ctx)
+		return th.Step(ctx)
 	}
 	n, call := isCall(code)
 	if !call {
-		return c.Step(ctx)
+		return th.Step(ctx)
 	}
+	c := th.Client()
 	next := pc + uint64(n)
 	_, had := s.breaks[next]
 	if !had {
@@ -568,7 +610,8 @@ func (s *Session) stepOver(ctx context.Context, c *gdb.Client) (gdb.Stop, error)
 		}
 		defer c.ClearBreakpoint(context.WithoutCancel(ctx), gdb.Software, next, 0)
 	}
-	if err := c.Continue(ctx); err != nil {
+	*inCall = true
+	if err := th.Continue(ctx); err != nil {
 		return gdb.Stop{}, err
 	}
 	st, err := c.Wait(ctx)
@@ -581,6 +624,43 @@ func (s *Session) stepOver(ctx context.Context, c *gdb.Client) (gdb.Stop, error)
 		st.Reason = gdb.ReasonStep
 	}
 	return st, nil
+}
+
+// stuck ends a step that did not finish within timeout (inCall: running
+// a call to its return): it stops the guest, and says where the hart got
+// to and why it could not go on.
+func (s *Session) stuck(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart, done, count int, inCall bool, timeout time.Duration) (StopInfo, error) {
+	if c.Running() {
+		if _, err := c.Interrupt(ctx); err != nil {
+			return StopInfo{}, fmt.Errorf("debugger: stop hart %d after its step timed out: %w", hart, err)
+		}
+	}
+	s.hart, s.lastReason = hart, "paused"
+	info := StopInfo{Stopped: true, Reason: "paused"}
+	if err := s.locate(ctx, c, th, hart, &info); err != nil {
+		return info, err
+	}
+	what := "the step"
+	if count > 1 {
+		what = fmt.Sprintf("step %d of %d", done+1, count)
+	}
+	halted := false
+	if ti, err := c.ThreadInfo(ctx, th.ID()); err == nil {
+		halted = gdb.Halted(ti)
+	}
+	var why string
+	switch {
+	case inCall:
+		hs := s.hartState(ctx, th, hart, 6)
+		why = fmt.Sprintf("a call did not return: only hart %d runs while stepping, and it waits for what a stopped hart holds or must do (a lock, an IPI, an RCU grace period); it is %s: %s",
+			hart, stateWords[hs.State], strings.Join(hs.Backtrace, " < "))
+	case halted:
+		why = fmt.Sprintf("hart %d waits in wfi for an interrupt, and QEMU masks interrupts while stepping, so none can wake it", hart)
+	default:
+		why = fmt.Sprintf("hart %d did not complete the instruction", hart)
+	}
+	info.Incomplete = fmt.Sprintf("%s did not finish in %v: %s; debug_continue resumes every hart", what, timeout, why)
+	return info, nil
 }
 
 // isCall reports whether code starts with a call: jal/jalr linking ra, or
@@ -603,17 +683,21 @@ func isCall(code []byte) (n int, call bool) {
 	return 4, false
 }
 
-// Disassemble decodes count instructions at loc ("" means the pc).
-func (s *Session) Disassemble(ctx context.Context, loc string, count int) ([]disasm.Inst, uint64, error) {
+// Disassemble decodes count instructions at loc ("" means the pc) as
+// hart sees them (LastHart: the hart of the last stop); pc is the hart's
+// pc, and on the hart.
+func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count int) (insts []disasm.Inst, pc uint64, on int, err error) {
 	if count <= 0 || count > 256 {
-		return nil, 0, fmt.Errorf("count %d: want 1 to 256", count)
+		return nil, 0, 0, fmt.Errorf("count %d: want 1 to 256", count)
 	}
 	defer s.begin()()
-	var insts []disasm.Inst
-	var pc uint64
-	err := s.stopped(ctx, func(c *gdb.Client) error {
-		var err error
-		if pc, err = c.ReadRegister(ctx, "pc"); err != nil {
+	err = s.stopped(ctx, func(c *gdb.Client) error {
+		th, h, err := s.on(ctx, c, hart)
+		if err != nil {
+			return err
+		}
+		on = h
+		if pc, err = th.ReadRegister(ctx, "pc"); err != nil {
 			return err
 		}
 		addr := pc
@@ -624,14 +708,14 @@ func (s *Session) Disassemble(ctx context.Context, loc string, count int) ([]dis
 			}
 			addr = addrs[0]
 		}
-		code, rerr := c.ReadMemory(ctx, addr, count*4)
+		code, rerr := th.ReadMemory(ctx, addr, count*4)
 		if len(code) == 0 {
 			return fmt.Errorf("read code at %s: %w", hex(addr), rerr)
 		}
 		insts = disasm.Decode(code, addr, count, s.symbolizer())
 		return nil
 	})
-	return insts, pc, err
+	return insts, pc, on, err
 }
 
 func (s *Session) symbolizer() disasm.Symbolizer {

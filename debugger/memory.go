@@ -18,6 +18,8 @@ const pageSize = 4096
 // Memory is bytes read from the guest, with the ranges that could not be
 // read (unmapped, or outside RAM) marked.
 type Memory struct {
+	// Hart is the hart whose MMU translated a virtual address.
+	Hart     int
 	Addr     uint64
 	Data     []byte // len = requested length; unreadable bytes are 0
 	Physical bool
@@ -44,9 +46,10 @@ func (m Memory) unreadable(a uint64) bool {
 }
 
 // Memory reads length bytes at loc (a symbol, symbol+off or 0xADDRESS);
-// virtual addresses go through the hart's MMU as the stub sees them,
-// physical ones through QEMU's memory map.
-func (s *Session) Memory(ctx context.Context, loc string, length int, physical bool) (Memory, error) {
+// virtual addresses go through the MMU of hart (LastHart: the hart of
+// the last stop) as the stub sees them, physical ones through QEMU's
+// memory map.
+func (s *Session) Memory(ctx context.Context, hart int, loc string, length int, physical bool) (Memory, error) {
 	if length <= 0 || length > MaxMemory {
 		return Memory{}, fmt.Errorf("length %d: want 1 to %d bytes", length, MaxMemory)
 	}
@@ -63,6 +66,11 @@ func (s *Session) Memory(ctx context.Context, loc string, length int, physical b
 	}
 	defer s.begin()()
 	err = s.stopped(ctx, func(c *gdb.Client) error {
+		th, h, err := s.on(ctx, c, hart)
+		if err != nil {
+			return err
+		}
+		m.Hart = h
 		if physical {
 			if err := c.SetPhysicalMemory(ctx, true); err != nil {
 				if errors.Is(err, gdb.ErrUnsupported) {
@@ -72,7 +80,7 @@ func (s *Session) Memory(ctx context.Context, loc string, length int, physical b
 			}
 			defer c.SetPhysicalMemory(context.WithoutCancel(ctx), false)
 		}
-		m.Data, m.Unreadable, err = readAround(ctx, c, m.Addr, length)
+		m.Data, m.Unreadable, err = readAround(ctx, th, m.Addr, length)
 		return err
 	})
 	return m, err
@@ -80,12 +88,12 @@ func (s *Session) Memory(ctx context.Context, loc string, length int, physical b
 
 // readAround reads n bytes at addr, skipping to the next page whenever the
 // stub refuses one, so one unmapped page does not hide the rest.
-func readAround(ctx context.Context, c *gdb.Client, addr uint64, n int) ([]byte, []Range, error) {
+func readAround(ctx context.Context, th *gdb.Thread, addr uint64, n int) ([]byte, []Range, error) {
 	out := make([]byte, 0, n)
 	var bad []Range
 	for len(out) < n {
 		a := addr + uint64(len(out))
-		b, err := c.ReadMemory(ctx, a, n-len(out))
+		b, err := th.ReadMemory(ctx, a, n-len(out))
 		out = append(out, b...)
 		if err == nil {
 			break

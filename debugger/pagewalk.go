@@ -144,29 +144,33 @@ func walkPT(va, satp uint64, read func(pa uint64) (uint64, error)) (Walk, error)
 	return w, nil // not reached: level 0 is always a leaf or a fault
 }
 
-// Translate walks addr (a location) through the page table of satp, or of
-// the hart's current satp when satp is nil.
-func (s *Session) Translate(ctx context.Context, loc string, satp *uint64) (Walk, error) {
+// Translate walks addr (a location) through the page table of satp, or
+// when satp is nil of the current satp of hart (LastHart: the hart of the
+// last stop); on is that hart.
+func (s *Session) Translate(ctx context.Context, hart int, loc string, satp *uint64) (w Walk, on int, err error) {
 	addrs, _, err := s.Resolve(loc)
 	if err != nil {
-		return Walk{}, err
+		return Walk{}, 0, err
 	}
 	defer s.begin()()
-	var w Walk
 	err = s.stopped(ctx, func(c *gdb.Client) error {
-		var err error
-		w, err = s.translate(ctx, c, addrs[0], satp)
+		th, h, err := s.on(ctx, c, hart)
+		if err != nil {
+			return err
+		}
+		on = h
+		w, err = s.translate(ctx, th, addrs[0], satp)
 		return err
 	})
-	return w, err
+	return w, on, err
 }
 
-func (s *Session) translate(ctx context.Context, c *gdb.Client, va uint64, satp *uint64) (Walk, error) {
+func (s *Session) translate(ctx context.Context, th *gdb.Thread, va uint64, satp *uint64) (Walk, error) {
 	var sv uint64
 	if satp != nil {
 		sv = *satp
 	} else {
-		v, err := c.ReadRegister(ctx, "satp")
+		v, err := th.ReadRegister(ctx, "satp")
 		if err != nil {
 			return Walk{}, fmt.Errorf("read satp: %w", err)
 		}
@@ -175,15 +179,15 @@ func (s *Session) translate(ctx context.Context, c *gdb.Client, va uint64, satp 
 	if sv>>60 == 0 {
 		return walkPT(va, sv, nil)
 	}
-	if err := c.SetPhysicalMemory(ctx, true); err != nil {
+	if err := th.Client().SetPhysicalMemory(ctx, true); err != nil {
 		if errors.Is(err, gdb.ErrUnsupported) {
 			return Walk{}, errors.New("this QEMU's gdbstub cannot read physical memory (Qqemu.PhyMemMode), which a page walk needs")
 		}
 		return Walk{}, err
 	}
-	defer c.SetPhysicalMemory(context.WithoutCancel(ctx), false)
+	defer th.Client().SetPhysicalMemory(context.WithoutCancel(ctx), false)
 	return walkPT(va, sv, func(pa uint64) (uint64, error) {
-		b, err := c.ReadMemory(ctx, pa, 8)
+		b, err := th.ReadMemory(ctx, pa, 8)
 		if err != nil {
 			return 0, err
 		}

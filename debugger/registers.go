@@ -73,7 +73,9 @@ var TrapCSRs = []string{
 
 // Registers is the hart's state as an agent reads it.
 type Registers struct {
-	PC Where `json:"pc"`
+	// Hart is the hart read (its mhartid).
+	Hart int   `json:"hart"`
+	PC   Where `json:"pc"`
 	// Priv is the privilege mode the hart is in: user, supervisor or
 	// machine.
 	Priv string `json:"priv,omitempty"`
@@ -198,20 +200,25 @@ func decodeSatp(v uint64) string {
 	return fmt.Sprintf("%s asid=%d root=%s", mode, v>>44&0xffff, hex((v&(1<<44-1))<<12))
 }
 
-// Registers reads pc, x1..x31, the privilege mode and the trap CSRs.
-func (s *Session) Registers(ctx context.Context) (Registers, error) {
+// Registers reads pc, x1..x31, the privilege mode and the trap CSRs of
+// hart (LastHart: the hart of the last stop).
+func (s *Session) Registers(ctx context.Context, hart int) (Registers, error) {
 	defer s.begin()()
 	var r Registers
 	err := s.stopped(ctx, func(c *gdb.Client) error {
-		var err error
-		r, err = s.readRegisters(ctx, c)
+		th, h, err := s.on(ctx, c, hart)
+		if err != nil {
+			return err
+		}
+		r, err = s.readRegisters(ctx, th)
+		r.Hart = h
 		return err
 	})
 	return r, err
 }
 
-func (s *Session) readRegisters(ctx context.Context, c *gdb.Client) (Registers, error) {
-	all, err := c.ReadRegisters(ctx)
+func (s *Session) readRegisters(ctx context.Context, th *gdb.Thread) (Registers, error) {
+	all, err := th.ReadRegisters(ctx)
 	if err != nil {
 		return Registers{}, err
 	}
@@ -222,15 +229,15 @@ func (s *Session) readRegisters(ctx context.Context, c *gdb.Client) (Registers, 
 			r.GPRs = append(r.GPRs, Value{n, v})
 		}
 	}
-	if p, err := c.ReadRegister(ctx, "priv"); err == nil {
+	if p, err := th.ReadRegister(ctx, "priv"); err == nil {
 		r.Priv = privName(p)
 	}
 	for _, n := range TrapCSRs {
-		if _, ok := c.Register(n); !ok {
+		if _, ok := th.Register(n); !ok {
 			r.Unavailable = append(r.Unavailable, n)
 			continue
 		}
-		v, err := c.ReadRegister(ctx, n)
+		v, err := th.ReadRegister(ctx, n)
 		if err != nil {
 			r.Unavailable = append(r.Unavailable, n)
 			continue
@@ -268,7 +275,7 @@ func (s *Session) readRegisters(ctx context.Context, c *gdb.Client) (Registers, 
 		t.epc, _ = r.CSRs.Get("sepc")
 		t.tval, _ = r.CSRs.Get("stval")
 		t.status, _ = r.CSRs.Get("sstatus")
-		r.Verdict, _ = s.explain(ctx, c, t.fault())
+		r.Verdict, _ = s.explain(ctx, th, t.fault())
 	}
 	return r, nil
 }

@@ -131,11 +131,11 @@ func pageFault(f fault, mode string) string {
 // explain draws the verdict of f, walking tval for page and access faults
 // and decoding the instruction of an illegal-instruction trap. The guest
 // must be stopped.
-func (s *Session) explain(ctx context.Context, c *gdb.Client, f fault) (string, *Walk) {
+func (s *Session) explain(ctx context.Context, th *gdb.Thread, f fault) (string, *Walk) {
 	switch f.trap.Code {
 	case 1, 5, 7, 12, 13, 15:
 		if !f.trap.Interrupt {
-			if w, err := s.translate(ctx, c, f.tval, nil); err == nil {
+			if w, err := s.translate(ctx, th, f.tval, nil); err == nil {
 				f.walk = &w
 			}
 		}
@@ -146,7 +146,7 @@ func (s *Session) explain(ctx context.Context, c *gdb.Client, f fault) (string, 
 			if f.bits != 0 {
 				code = []byte{byte(f.bits), byte(f.bits >> 8), byte(f.bits >> 16), byte(f.bits >> 24)}
 			} else {
-				code, _ = c.ReadMemory(ctx, f.epc, 4)
+				code, _ = th.ReadMemory(ctx, f.epc, 4)
 			}
 			if in := disasm.Decode(code, f.epc, 1, nil); len(in) == 1 {
 				f.insn = in[0].Text

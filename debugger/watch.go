@@ -104,7 +104,7 @@ func (s *Session) Watch(ctx context.Context, loc string, length int, kind string
 
 // watchStop describes what a watchpoint stop caught, updating the value
 // the watchpoint remembers.
-func (s *Session) watchStop(ctx context.Context, c *gdb.Client, st gdb.Stop) (*Access, error) {
+func (s *Session) watchStop(ctx context.Context, th *gdb.Thread, st gdb.Stop) (*Access, error) {
 	var w *watch
 	for a, x := range s.watches {
 		if st.Addr >= a && st.Addr < a+uint64(x.Length) {
@@ -116,7 +116,7 @@ func (s *Session) watchStop(ctx context.Context, c *gdb.Client, st gdb.Stop) (*A
 	}
 	a := w.Addr
 	addr, _ := parseAddr(a)
-	regs, err := c.ReadRegisters(ctx)
+	regs, err := th.ReadRegisters(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -131,13 +131,13 @@ func (s *Session) watchStop(ctx context.Context, c *gdb.Client, st gdb.Stop) (*A
 	// instruction, its address computed from the registers falls in the
 	// watched bytes, and the data is not yet written. One step completes
 	// it (the client lifts the watchpoints for that step), as gdb does.
-	if code, _ := c.ReadMemory(ctx, pc, 4); len(code) >= 2 {
+	if code, _ := th.ReadMemory(ctx, pc, 4); len(code) >= 2 {
 		if m, ok := memAccess(code); ok && hits(m) {
 			acc.Insn = s.Where(pc)
 			if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
 				acc.Text = in[0].Text
 			}
-			if _, err := c.Step(ctx); err != nil {
+			if _, err := th.Step(ctx); err != nil {
 				return acc, fmt.Errorf("step over the access: %w", err)
 			}
 		}
@@ -148,7 +148,7 @@ func (s *Session) watchStop(ctx context.Context, c *gdb.Client, st gdb.Stop) (*A
 		// address falls in the watched bytes, else a memory instruction
 		// that ends at the pc.
 		insnAt := uint64(0)
-		code, _ := c.ReadMemory(ctx, pc-4, 4)
+		code, _ := th.ReadMemory(ctx, pc-4, 4)
 		for _, back := range []uint64{4, 2} {
 			if len(code) < 4 {
 				break
@@ -168,7 +168,7 @@ func (s *Session) watchStop(ctx context.Context, c *gdb.Client, st gdb.Stop) (*A
 			}
 		}
 	}
-	now, err := c.ReadMemory(ctx, addr, w.Length)
+	now, err := th.ReadMemory(ctx, addr, w.Length)
 	if err != nil {
 		return acc, err
 	}

@@ -32,6 +32,35 @@ func (s *Server) debugger(t Target) (*instance.Instance, *debugger.Session, erro
 	return inst, d, nil
 }
 
+// HartArg picks the hart a per-hart tool acts on.
+type HartArg struct {
+	Hart *int `json:"hart,omitempty" jsonschema:"hart ID; default: the last stop's"`
+}
+
+// hart is the hart asked for, or debugger.LastHart.
+func (h HartArg) hart() (int, error) {
+	switch {
+	case h.Hart == nil:
+		return debugger.LastHart, nil
+	case *h.Hart < 0:
+		return 0, fmt.Errorf("hart %d: want a hart ID (0 for the first hart)", *h.Hart)
+	}
+	return *h.Hart, nil
+}
+
+// onHart names the hart a result is about, and Linux's CPU number for it
+// when that differs.
+func onHart(hart, processor *int) string {
+	if hart == nil {
+		return ""
+	}
+	t := fmt.Sprintf(" on hart %d", *hart)
+	if processor != nil && *processor != *hart {
+		t += fmt.Sprintf(" (cpu %d)", *processor)
+	}
+	return t
+}
+
 // BreakInput is debug_break's arguments.
 type BreakInput struct {
 	Location string `json:"location" max:"512" jsonschema:"symbol, symbol+0xOFFSET, 0xADDRESS or file.c:LINE"`
@@ -90,11 +119,14 @@ func stopText(st debugger.StopInfo) string {
 		} else {
 			t += " (value " + a.New + ")"
 		}
-		return t + "; stopped at " + st.Where().String()
+		return t + onHart(st.Hart, st.Processor) + "; stopped at " + st.Where().String()
 	}
-	t := fmt.Sprintf("stopped (%s) at %s", st.Reason, st.Where().String())
+	t := fmt.Sprintf("stopped (%s)%s at %s", st.Reason, onHart(st.Hart, st.Processor), st.Where().String())
 	if st.Insn != "" {
 		t += ": " + st.Insn
+	}
+	if st.Incomplete != "" {
+		t += "; " + st.Incomplete
 	}
 	return t
 }
@@ -135,8 +167,10 @@ func (s *Server) debugPause(ctx context.Context, _ *mcp.CallToolRequest, in Targ
 
 // StepInput is debug_step's arguments.
 type StepInput struct {
-	Count int  `json:"count,omitempty" default:"1" jsonschema:"instructions to execute (1 to 10000)"`
-	Over  bool `json:"over,omitempty" jsonschema:"step over calls: a call and everything it does counts as one instruction"`
+	Count   int     `json:"count,omitempty" default:"1" jsonschema:"instructions to execute (1 to 10000)"`
+	Over    bool    `json:"over,omitempty" jsonschema:"step over calls: a call and all it does counts as one"`
+	Timeout float64 `json:"timeout,omitempty" default:"5" jsonschema:"seconds before an unfinished step is stopped"`
+	HartArg
 	Target
 }
 
@@ -148,27 +182,45 @@ func (s *Server) debugStep(ctx context.Context, _ *mcp.CallToolRequest, in StepI
 	if in.Count == 0 {
 		in.Count = 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	hart, err := in.hart()
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	timeout, err := seconds("timeout", in.Timeout, 5*time.Second)
+	if err != nil {
+		return nil, debugger.StopInfo{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+debugTimeout)
 	defer cancel()
-	st, err := d.Step(ctx, in.Count, in.Over)
+	st, err := d.Step(ctx, hart, in.Count, in.Over, timeout)
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
 	}
 	return textResult(stopText(st)), st, nil
 }
 
-func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in Target) (*mcp.CallToolResult, debugger.Registers, error) {
-	_, d, err := s.debugger(in)
+// RegistersInput is debug_registers' arguments.
+type RegistersInput struct {
+	HartArg
+	Target
+}
+
+func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in RegistersInput) (*mcp.CallToolResult, debugger.Registers, error) {
+	_, d, err := s.debugger(in.Target)
+	if err != nil {
+		return nil, debugger.Registers{}, err
+	}
+	hart, err := in.hart()
 	if err != nil {
 		return nil, debugger.Registers{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
-	r, err := d.Registers(ctx)
+	r, err := d.Registers(ctx, hart)
 	if err != nil {
 		return nil, debugger.Registers{}, err
 	}
-	t := fmt.Sprintf("pc %s in %s mode", r.PC.String(), r.Priv)
+	t := fmt.Sprintf("hart %d: pc %s in %s mode", r.Hart, r.PC.String(), r.Priv)
 	if r.SCause != nil {
 		t += "; last trap into S-mode: " + r.SCause.Cause
 	}
@@ -179,13 +231,15 @@ func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in 
 type MemoryInput struct {
 	Location string `json:"location" max:"512" jsonschema:"0xADDRESS, symbol or symbol+0xOFFSET"`
 	Length   int    `json:"length,omitempty" default:"256" jsonschema:"bytes to read, up to 65536"`
-	Physical bool   `json:"physical,omitempty" jsonschema:"location is a guest physical address (default: virtual, through the hart's MMU)"`
-	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"most characters of hexdump to return (default 16384, at most 32768); next says where to read on"`
+	Physical bool   `json:"physical,omitempty" jsonschema:"location is a guest physical address (default: virtual)"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"most hexdump characters (default 16384, at most 32768); next says where to read on"`
+	HartArg
 	Target
 }
 
 // MemoryOutput is debug_memory's result.
 type MemoryOutput struct {
+	Hart       *int     `json:"hart,omitempty" jsonschema:"the hart whose MMU translated a virtual address"`
 	Addr       string   `json:"addr" jsonschema:"the first address read"`
 	Symbol     string   `json:"symbol,omitempty" jsonschema:"what the symbols say of addr"`
 	Length     int      `json:"length"`
@@ -206,13 +260,20 @@ func (s *Server) debugMemory(ctx context.Context, req *mcp.CallToolRequest, in M
 	if err != nil {
 		return nil, MemoryOutput{}, err
 	}
+	hart, err := in.hart()
+	if err != nil {
+		return nil, MemoryOutput{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
-	m, err := d.Memory(ctx, in.Location, in.Length, in.Physical)
+	m, err := d.Memory(ctx, hart, in.Location, in.Length, in.Physical)
 	if err != nil {
 		return nil, MemoryOutput{}, err
 	}
 	out := MemoryOutput{Addr: fmt.Sprintf("0x%x", m.Addr), Length: len(m.Data)}
+	if !in.Physical {
+		out.Hart = &m.Hart
+	}
 	if m.Where.Function != "" {
 		out.Symbol = m.Where.String()
 	}
@@ -224,7 +285,7 @@ func (s *Server) debugMemory(ctx context.Context, req *mcp.CallToolRequest, in M
 	for _, r := range m.Unreadable {
 		out.Unreadable = append(out.Unreadable, r.String())
 	}
-	t := fmt.Sprintf("%d bytes at %s", out.Length, out.Addr)
+	t := fmt.Sprintf("%d bytes at %s%s", out.Length, out.Addr, onHart(out.Hart, nil))
 	if len(out.Unreadable) > 0 {
 		t += fmt.Sprintf("; unreadable: %s", strings.Join(out.Unreadable, ", "))
 	}
@@ -236,25 +297,53 @@ func (s *Server) debugMemory(ctx context.Context, req *mcp.CallToolRequest, in M
 
 // BacktraceInput is debug_backtrace's arguments.
 type BacktraceInput struct {
-	MaxFrames int `json:"max_frames,omitempty" default:"32" jsonschema:"most frames to unwind (1 to 256)"`
+	MaxFrames int  `json:"max_frames,omitempty" default:"32" jsonschema:"most frames to unwind (1 to 256)"`
+	AllHarts  bool `json:"all_harts,omitempty" jsonschema:"every hart at a glance instead"`
+	HartArg
 	Target
 }
 
-func (s *Server) debugBacktrace(ctx context.Context, _ *mcp.CallToolRequest, in BacktraceInput) (*mcp.CallToolResult, debugger.Backtrace, error) {
+// BacktraceOutput is debug_backtrace's result: one hart's frames, or
+// with all_harts every hart's state.
+type BacktraceOutput struct {
+	Hart *int `json:"hart,omitempty"`
+	*debugger.Backtrace
+	Harts []debugger.HartState `json:"harts,omitempty"`
+}
+
+func (s *Server) debugBacktrace(ctx context.Context, _ *mcp.CallToolRequest, in BacktraceInput) (*mcp.CallToolResult, BacktraceOutput, error) {
 	_, d, err := s.debugger(in.Target)
 	if err != nil {
-		return nil, debugger.Backtrace{}, err
+		return nil, BacktraceOutput{}, err
 	}
 	if in.MaxFrames == 0 {
 		in.MaxFrames = 32
 	}
+	hart, err := in.hart()
+	if err != nil {
+		return nil, BacktraceOutput{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
-	bt, err := d.Backtrace(ctx, in.MaxFrames)
-	if err != nil {
-		return nil, debugger.Backtrace{}, err
+	if in.AllHarts {
+		if in.Hart != nil {
+			return nil, BacktraceOutput{}, fmt.Errorf("all_harts shows every hart: leave hart out, or ask for hart %d alone", *in.Hart)
+		}
+		hs, err := d.AllHarts(ctx)
+		if err != nil {
+			return nil, BacktraceOutput{}, err
+		}
+		var lines []string
+		for _, h := range hs {
+			lines = append(lines, h.Line())
+		}
+		return textResult(strings.Join(lines, "\n") + "\n"), BacktraceOutput{Harts: hs}, nil
 	}
-	return textResult(backtraceText(bt)), bt, nil
+	bt, on, err := d.Backtrace(ctx, hart, in.MaxFrames)
+	if err != nil {
+		return nil, BacktraceOutput{}, err
+	}
+	return textResult(fmt.Sprintf("hart %d:\n", on) + backtraceText(bt)), BacktraceOutput{Hart: &on, Backtrace: &bt}, nil
 }
 
 func backtraceText(bt debugger.Backtrace) string {
@@ -274,13 +363,15 @@ func backtraceText(bt debugger.Backtrace) string {
 
 // DisassembleInput is debug_disassemble's arguments.
 type DisassembleInput struct {
-	Location string `json:"location,omitempty" max:"512" jsonschema:"where to start: symbol, symbol+0xOFFSET, 0xADDRESS or file.c:LINE; default the pc"`
+	Location string `json:"location,omitempty" max:"512" jsonschema:"symbol, symbol+0xOFFSET, 0xADDRESS or file.c:LINE; default the pc"`
 	Count    int    `json:"count,omitempty" default:"16" jsonschema:"instructions to decode (1 to 256)"`
+	HartArg
 	Target
 }
 
 // DisassembleOutput is debug_disassemble's result.
 type DisassembleOutput struct {
+	Hart         int      `json:"hart" jsonschema:"the hart whose pc and MMU were used"`
 	PC           string   `json:"pc" jsonschema:"the hart's pc (its line is marked =>)"`
 	Instructions []string `json:"instructions" jsonschema:"one per line: address, encoding, instruction, <target> of a jump; symbol+offset where a symbol starts"`
 }
@@ -293,14 +384,18 @@ func (s *Server) debugDisassemble(ctx context.Context, _ *mcp.CallToolRequest, i
 	if in.Count == 0 {
 		in.Count = 16
 	}
-	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
-	defer cancel()
-	insts, pc, err := d.Disassemble(ctx, in.Location, in.Count)
+	hart, err := in.hart()
 	if err != nil {
 		return nil, DisassembleOutput{}, err
 	}
-	out := DisassembleOutput{PC: fmt.Sprintf("0x%x", pc), Instructions: listing(d, insts, pc)}
-	return textResult(fmt.Sprintf("%d instructions from 0x%x", len(insts), insts[0].Addr)), out, nil
+	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
+	defer cancel()
+	insts, pc, on, err := d.Disassemble(ctx, hart, in.Location, in.Count)
+	if err != nil {
+		return nil, DisassembleOutput{}, err
+	}
+	out := DisassembleOutput{Hart: on, PC: fmt.Sprintf("0x%x", pc), Instructions: listing(d, insts, pc)}
+	return textResult(fmt.Sprintf("%d instructions from 0x%x on hart %d", len(insts), insts[0].Addr, on)), out, nil
 }
 
 // listing formats instructions as objdump does, with a label line where
@@ -399,36 +494,53 @@ func (s *Server) debugWatch(ctx context.Context, _ *mcp.CallToolRequest, in Watc
 // TranslateInput is debug_translate's arguments.
 type TranslateInput struct {
 	Address string `json:"address" max:"512" jsonschema:"virtual address: 0xADDRESS, symbol or symbol+0xOFFSET"`
-	Satp    string `json:"satp,omitempty" max:"32" jsonschema:"the satp value whose page table to walk, as 0x...; default the hart's"`
+	Satp    string `json:"satp,omitempty" max:"32" jsonschema:"satp (0x...) whose page table to walk; default the hart's"`
+	HartArg
 	Target
 }
 
-func (s *Server) debugTranslate(ctx context.Context, _ *mcp.CallToolRequest, in TranslateInput) (*mcp.CallToolResult, debugger.Walk, error) {
+// TranslateOutput is debug_translate's result.
+type TranslateOutput struct {
+	Hart *int `json:"hart,omitempty"`
+	debugger.Walk
+}
+
+func (s *Server) debugTranslate(ctx context.Context, _ *mcp.CallToolRequest, in TranslateInput) (*mcp.CallToolResult, TranslateOutput, error) {
 	_, d, err := s.debugger(in.Target)
 	if err != nil {
-		return nil, debugger.Walk{}, err
+		return nil, TranslateOutput{}, err
 	}
 	var satp *uint64
 	if in.Satp != "" {
 		v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(in.Satp), "0x"), 16, 64)
 		if err != nil {
-			return nil, debugger.Walk{}, fmt.Errorf("satp %q: want a hex number such as 0x8000000000080a3d", in.Satp)
+			return nil, TranslateOutput{}, fmt.Errorf("satp %q: want a hex number such as 0x8000000000080a3d", in.Satp)
 		}
 		satp = &v
 	}
+	hart, err := in.hart()
+	if err != nil {
+		return nil, TranslateOutput{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
-	w, err := d.Translate(ctx, in.Address, satp)
+	w, on, err := d.Translate(ctx, hart, in.Address, satp)
 	if err != nil {
-		return nil, debugger.Walk{}, err
+		return nil, TranslateOutput{}, err
 	}
+	out := TranslateOutput{Walk: w}
 	t := fmt.Sprintf("%s %s: ", w.Mode, w.VA)
+	if satp == nil {
+		// The walk used this hart's satp; a given one wins.
+		out.Hart = &on
+		t = fmt.Sprintf("hart %d %s", on, t)
+	}
 	if w.Fault != "" {
 		t += "no page: " + w.Fault
 	} else {
 		t += fmt.Sprintf("physical %s (%s page, %s)", w.PA, w.PageSize, w.Flags)
 	}
-	return textResult(t), w, nil
+	return textResult(t), out, nil
 }
 
 // registerDebug adds the debug_* tools; each needs a guest booted with
@@ -450,17 +562,17 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	}, s.debugBreak)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_continue",
-		Description: "Resume a stopped guest and wait for the next stop (breakpoint, watchpoint): reason, pc, function+offset, file:line, instruction. On timeout the guest keeps running and running is true.",
+		Description: "Resume every hart and wait for the next stop (breakpoint, watchpoint): hart, reason, pc, function+offset, file:line, instruction. On timeout the guest runs on and running is true.",
 		Annotations: ann(mutating, "Continue"),
 	}, s.debugContinue)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_pause",
-		Description: "Stop the guest's hart where it is and say where (QMP and the console keep working; debug_continue resumes).",
+		Description: "Stop every hart and say where the one QEMU names is (QMP and the console keep working; debug_continue resumes).",
 		Annotations: ann(mutating, "Pause"),
 	}, s.debugPause)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_step",
-		Description: "Execute count instructions (over: a call counts as one) and say where the hart stopped.",
+		Description: "Execute count instructions on one hart, the others stay stopped (over: a call counts as one). A step that cannot finish (wfi, a call waiting on a stopped hart) ends at timeout and says why.",
 		Annotations: ann(mutating, "Step"),
 	}, s.debugStep)
 	add(s, ms, &mcp.Tool{
@@ -470,12 +582,12 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	}, s.debugRegisters)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_memory",
-		Description: "Hexdump up to 64 KiB of guest memory at a symbol or address (virtual, or physical), unreadable ranges reported.",
+		Description: "Hexdump up to 64 KiB of guest memory at a symbol or address (virtual through a hart's MMU, or physical), unreadable ranges reported.",
 		Annotations: ann(reading, "Read memory"),
 	}, s.debugMemory)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_backtrace",
-		Description: "Unwind the stack by frame pointers: each frame as function+offset at file:line; trap frames (exceptions, syscalls) carry their cause.",
+		Description: "Unwind a hart's stack by frame pointers: function+offset at file:line; trap frames carry their cause. all_harts: each hart's mode, pc, state (idle, trap, ipi, lock, panic, user, firmware, running), short backtrace.",
 		Annotations: ann(reading, "Backtrace"),
 	}, s.debugBacktrace)
 	add(s, ms, &mcp.Tool{
@@ -485,12 +597,12 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	}, s.debugDisassemble)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_watch",
-		Description: "Set or remove a data watchpoint (write, read or access) on a symbol or address. debug_continue then reports the accessing instruction, its function and line, old and new value, and a backtrace.",
+		Description: "Set or remove a data watchpoint (write, read or access) on a symbol or address; debug_continue reports the accessing hart, instruction and line, old and new value, a backtrace.",
 		Annotations: ann(mutating, "Watchpoint"),
 	}, s.debugWatch)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_translate",
-		Description: "Walk the page table for a virtual address as the MMU does (Sv39/48/57): each level's PTE and flags, the physical address and page size, or where and why the walk stops.",
+		Description: "Walk the page table for a virtual address as a hart's MMU does (Sv39/48/57): each level's PTE and flags, then the physical address and page size, or why the walk stops.",
 		Annotations: ann(reading, "Translate"),
 	}, s.debugTranslate)
 	add(s, ms, &mcp.Tool{

@@ -21,11 +21,11 @@ import (
 // WaitOptions are the wait and text arguments that qemu_boot, serial_send
 // and serial_read share.
 type WaitOptions struct {
-	WaitFor       any      `json:"wait_for,omitempty" anyof:"string,[]string" jsonschema:"regular expression (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as the guest sent them: lines usually end in \\r\\n, so write \\r?\\n (or $ for the end of the output so far)"`
-	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console has been quiet this many milliseconds (idle: true)"`
-	PanicPatterns []string `json:"panic_patterns,omitempty" maxitems:"64" jsonschema:"regexes that end a wait early with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (plus the boot profile's); [] disables"`
-	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output to return: a longer output is its start and its end, the middle elided (see elided); default 16384 (qemu_boot 640), at most 32768"`
-	Raw           bool     `json:"raw,omitempty" jsonschema:"return the bytes as they came (base64 with encoding: base64 when not valid UTF-8) instead of text with terminal escapes stripped and \\r\\n made \\n"`
+	WaitFor       any      `json:"wait_for,omitempty" anyof:"string,[]string" jsonschema:"regex (Go RE2), or a list of them, to wait for on the serial console; the result says which matched. Patterns see the bytes as sent: lines end in \\r\\n, so write \\r?\\n ($ ends the output so far)"`
+	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait once the console was quiet this many ms (idle: true)"`
+	PanicPatterns []string `json:"panic_patterns,omitempty" maxitems:"64" jsonschema:"regexes ending a wait with panicked: true; default kernel panics, Oops, OpenSBI and U-Boot exceptions (and the profile's); [] disables"`
+	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most bytes of output: a longer one is its start and end, the middle elided (see elided); default 16384 (qemu_boot 640), at most 32768"`
+	Raw           bool     `json:"raw,omitempty" jsonschema:"the bytes as they came (base64 if not UTF-8) instead of text with terminal escapes stripped and \\r\\n made \\n"`
 }
 
 // WaitResult is the part of a result that reports serial output and how a
@@ -55,7 +55,7 @@ type WaitResult struct {
 	Running     bool     `json:"running" jsonschema:"QEMU is running"`
 	// Triage is what the debugger saw of a panic, on a guest booted with
 	// gdb: true.
-	Triage      *debugger.Triage `json:"triage,omitempty" jsonschema:"on a panic with the debugger attached: pc, ra, sp, the trap and a symbolized backtrace"`
+	Triage      *debugger.Triage `json:"triage,omitempty" jsonschema:"on a panic with the debugger attached: the hart that crashed, its pc, ra, sp, trap and symbolized backtrace, and the other harts"`
 	TriageError string           `json:"triage_error,omitempty" jsonschema:"why there is no triage"`
 	// DebugStop says the debugger holds the guest stopped: why the
 	// console stayed quiet.
@@ -85,6 +85,12 @@ func (w WaitResult) summary(pattern string) string {
 	case w.Panicked:
 		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
 		if t := w.Triage; t != nil {
+			if len(t.Others) > 0 {
+				fmt.Fprintf(&b, "; on hart %d", t.Hart)
+				if t.Processor != nil && *t.Processor != t.Hart {
+					fmt.Fprintf(&b, " (cpu %d)", *t.Processor)
+				}
+			}
 			if t.Culprit != nil {
 				fmt.Fprintf(&b, "; in %s", t.Culprit.String())
 			}
@@ -128,6 +134,11 @@ func (w WaitResult) summary(pattern string) string {
 		fmt.Fprintf(&b, "; output before cursor %d is lost", w.OutputStart)
 	}
 	fmt.Fprintf(&b, "; next read from cursor %d\n", w.Cursor)
+	if w.Panicked && w.Triage != nil {
+		for _, o := range w.Triage.Others {
+			fmt.Fprintf(&b, "  %s\n", o.Line())
+		}
+	}
 	if w.TranscriptNote != "" {
 		fmt.Fprintf(&b, "NOTE: %s\n", w.TranscriptNote)
 	}
