@@ -152,6 +152,11 @@ func (s *Session) unwind(ctx context.Context, th *gdb.Thread, regs map[string]ui
 			}
 			return bt
 		}
+		if f.Function == "smp_callin" {
+			// A secondary hart's first frame: head.S tail-calls it with
+			// no caller to return to.
+			return bt
+		}
 		pro := s.prologue(ctx, th, st.pc)
 		if !st.exact && !pro.fpSet {
 			pro = standardPrologue // a caller's frame is built; assume it is standard

@@ -135,8 +135,11 @@ type Client struct {
 	exit     *Stop  // set once the target exited
 	// selThread is the thread the stub's register and memory commands
 	// act on (Hg), "" when unknown: a stop may move QEMU's selection to
-	// the thread that stopped.
-	selThread string
+	// the thread that stopped. cThread is the thread QEMU reports an
+	// interrupt on and takes out of single-step mode at a stop (Hc):
+	// the thread of the last stop, or the one resumed alone since.
+	selThread, cThread string
+	noHc               bool // the stub knows no Hc
 	// parked are the threads that stopped on a trap (breakpoint, step,
 	// watchpoint) and have not run since: resuming one at a breakpoint's
 	// address would report that breakpoint again without it moving.
@@ -300,7 +303,7 @@ func (c *Client) handshake(ctx context.Context) error {
 	// A stub starts with register commands on the thread it reports
 	// stopped (QEMU: its first vCPU).
 	c.mu.Lock()
-	c.selThread = st.Thread
+	c.selThread, c.cThread = st.Thread, st.Thread
 	c.mu.Unlock()
 	c.log.Debug("gdb: connected", "arch", c.desc.arch, "registers", len(c.desc.regs), "features", c.features)
 	return nil
@@ -446,6 +449,7 @@ func (c *Client) dispatch(p []byte) error {
 		if s.Thread != c.selThread {
 			c.selThread = ""
 		}
+		c.cThread = s.Thread
 		if s.exited() {
 			c.exit = &s
 		}

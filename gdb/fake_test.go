@@ -51,6 +51,7 @@ type fakeConn struct {
 
 	running atomic.Bool
 	sel     string       // the thread Hg selected
+	cur     string       // the thread an interrupt reports (Hc, or the last stop)
 	next    int          // the next thread qsThreadInfo lists
 	acks    atomic.Int32 // '+' received
 	nacks   atomic.Int32
@@ -98,7 +99,7 @@ func newFakeStub(t *testing.T) *fakeStub {
 				return
 			}
 			// QEMU's register commands start on the first thread.
-			f := &fakeConn{s: s, conn: conn, ack: true, cmds: make(chan string, 1000), sel: "01"}
+			f := &fakeConn{s: s, conn: conn, ack: true, cmds: make(chan string, 1000), sel: "01", cur: "01"}
 			s.mu.Lock()
 			s.conns = append(s.conns, f)
 			s.mu.Unlock()
@@ -174,7 +175,7 @@ func (f *fakeConn) serve() {
 			continue
 		case 0x03:
 			if f.running.CompareAndSwap(true, false) {
-				f.send("T02thread:01;")
+				f.send("T02thread:" + f.cur + ";")
 			}
 			continue
 		case '$':
@@ -268,6 +269,9 @@ func (f *fakeConn) handle(cmd string) {
 		}
 	case strings.HasPrefix(cmd, "qThreadExtraInfo,"):
 		f.send(fmt.Sprintf("%x", "CPU#"+strings.TrimPrefix(cmd, "qThreadExtraInfo,")+" [halted ]"))
+	case strings.HasPrefix(cmd, "Hc") && s.threads != nil:
+		f.cur = cmd[2:]
+		f.send("OK")
 	case strings.HasPrefix(cmd, "Hg") && s.threads != nil:
 		if slices.Contains(s.threads, cmd[2:]) {
 			f.sel = cmd[2:]
@@ -304,7 +308,8 @@ func (f *fakeConn) handle(cmd string) {
 	case cmd == "c" || strings.HasPrefix(cmd, "vCont;c"):
 		f.running.Store(true)
 	case strings.HasPrefix(cmd, "vCont;s:"):
-		f.send("T05thread:" + strings.TrimPrefix(cmd, "vCont;s:") + ";")
+		f.cur = strings.TrimPrefix(cmd, "vCont;s:")
+		f.send("T05thread:" + f.cur + ";")
 	case cmd == "s":
 		f.send("T05thread:01;")
 	case cmd == "D" || strings.HasPrefix(cmd, "Z") || strings.HasPrefix(cmd, "z") || strings.HasPrefix(cmd, "P") || strings.HasPrefix(cmd, "M"):
@@ -660,11 +665,16 @@ func TestFakeThreads(t *testing.T) {
 		t.Errorf("read of a thread that does not exist: %v", err)
 	}
 
-	// A step runs the thread alone; its stop makes it the last thread.
+	// A step runs the thread alone, made QEMU's current thread first (so
+	// that an interrupt ends its single-stepping); its stop makes it the
+	// last thread.
+	cmds()
 	if st, err := c.Thread("02").Step(ctx); err != nil || st.Thread != "02" || st.Reason != ReasonStep {
 		t.Fatalf("step 02: %+v, %v", st, err)
 	}
-	cmds()
+	if got := cmds(); got != "Hc02 vCont;s:02" {
+		t.Errorf("step of 02: %s", got)
+	}
 	if pc("") != 0x80202000 {
 		t.Error("after a step of 02, the default thread is not 02")
 	}
@@ -684,7 +694,7 @@ func TestFakeThreads(t *testing.T) {
 	if err := c.Continue(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := cmdsUntil("c"); got != "Hg01 p3 Hg02 p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 c" {
+	if got := cmdsUntil("c"); got != "Hg01 p3 Hg02 p3 z0,80202000,4 Hc02 vCont;s:02 Z0,80202000,4 c" {
 		t.Errorf("continue: %s", got)
 	}
 	if _, err := c.Interrupt(ctx); err != nil {
@@ -695,7 +705,9 @@ func TestFakeThreads(t *testing.T) {
 	if err := c.Thread("02").Continue(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := cmdsUntil("vCont;c:02"); got != "Hg02 p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 vCont;c:02" {
+	// The interrupt stopped 02, the thread last resumed alone, so it is
+	// still selected, and current: neither Hg nor Hc.
+	if got := cmdsUntil("vCont;c:02"); got != "p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 vCont;c:02" {
 		t.Errorf("continue 02 alone: %s", got)
 	}
 }

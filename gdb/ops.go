@@ -514,6 +514,9 @@ func (c *Client) stepPacket(thread string) (pkt []byte, one string, err error) {
 // is set first, so that however fast the stop reply comes it ends this
 // run.
 func (c *Client) resume(ctx context.Context, pkt []byte, one string) (uint64, error) {
+	if err := c.continueThread(ctx, one); err != nil {
+		return 0, err
+	}
 	c.mu.Lock()
 	c.running = true
 	c.runGen++

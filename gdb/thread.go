@@ -236,6 +236,36 @@ func (c *Client) selectThread(ctx context.Context, thread string) error {
 	return nil
 }
 
+// continueThread points QEMU's "current" thread at one (Hc) before it is
+// resumed alone. An interrupt then stops it as the thread reported, and
+// takes it out of single-step mode: a step that never finished (a thread
+// in wfi) would otherwise leave it stepping, to stop again on its own at
+// its next instruction, long after. The caller holds cmdSem.
+func (c *Client) continueThread(ctx context.Context, one string) error {
+	c.mu.Lock()
+	cur := c.cThread
+	c.mu.Unlock()
+	if one == "" || one == cur || c.noHc {
+		return nil
+	}
+	cmd := []byte("Hc" + one)
+	reply, err := c.roundTrip(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if err := replyError(cmd, reply); err != nil {
+		if errors.Is(err, ErrUnsupported) {
+			c.noHc = true
+			return nil
+		}
+		return fmt.Errorf("no thread %s: %w", one, err)
+	}
+	c.mu.Lock()
+	c.cThread = one
+	c.mu.Unlock()
+	return nil
+}
+
 // LastStop is the latest stop the stub reported (reported to a caller or
 // not), and false before any.
 func (c *Client) LastStop() (Stop, bool) {

@@ -63,8 +63,9 @@ func mask(cpu map[int]int, hart int) string { return fmt.Sprintf("0x%x", 1<<cpu[
 // chosen; a breakpoint hit from hart 3 names hart 3 and its system
 // call; steps run the hart stepped alone (a busy hart does not move)
 // and continue runs them all; a step of a hart parked in firmware ends at
-// its timeout and says why; a crash forced onto hart 2 is triaged on
-// hart 2, with a line for each other hart.
+// its timeout and says why; a watchpoint names the hart that wrote; a
+// crash forced onto hart 2 is triaged on hart 2, with a line for each
+// other hart.
 func TestDebugLinuxSMP(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
 	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = lin.Dir }, nil)
@@ -118,14 +119,15 @@ func TestDebugLinuxSMP(t *testing.T) {
 		return r.PC.Addr
 	}
 
-	// A breakpoint reached from a task pinned to hart 3.
-	s.mustCall("debug_break", map[string]any{"location": "do_sys_openat2"}, nil)
+	// A breakpoint reached from a task pinned to hart 3: only reading
+	// /proc/version calls version_proc_show.
+	s.mustCall("debug_break", map[string]any{"location": "version_proc_show"}, nil)
 	s.mustCall("serial_send", map[string]any{"data": "taskset " + mask(cpu, 3) + " cat /proc/version"}, nil)
 	var st hartStopOut
 	t0 := time.Now()
 	res = s.call("debug_continue", map[string]any{"timeout": 20}, &st)
 	t.Logf("breakpoint stop in %v: %s", time.Since(t0), text(res))
-	if st.Hart == nil || *st.Hart != 3 || st.Processor == nil || *st.Processor != cpu[3] || st.Function != "do_sys_openat2" || !strings.Contains(text(res), "on hart 3") {
+	if st.Hart == nil || *st.Hart != 3 || st.Processor == nil || *st.Processor != cpu[3] || st.Function != "version_proc_show" || !strings.Contains(text(res), "on hart 3") {
 		t.Fatalf("breakpoint from hart 3: %+v (hart %v)", st, st.Hart)
 	}
 	var bt struct {
@@ -135,12 +137,12 @@ func TestDebugLinuxSMP(t *testing.T) {
 	res = s.call("debug_backtrace", nil, &bt)
 	t.Logf("backtrace: %s", text(res))
 	last := bt.Frames[len(bt.Frames)-1]
-	if bt.Hart == nil || *bt.Hart != 3 || bt.Frames[0].Function != "do_sys_openat2" || !last.User || last.Trap == nil || last.Trap.Cause != "environment call from U-mode" {
+	if bt.Hart == nil || *bt.Hart != 3 || bt.Frames[0].Function != "version_proc_show" || !last.User || last.Trap == nil || last.Trap.Cause != "environment call from U-mode" {
 		t.Errorf("backtrace of hart 3: %+v", bt)
 	}
 	var r3 hartRegsOut
 	s.mustCall("debug_registers", nil, &r3)
-	if r3.Hart != 3 || r3.PC.Function != "do_sys_openat2" {
+	if r3.Hart != 3 || r3.PC.Function != "version_proc_show" {
 		t.Errorf("registers of the last stop's hart: %+v", r3)
 	}
 
@@ -163,7 +165,7 @@ func TestDebugLinuxSMP(t *testing.T) {
 	}
 
 	// Continue runs every hart: the busy one moves.
-	s.mustCall("debug_break", map[string]any{"location": "do_sys_openat2", "remove": true}, nil)
+	s.mustCall("debug_break", map[string]any{"location": "version_proc_show", "remove": true}, nil)
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.3}, nil)
 	var w waitOut
 	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, &w)
@@ -206,10 +208,30 @@ func TestDebugLinuxSMP(t *testing.T) {
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
 	s.mustCall("serial_send", map[string]any{"data": fmt.Sprintf("echo 1 > /sys/devices/system/cpu/cpu%d/online", cpu[parked]), "wait_for": testguest.LinuxPrompt}, nil)
 
+	// A watchpoint names the hart that made the access.
+	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout"}, nil)
+	s.mustCall("serial_send", map[string]any{"data": "taskset " + mask(cpu, 1) + " sh -c 'echo 7 > /proc/sys/kernel/panic'"}, nil)
+	var ws struct {
+		hartStopOut
+		Access *struct {
+			Insn whereOut `json:"insn_at"`
+			New  string   `json:"new"`
+		} `json:"access"`
+	}
+	res = s.call("debug_continue", map[string]any{"timeout": 20}, &ws)
+	t.Logf("watch stop: %s", text(res))
+	if ws.Hart == nil || *ws.Hart != 1 || ws.Access == nil || ws.Access.New != "0x7" || !strings.Contains(text(res), "on hart 1") {
+		t.Errorf("watch stop: %+v, access %+v", ws.hartStopOut, ws.Access)
+	}
+	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
+	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
+
 	// A crash forced onto hart 2 is triaged there.
-	var p struct {
-		Panicked bool `json:"panicked"`
-		Triage   *struct {
+	type triaged struct {
+		Panicked    bool  `json:"panicked"`
+		OutputStart int64 `json:"output_start"`
+		Triage      *struct {
 			Hart       int          `json:"hart"`
 			Processor  *int         `json:"processor"`
 			Culprit    *whereOut    `json:"culprit"`
@@ -218,6 +240,7 @@ func TestDebugLinuxSMP(t *testing.T) {
 		} `json:"triage"`
 		TriageError string `json:"triage_error"`
 	}
+	var p triaged
 	res = s.call("serial_send", map[string]any{"data": "taskset " + mask(cpu, 2) + " sh -c 'echo c > /proc/sysrq-trigger'", "wait_for": testguest.LinuxPrompt, "timeout": 30}, &p)
 	t.Logf("crash on hart 2: %s", text(res))
 	if !p.Panicked || p.Triage == nil {
@@ -244,6 +267,38 @@ func TestDebugLinuxSMP(t *testing.T) {
 	res = s.call("debug_backtrace", nil, &bt)
 	if bt.Hart == nil || *bt.Hart != 2 || !strings.Contains(text(res), "panic") {
 		t.Errorf("backtrace after the triage: %s", text(res))
+	}
+	// Once panic has stopped the other harts, they sit in its stop IPI;
+	// a wait that reads the panic again still triages hart 2, ranked
+	// above them.
+	ipis := 0
+	for range 30 {
+		ipis = 0
+		s.mustCall("debug_backtrace", map[string]any{"all_harts": true}, &all)
+		for _, h := range all.Harts {
+			if h.State == "ipi" {
+				ipis++
+			}
+		}
+		if ipis == 3 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if ipis != 3 {
+		t.Errorf("after the panic, %d harts handle its stop IPI, want 3: %+v", ipis, all.Harts)
+	}
+	var again triaged
+	res = s.call("serial_read", map[string]any{"since": p.OutputStart, "wait_for": testguest.LinuxPrompt, "timeout": 2}, &again)
+	t.Logf("the crash again, the others stopped: %s", text(res))
+	if !again.Panicked || again.Triage == nil || again.Triage.Hart != 2 || again.Triage.Culprit == nil || again.Triage.Culprit.Function != "sysrq_handle_crash" {
+		t.Errorf("triage with the other harts in the stop IPI: %+v", again.Triage)
+	} else {
+		for _, o := range again.Triage.OtherHarts {
+			if o.State != "ipi" || o.Backtrace[0] != "handle_IPI" {
+				t.Errorf("other hart after the stop IPI: %+v", o)
+			}
+		}
 	}
 
 	// Eight harts still read at a glance.
