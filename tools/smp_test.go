@@ -62,8 +62,9 @@ func mask(cpu map[int]int, hart int) string { return fmt.Sprintf("0x%x", 1<<cpu[
 // of the hart wanted: every hart at a glance; registers of a hart
 // chosen; a breakpoint hit from hart 3 names hart 3 and its system
 // call; steps run the hart stepped alone (a busy hart does not move)
-// and continue runs them all; a step of a hart parked in firmware ends at
-// its timeout and says why; a watchpoint names the hart that wrote; a
+// and continue runs them all; a step over a call that waits for stopped
+// harts, and a step of a hart parked in firmware, end at their timeout
+// and say why; a watchpoint names the hart that wrote; a
 // crash forced onto hart 2 is triaged on hart 2, with a line for each
 // other hart.
 func TestDebugLinuxSMP(t *testing.T) {
@@ -186,13 +187,33 @@ func TestDebugLinuxSMP(t *testing.T) {
 	}
 	s.mustCall("serial_send", map[string]any{"data": "kill %1", "wait_for": testguest.LinuxPrompt}, nil)
 
-	// A hart whose CPU is offline is parked in OpenSBI, in wfi: a step
-	// of it cannot finish, and says so at its timeout.
+	// Taking a CPU offline waits for the other harts: stepped over with
+	// the others stopped, the call cannot return, and says so at its
+	// timeout. The hart is then parked in OpenSBI, in wfi: a step of it
+	// cannot finish either.
 	parked := 2
 	if cpu[parked] == 0 {
-		parked = 1
+		parked = 1 // the boot CPU stays
 	}
-	s.mustCall("serial_send", map[string]any{"data": fmt.Sprintf("echo 0 > /sys/devices/system/cpu/cpu%d/online", cpu[parked]), "wait_for": testguest.LinuxPrompt}, nil)
+	s.mustCall("debug_break", map[string]any{"location": "device_offline"}, nil)
+	s.mustCall("serial_send", map[string]any{"data": fmt.Sprintf("taskset %s sh -c 'echo 0 > /sys/devices/system/cpu/cpu%d/online'", mask(cpu, 3), cpu[parked])}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 20}, &st)
+	if st.Function != "device_offline" || st.Hart == nil || *st.Hart != 3 {
+		t.Fatalf("offline from hart 3: %+v", st)
+	}
+	t0 = time.Now()
+	res = s.call("debug_step", map[string]any{"over": true, "count": 200, "timeout": 2}, &st)
+	took := time.Since(t0)
+	t.Logf("stepping over the offline, %v: %s", took, text(res))
+	if st.Hart == nil || *st.Hart != 3 || !strings.Contains(st.Incomplete, "a call did not return") || took < 2*time.Second || took > 8*time.Second {
+		t.Errorf("step over a call that waits for stopped harts: %+v, after %v", st, took)
+	}
+	s.mustCall("debug_break", map[string]any{"location": "device_offline", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
+	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, &w)
+	if !strings.Contains(w.Output, fmt.Sprintf("CPU%d: off", cpu[parked])) {
+		t.Errorf("offline: %q", w.Output)
+	}
 	s.mustCall("debug_pause", nil, nil)
 	s.mustCall("debug_backtrace", map[string]any{"all_harts": true}, &all)
 	if h := all.Harts[parked]; h.State != "firmware" || h.Priv != "machine" {
@@ -200,7 +221,7 @@ func TestDebugLinuxSMP(t *testing.T) {
 	}
 	t0 = time.Now()
 	res = s.call("debug_step", map[string]any{"hart": parked, "timeout": 1}, &st)
-	took := time.Since(t0)
+	took = time.Since(t0)
 	t.Logf("step of the parked hart, %v: %s", took, text(res))
 	if st.Hart == nil || *st.Hart != parked || !strings.Contains(st.Incomplete, "wfi") || took < time.Second || took > 5*time.Second {
 		t.Errorf("step of a parked hart: %+v, after %v", st, took)
