@@ -149,6 +149,12 @@ type Instance struct {
 	// one is not the guest's end.
 	replacing bool
 	restoreMu sync.Mutex // one save or restore at a time
+
+	// consoleSem (capacity 1) is held by the call typing on the console;
+	// consoleUse (under mu) says which, since when.
+	consoleSem chan struct{}
+	consoleUse consoleUse
+	events     eventLog
 }
 
 // KeptRemoved lists the kept files this boot removed to stay under the cap.
@@ -168,7 +174,7 @@ func newInstance(m *Manager, spec Spec, boot int) *Instance {
 	return &Instance{
 		name: spec.Name, mgr: m, spec: spec, boot: boot, created: time.Now(),
 		ctx: ctx, cancel: cancel, booted: make(chan struct{}), done: make(chan struct{}),
-		state: Booting,
+		state: Booting, consoleSem: make(chan struct{}, 1),
 	}
 }
 
@@ -329,6 +335,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	i.mu.Lock()
 	i.machine = mch
 	i.mu.Unlock()
+	i.follow(mch)
 	if i.spec.Debug != nil {
 		i.startDebugger()
 	}
@@ -702,28 +709,47 @@ func (i *Instance) Ending() (qemu.Ending, bool) {
 func (i *Instance) Done() <-chan struct{} { return i.done }
 
 // Wait runs a console wait from since. It ends at once, with an error
-// wrapping ErrStopped, when the instance is stopped meanwhile.
-func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (serial.Result, error) {
+// wrapping ErrStopped, when the instance is stopped meanwhile, and early
+// (res.Stopped) when the guest resets, shuts down or panics: ev is that
+// QMP event.
+func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res serial.Result, ev *Event, err error) {
 	con := i.Console()
 	if con == nil {
-		return serial.Result{}, fmt.Errorf("guest %q has no console yet", i.name)
+		return serial.Result{}, nil, fmt.Errorf("guest %q has no console yet", i.name)
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(i.ctx, func() { cancel(context.Cause(i.ctx)) })
 	defer stop()
-	res, err := con.Buffer().WaitFor(ctx, since, spec)
+	// QEMU stamps events with the host's clock to the microsecond: an
+	// event of this wait is one sent after it began.
+	began := time.Now().Truncate(time.Microsecond)
+	if spec.Stop == nil {
+		spec.Stop = i.events.waker()
+	}
+	res, err = con.Buffer().WaitFor(ctx, since, spec)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
-			return res, fmt.Errorf("guest %q: %w (qemu_shutdown) while this call waited; its output stays readable with serial_read", i.name, ErrStopped)
+			return res, nil, fmt.Errorf("guest %q: %w (qemu_shutdown) while this call waited; its output stays readable with serial_read", i.name, ErrStopped)
 		}
-		return res, err
+		return res, nil, err
 	}
 	if res.Finished {
 		// The buffer is finished just before the machine's Done closes.
 		<-i.Machine().Done()
 	}
-	return res, nil
+	if !res.Matched {
+		ev = i.events.since(began)
+		if res.Stopped && ev == nil {
+			// An older event woke the wait: wait on.
+			spec.Stop = i.events.waker()
+			if spec.Timeout > 0 {
+				spec.Timeout = max(spec.Timeout-time.Since(began), time.Millisecond)
+			}
+			return i.Wait(ctx, since, spec)
+		}
+	}
+	return res, ev, nil
 }
 
 // Context ends when a stop of the instance begins.

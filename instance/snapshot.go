@@ -67,6 +67,13 @@ func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name 
 	if err != nil {
 		return snapshot.Meta{}, fmt.Errorf("save snapshot: %w", err)
 	}
+	shares := map[string]string{}
+	for _, sh := range i.cfg.Shares {
+		shares[sh.Tag] = sh.Path
+	}
+	if err := snapshot.CheckSavable(ctx, mch.Monitor(), shares); err != nil {
+		return snapshot.Meta{}, fmt.Errorf("save snapshot %q: %w", name, err)
+	}
 	drives := map[string]string{}
 	for k, d := range i.cfg.Drives {
 		drives[fmt.Sprintf("drive%d", k)] = d.Path
@@ -204,6 +211,7 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	i.replacing = false
 	i.mu.Unlock()
 	i.recordQEMU(mch)
+	i.follow(mch)
 	go i.watch(mch)
 	// The copy goes once QEMU lets go of it, after the answer: the next
 	// save or restore waits for it (restoreMu).

@@ -116,6 +116,10 @@ type Spec struct {
 	// ProgressInterval is the time between Progress calls; <= 0 means one
 	// second.
 	ProgressInterval time.Duration
+	// Stop, when it is closed, ends the wait after one last look at the
+	// data, with Stopped set unless that look finds a match: something
+	// outside the console (the guest reset) made waiting pointless.
+	Stop <-chan struct{}
 }
 
 // Progress is what [Spec].Progress is told while a wait waits.
@@ -134,7 +138,7 @@ type Progress struct {
 }
 
 // Result is what [Buffer.WaitFor] found. Exactly one of Matched, Panicked,
-// Finished, Idle and TimedOut is set.
+// Finished, Idle, TimedOut and Stopped is set.
 type Result struct {
 	// Since is where the search started: the requested since, clamped to
 	// [0, End] when the wait began.
@@ -178,6 +182,8 @@ type Result struct {
 	Idle bool
 	// TimedOut reports that Spec.Timeout passed.
 	TimedOut bool
+	// Stopped reports that Spec.Stop was closed.
+	Stopped bool
 
 	// Start and End are the absolute offsets of the match that ended the
 	// wait (Matched or Panicked); End == Cursor. Zero otherwise.
@@ -234,6 +240,7 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 
 	start := time.Now()
 	final := spec.Timeout < 0 // no more waiting: one last scan
+	stopped := false
 	var expired, idleC, tick <-chan time.Time
 	if spec.Timeout > 0 {
 		t := time.NewTimer(spec.Timeout)
@@ -325,13 +332,15 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 			return r, nil
 		case final:
 			r := w.result(window, -1, nil)
-			r.TimedOut = true
+			r.TimedOut, r.Stopped = !stopped, stopped
 			return r, nil
 		}
 		select {
 		case <-changed:
 		case <-expired:
 			final = true
+		case <-spec.Stop:
+			final, stopped = true, true
 		case <-idleC:
 			b.mu.Lock()
 			last := b.lastWrite

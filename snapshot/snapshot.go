@@ -128,6 +128,16 @@ type Machine struct {
 	Network   string   `json:"network,omitempty"`
 	GPU       bool     `json:"gpu,omitempty"`
 	ExtraArgs []string `json:"extra_args,omitempty"`
+	// Shares are the guest's 9p devices: a restore exports the same
+	// directories under the same tags (their contents are the host's).
+	Shares []Share `json:"shares,omitempty"`
+}
+
+// Share is a directory shared with the guest.
+type Share struct {
+	Path     string `json:"path"`
+	Tag      string `json:"tag"`
+	Writable bool   `json:"writable,omitempty"`
 }
 
 // Describe reads the machine of cfg, hashing its files through the
@@ -174,6 +184,9 @@ func Describe(cfg qemu.Config) (Machine, error) {
 			f = "raw"
 		}
 		m.Drives = append(m.Drives, Drive{Path: d.Path, Format: f, ReadOnly: d.ReadOnly})
+	}
+	for _, sh := range cfg.Shares {
+		m.Shares = append(m.Shares, Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
 	}
 	return m, nil
 }
@@ -282,6 +295,7 @@ func Diff(saved, now Machine) []string {
 	add("network", saved.Network, now.Network)
 	add("gpu", saved.GPU, now.GPU)
 	add("extra_args", saved.ExtraArgs, now.ExtraArgs)
+	add("shares", saved.Shares, now.Shares)
 	return d
 }
 

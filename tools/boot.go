@@ -37,6 +37,7 @@ type BootInput struct {
 	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
 	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
 	Drives      []qemu.Drive `json:"drives,omitempty" maxitems:"32" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
+	Shares      []ShareArg   `json:"shares,omitempty" maxitems:"8" jsonschema:"host directories the guest mounts over virtio-9p (the result gives the mount command)"`
 	ExtraArgs   []string     `json:"extra_args,omitempty" maxitems:"256" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
 	Timeout     float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
 	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
@@ -55,6 +56,22 @@ type BootInput struct {
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
 	Target
 	WaitOptions
+}
+
+// ShareArg is a directory to share with the guest.
+type ShareArg struct {
+	Path     string `json:"path" jsonschema:"directory, relative to project_root"`
+	Tag      string `json:"tag,omitempty" jsonschema:"mount tag; default the directory's name"`
+	Writable bool   `json:"writable,omitempty" jsonschema:"let the guest write (never a directory with a .git)"`
+}
+
+// ShareInfo is a share as booted.
+type ShareInfo struct {
+	Path     string `json:"path"`
+	Tag      string `json:"tag"`
+	Writable bool   `json:"writable,omitempty"`
+	// Mount is the guest's command that mounts it.
+	Mount string `json:"mount"`
 }
 
 // BootOutput is qemu_boot's result.
@@ -77,6 +94,8 @@ type BootOutput struct {
 	Transcript string `json:"transcript" jsonschema:"file holding the complete serial output of this boot (kept after the server exits)"`
 	// Symbols is the ELF the debugger reads symbols from.
 	Symbols string `json:"symbols,omitempty" jsonschema:"the ELF the debugger names addresses by"`
+	// Shares are the directories the guest can mount, with the command.
+	Shares []ShareInfo `json:"shares,omitempty"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -203,6 +222,9 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if dev := inst.TAP(); dev != nil {
 		out.TAP = dev.Name
 	}
+	for _, sh := range cfg.Shares {
+		out.Shares = append(out.Shares, ShareInfo{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable, Mount: qemu.MountCommand(sh.Tag, "/mnt/"+sh.Tag)})
+	}
 	for _, f := range inst.KeptRemoved() {
 		out.KeptRemoved = append(out.KeptRemoved, f.Path)
 	}
@@ -265,7 +287,7 @@ func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, err
 		return nil, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", in.Snapshot, root)
 	}
 	given := in.Kernel != "" || in.Initrd != "" || in.DTB != "" || in.BIOS != "" || in.Memory != "" || in.SMP != 0 ||
-		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != ""
+		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != "" || in.Shares != nil
 	if given {
 		return metas, nil
 	}
@@ -288,6 +310,9 @@ func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, err
 		in.Drives = append(in.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly})
 	}
 	in.ExtraArgs, in.GPU, in.Network = m.ExtraArgs, m.GPU, m.Network
+	for _, sh := range m.Shares {
+		in.Shares = append(in.Shares, ShareArg{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
+	}
 	return metas, nil
 }
 
@@ -522,12 +547,64 @@ func (s *Server) bootConfig(scope *hostpath.Scope, in BootInput) (cfg qemu.Confi
 		}
 		opts = append(opts, qemu.WithDrive(d))
 	}
+	tags := map[string]bool{}
+	for i, sh := range in.Shares {
+		what := fmt.Sprintf("shares[%d]", i)
+		f, err := scope.OpenDir(what, sh.Path, sh.Writable)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		real, err := hostpath.Real(f)
+		if err != nil {
+			f.Close()
+			return qemu.Config{}, fmt.Errorf("%s %s: %w", what, sh.Path, err)
+		}
+		if _, dup := files[real]; dup {
+			f.Close()
+			return qemu.Config{}, fmt.Errorf("%s %s: that directory is shared already", what, sh.Path)
+		}
+		files[real] = f
+		tag := sh.Tag
+		if tag == "" {
+			tag = defaultTag(real, tags)
+		}
+		tags[tag] = true
+		share := qemu.Share{Path: real, Tag: tag, Writable: sh.Writable}
+		if sh.Writable {
+			share.Model = qemu.ShareModel(f)
+		}
+		opts = append(opts, qemu.WithShare(share))
+	}
 	cfg = qemu.NewConfig(opts...)
 	cfg.Files = files
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// defaultTag names a share by its directory (letters, digits, '_', '.',
+// '-', at most 31), made unique among taken.
+func defaultTag(dir string, taken map[string]bool) string {
+	base := []byte(filepath.Base(dir))
+	for i, c := range base {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			base[i] = '_'
+		}
+	}
+	tag := string(base)
+	if len(tag) > 28 {
+		tag = tag[:28]
+	}
+	if tag == "" || tag == "/" || tag == "." || tag == ".." {
+		tag = "share"
+	}
+	for n, t := 1, tag; ; n++ {
+		if !taken[t] {
+			return t
+		}
+		t = fmt.Sprintf("%s%d", tag, n)
+	}
 }
 
 func closeFiles(files map[string]*os.File) {

@@ -210,7 +210,14 @@ type StatusOutput struct {
 	TAP         string        `json:"tap,omitempty" jsonschema:"the guest's TAP device, with network tap"`
 	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the running or last capture"`
 	Transcript  string        `json:"transcript,omitempty" jsonschema:"file holding the complete serial output of this boot"`
+	// Events are the guest's recent QMP events (RESET, SHUTDOWN, STOP,
+	// RESUME, BLOCK_IO_ERROR, GUEST_PANICKED, WATCHDOG ...), oldest first.
+	Events      []instance.Event `json:"events,omitempty"`
+	EventsTotal int              `json:"events_total,omitempty"`
 }
+
+// statusEvents is how many recent events qemu_status lists.
+const statusEvents = 16
 
 // CaptureState describes a capture for status results.
 type CaptureState struct {
@@ -245,6 +252,10 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (
 	info := inst.Info()
 	out := StatusOutput{Instance: inst.Name(), State: string(info.State), Boots: inst.Boot(), ReadCursor: s.cursor(req, inst),
 		TAP: info.TAP, PCAP: captureState(inst), Transcript: inst.Transcript()}
+	out.Events, out.EventsTotal = inst.Events(statusEvents)
+	if out.EventsTotal == len(out.Events) {
+		out.EventsTotal = 0
+	}
 	m := inst.Machine()
 	if m == nil {
 		return textResult(fmt.Sprintf("%q: %s, QEMU not started", out.Instance, out.State)), out, nil
@@ -266,6 +277,17 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (
 		out.Running = info.State == instance.Running
 		text = fmt.Sprintf("%q: qemu pid %d %s for %s; %d bytes of serial output, next read from cursor %d",
 			out.Instance, out.PID, out.State, info.Uptime.Round(time.Millisecond), out.SerialBytes, out.ReadCursor)
+	}
+	if len(out.Events) > 0 {
+		var evs []string
+		for _, e := range out.Events {
+			s := e.Time.Format("15:04:05.000") + " " + e.Event
+			if r := e.Reason(); r != "" {
+				s += " (" + r + ")"
+			}
+			evs = append(evs, s)
+		}
+		text += "; events: " + strings.Join(evs, ", ")
 	}
 	return textResult(text), out, nil
 }
@@ -300,7 +322,7 @@ func (s *Server) register(ms *mcp.Server) {
 	}, s.shutdown)
 	add(s, ms, &mcp.Tool{
 		Name:        "qemu_status",
-		Description: "A guest's state (booting, running, stopping, stopped), pid, uptime, exit status if it exited, command line, paths, and bytes of serial output so far.",
+		Description: "A guest's state (booting, running, stopping, stopped), pid, uptime, exit status, command line, paths, bytes of serial output, and its recent QMP events (RESET, SHUTDOWN, STOP, RESUME, errors) with times and cursors.",
 		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, s.status)
 	add(s, ms, &mcp.Tool{

@@ -14,6 +14,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/ktap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
@@ -63,6 +64,10 @@ type WaitResult struct {
 	// TranscriptNote tells, once per change, that the transcript stopped
 	// (a write failed: a full disk) or resumed, and what it lacks.
 	TranscriptNote string `json:"transcript_note,omitempty"`
+	// GuestEvent is the reset or shutdown that ended the wait.
+	GuestEvent *instance.Event `json:"guest_event,omitempty"`
+	// Tests summarises TAP or KTAP in the output waited through.
+	Tests *ktap.Summary `json:"tests,omitempty"`
 }
 
 // Span is a range of serial cursors [start, end).
@@ -82,6 +87,11 @@ func (w WaitResult) summary(pattern string) string {
 	case w.DebugStop != nil:
 		fmt.Fprintf(&b, "the debugger holds the guest stopped (%s at %s), so %s did not come: debug_continue resumes it",
 			w.DebugStop.Reason, w.DebugStop.Where().String(), pattern)
+	case w.GuestEvent != nil && !w.Panicked:
+		fmt.Fprintf(&b, "%s while this call waited for %s", eventText(*w.GuestEvent), pattern)
+		if w.Exited {
+			fmt.Fprintf(&b, "; QEMU exited (status %d)", deref(w.ExitStatus))
+		}
 	case w.Panicked:
 		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
 		if t := w.Triage; t != nil {
@@ -142,6 +152,9 @@ func (w WaitResult) summary(pattern string) string {
 	if w.TranscriptNote != "" {
 		fmt.Fprintf(&b, "NOTE: %s\n", w.TranscriptNote)
 	}
+	if w.Tests != nil {
+		b.WriteString(w.Tests.String() + "\n")
+	}
 	return b.String()
 }
 
@@ -186,6 +199,36 @@ func (s *Server) transcriptNote(req *mcp.CallToolRequest, in *instance.Instance)
 	}
 	return fmt.Sprintf("the console transcript %s is written again after it stopped at cursor %d; it lacks cursors %s (%d bytes, marked in it): they left memory while it could not be written",
 		st.Path, st.StoppedAt, strings.Join(gaps, ", "), st.Lost)
+}
+
+// eventText says what a guest event means: "the guest reset (guest-reset)".
+func eventText(e instance.Event) string {
+	what := map[string]string{"RESET": "the guest reset", "SHUTDOWN": "the guest shut down", "GUEST_PANICKED": "the guest panicked"}[e.Event]
+	if what == "" {
+		what = "QMP event " + e.Event
+	}
+	if r := e.Reason(); r != "" {
+		what += " (" + r + ")"
+	}
+	return what + fmt.Sprintf(" at cursor %d", e.Cursor)
+}
+
+// maxTestScan bounds the output scanned for test results.
+const maxTestScan = 8 << 20
+
+// testsIn summarises the TAP or KTAP in the console's output [from, to).
+func testsIn(buf *serial.Buffer, from, to int64) *ktap.Summary {
+	if to <= from || to-from > maxTestScan {
+		return nil
+	}
+	page, err := buf.ReadPage(from, int(to-from))
+	if err != nil {
+		return nil
+	}
+	if sum, ok := ktap.Parse(page.Data); ok {
+		return &sum
+	}
+	return nil
 }
 
 func deref(p *int) int {
@@ -380,7 +423,7 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 			}
 		}
 	}
-	res, err := in.Wait(ctx, since, spec)
+	res, ev, err := in.Wait(ctx, since, spec)
 	if err != nil {
 		return WaitResult{}, fmt.Errorf("wait for %s: %w", p.desc, err)
 	}
@@ -388,7 +431,10 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 		Matched: res.Matched, TimedOut: res.TimedOut, Idle: res.Idle,
 		Panicked: res.Panicked, PanicMatch: res.PanicMatch, Cursor: res.Cursor,
 		OutputStart: res.OutputStart, Lost: res.Lost, Truncated: res.OutputStart > res.Since && !res.Lost,
-		Groups: res.Groups,
+		Groups: res.Groups, GuestEvent: ev,
+	}
+	if m := in.Machine(); m != nil {
+		w.Tests = testsIn(m.Console().Buffer(), res.Since, res.Cursor)
 	}
 	if res.EchoEnd > res.Since {
 		w.EchoEnd = res.EchoEnd
@@ -497,6 +543,11 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 		data = strings.ReplaceAll(strings.ReplaceAll(data, "\r\n", "\n"), "\n", nl)
 	}
 	data += nl
+	release, err := inst.AcquireConsole(ctx, "serial_send", p.spec.Timeout)
+	if err != nil {
+		return nil, SendOutput{}, err
+	}
+	defer release()
 	from := m.Console().Buffer().End()
 	// The write has the call's timeout too: a guest that does not read
 	// its console (stopped, or fed faster than its UART drains) must not

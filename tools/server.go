@@ -364,7 +364,7 @@ func (s *Server) NewMCPServer() *mcp.Server {
 // registerAll adds every tool and resource, the groups side by side.
 func (s *Server) registerAll(ms *mcp.Server) {
 	var wg sync.WaitGroup
-	for _, reg := range []func(*mcp.Server){s.register, s.registerDebug, s.registerSnapshots, s.registerNetwork, s.registerResources} {
+	for _, reg := range []func(*mcp.Server){s.register, s.registerExec, s.registerDebug, s.registerSnapshots, s.registerNetwork, s.registerResources} {
 		wg.Go(func() { reg(ms) })
 	}
 	wg.Wait()

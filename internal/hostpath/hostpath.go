@@ -357,3 +357,96 @@ func AllowPaths(lists ...string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// maxShareEntries bounds the walk that looks for a .git in a writable
+// directory.
+const maxShareEntries = 500000
+
+// OpenDir opens a directory to share with the guest, and checks the
+// opened directory's real path like Open does a file's: inside a root,
+// a writable one for write. A directory given for writing must hold no
+// git repository's metadata (.git, a file or a directory, at any depth)
+// and lie in none: hooks and config there run code on the host when git
+// runs. The caller owns the returned directory.
+func (s *Scope) OpenDir(what, path string, write bool) (*os.File, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%s: empty path", what)
+	}
+	if strings.ContainsRune(path, 0) {
+		return nil, fmt.Errorf("%s: the path contains a NUL byte", what)
+	}
+	full := s.Resolve(path)
+	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("%s %s is not a directory: share a directory", what, path)
+		}
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
+	}
+	f := os.NewFile(uintptr(fd), full)
+	fail := func(err error) (*os.File, error) {
+		f.Close()
+		return nil, err
+	}
+	real, err := Real(f)
+	if err != nil {
+		return fail(fmt.Errorf("%s %s: %w", what, path, err))
+	}
+	if !s.allowAll {
+		r, ok := s.rootOf(real)
+		switch {
+		case !ok:
+			return fail(fmt.Errorf("%s %s is refused: %s is outside the project root %s and the other allowed directories (rule host-path); %s",
+				what, path, describe(path, real), s.project, hint))
+		case write && !r.Writable:
+			return fail(fmt.Errorf("%s %s is refused for writing: %s is in %s, which is read-only (rule %s); share it read-only, or share a directory of the project",
+				what, path, describe(path, real), r.Dir, r.Rule))
+		}
+	}
+	if write {
+		if err := checkNoGit(real); err != nil {
+			return fail(fmt.Errorf("%s %s is refused for writing: %w", what, path, err))
+		}
+	}
+	return f, nil
+}
+
+// checkNoGit refuses a directory inside a git directory, or holding one.
+func checkNoGit(dir string) error {
+	const why = "a guest that writes there could change hooks or config that git runs on the host; share it read-only, or share a directory without one (a build or output directory)"
+	for d := dir; ; d = filepath.Dir(d) {
+		if filepath.Base(d) == ".git" {
+			return fmt.Errorf("it lies in the git directory %s: %s", d, why)
+		}
+		if d == "/" || d == "." {
+			break
+		}
+	}
+	if common, err := lock.GitCommonDir(dir); err == nil {
+		if real, err := filepath.EvalSymlinks(common); err == nil && (real == dir || within(dir, real)) {
+			return fmt.Errorf("it lies in the repository's git directory %s: %s", real, why)
+		}
+	}
+	n := 0
+	var found string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == dir {
+				return err
+			}
+			return nil // unreadable below: the guest cannot write it either
+		}
+		if d.Name() == ".git" && p != dir {
+			found = p
+			return filepath.SkipAll
+		}
+		if n++; n > maxShareEntries {
+			return fmt.Errorf("it holds more than %d entries, too many to check for a .git", maxShareEntries)
+		}
+		return nil
+	})
+	if found != "" {
+		return fmt.Errorf("it holds %s: %s", found, why)
+	}
+	return err
+}

@@ -1,0 +1,130 @@
+package instance
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	goqmp "github.com/digitalocean/go-qemu/qmp"
+
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+)
+
+// Event is a QMP event that says what happened to the guest.
+type Event struct {
+	Event string `json:"event"`
+	// Time is when QEMU sent it.
+	Time time.Time `json:"time"`
+	// Data is the event's data (reason, guest, device, action ...).
+	Data map[string]any `json:"data,omitempty"`
+	// Cursor is the console's end when the event arrived: output before
+	// it was printed before the event.
+	Cursor int64 `json:"cursor"`
+}
+
+// Reason is the event's "reason", if it has one.
+func (e Event) Reason() string {
+	r, _ := e.Data["reason"].(string)
+	return r
+}
+
+// guestEvents are the events kept for qemu_status: what happened to the
+// guest, not the server's own traffic (jobs, device plumbing).
+var guestEvents = map[string]bool{
+	"RESET": true, "SHUTDOWN": true, "POWERDOWN": true, "STOP": true, "RESUME": true,
+	"SUSPEND": true, "SUSPEND_DISK": true, "WAKEUP": true,
+	"BLOCK_IO_ERROR": true, "GUEST_PANICKED": true, "GUEST_CRASHLOADED": true, "WATCHDOG": true,
+}
+
+// interrupts are the events that end a console wait: the guest is gone or
+// starts over, so what it waited for will not come.
+var interrupts = map[string]bool{"RESET": true, "SHUTDOWN": true, "GUEST_PANICKED": true}
+
+// maxEvents bounds the events an instance keeps.
+const maxEvents = 64
+
+// eventLog is an instance's recent guest events, across the QEMUs it runs
+// (a restore starts another).
+type eventLog struct {
+	mu     sync.Mutex
+	events []Event
+	total  int
+	// wake is closed, and replaced, when an interrupting event arrives.
+	wake chan struct{}
+}
+
+func (l *eventLog) add(e Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.events) == maxEvents {
+		copy(l.events, l.events[1:])
+		l.events = l.events[:maxEvents-1]
+	}
+	l.events = append(l.events, e)
+	l.total++
+	if interrupts[e.Event] && e.Reason() != "snapshot-load" && l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+}
+
+// waker is a channel closed by the next interrupting event.
+func (l *eventLog) waker() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wake == nil {
+		l.wake = make(chan struct{})
+	}
+	return l.wake
+}
+
+// since returns the first interrupting event sent at or after t.
+func (l *eventLog) since(t time.Time) *Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.events {
+		e := l.events[k]
+		if interrupts[e.Event] && e.Reason() != "snapshot-load" && !e.Time.Before(t) {
+			return &e
+		}
+	}
+	return nil
+}
+
+// Events returns the guest's most recent events (at most n, oldest first)
+// and how many there were in all.
+func (i *Instance) Events(n int) ([]Event, int) {
+	l := &i.events
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ev := l.events
+	if len(ev) > n {
+		ev = ev[len(ev)-n:]
+	}
+	return append([]Event(nil), ev...), l.total
+}
+
+// follow records mch's guest events until its monitor closes. Events QEMU
+// sent before the subscription are replayed by the monitor.
+func (i *Instance) follow(mch *qemu.Machine) {
+	ch, err := mch.Monitor().Events(context.Background())
+	if err != nil {
+		i.mgr.log.Debug("follow QMP events", "instance", i.name, "err", err)
+		return
+	}
+	go func() {
+		for ev := range ch {
+			if !guestEvents[ev.Event] {
+				continue
+			}
+			i.events.add(Event{Event: ev.Event, Time: eventTime(ev), Data: ev.Data, Cursor: mch.Console().Buffer().End()})
+		}
+	}()
+}
+
+func eventTime(ev goqmp.Event) time.Time {
+	if ev.Timestamp.Seconds == 0 {
+		return time.Now()
+	}
+	return time.Unix(ev.Timestamp.Seconds, ev.Timestamp.Microseconds*1000)
+}

@@ -1,0 +1,261 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/ktap"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/shell"
+)
+
+// ExecInput is guest_exec's arguments.
+type ExecInput struct {
+	Command  string  `json:"command" max:"65536" jsonschema:"shell command, run as if typed at the guest's shell prompt (cd and variables persist); stdin is empty"`
+	Timeout  float64 `json:"timeout,omitempty" default:"30" jsonschema:"seconds; past it the command gets Ctrl-C"`
+	MaxBytes int     `json:"max_bytes,omitempty" jsonschema:"most bytes of output returned (default 16384, at most 32768); a longer output is its start and end, the middle in elided"`
+	Raw      bool    `json:"raw,omitempty" jsonschema:"output as the guest sent it (base64 when not UTF-8), not cleaned text"`
+	Target
+}
+
+// ExecOutput is guest_exec's result.
+type ExecOutput struct {
+	ExitStatus     *int                  `json:"exit_status,omitempty"`
+	Output         string                `json:"output"`
+	Encoding       string                `json:"encoding,omitempty"`
+	OutputStart    int64                 `json:"output_start"`
+	OutputEnd      int64                 `json:"output_end"`
+	Elided         *Span                 `json:"elided,omitempty"`
+	Truncated      bool                  `json:"truncated,omitempty"`
+	Cursor         int64                 `json:"cursor"`
+	DurationMS     float64               `json:"duration_ms"`
+	TimedOut       bool                  `json:"timed_out,omitempty"`
+	Interrupted    bool                  `json:"interrupted,omitempty"`
+	StillRunning   bool                  `json:"still_running,omitempty"`
+	ShellExited    bool                  `json:"shell_exited,omitempty"`
+	NoShell        bool                  `json:"no_shell,omitempty"`
+	Hint           string                `json:"hint,omitempty"`
+	KernelMessages []shell.KernelMessage `json:"kernel_messages,omitempty"`
+	Tests          *ktap.Summary         `json:"tests,omitempty"`
+	Panicked       bool                  `json:"panicked,omitempty"`
+	PanicMatch     string                `json:"panic_match,omitempty"`
+	GuestEvent     *instance.Event       `json:"guest_event,omitempty"`
+	QEMUExited     bool                  `json:"qemu_exited,omitempty"`
+	QEMUExitStatus *int                  `json:"qemu_exit_status,omitempty"`
+}
+
+// maxKernelMessages bounds the kernel messages a result lists.
+const maxKernelMessages = 20
+
+// promptGrace is how long a command's result waits for the boot
+// profile's prompt after the end marker, so that the next call's output
+// starts after it.
+const promptGrace = 200 * time.Millisecond
+
+func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInput) (*mcp.CallToolResult, ExecOutput, error) {
+	timeout, err := seconds("timeout", in.Timeout, 30*time.Second)
+	if err != nil {
+		return nil, ExecOutput{}, err
+	}
+	maxBytes, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes, s.reader(req).page)
+	if err != nil {
+		return nil, ExecOutput{}, err
+	}
+	inst, m, err := s.running(in.Target)
+	if err != nil {
+		return nil, ExecOutput{}, err
+	}
+	spec := inst.Spec()
+	var panics []*regexp.Regexp
+	if len(spec.Panics) > 0 {
+		panics = append(serial.DefaultPanicPatterns(), spec.Panics...)
+	}
+	res, ev, err := inst.Exec(ctx, shell.Request{Command: in.Command, Timeout: timeout, Panic: panics})
+	if err != nil {
+		return nil, ExecOutput{}, fmt.Errorf("guest_exec: %w", err)
+	}
+	buf := m.Console().Buffer()
+	out := ExecOutput{OutputStart: res.OutputStart, OutputEnd: res.OutputEnd, Cursor: res.Cursor, GuestEvent: ev,
+		DurationMS: float64(res.Duration.Microseconds()) / 1000, TimedOut: res.TimedOut, Interrupted: res.Interrupted,
+		StillRunning: res.StillRunning, ShellExited: res.ShellExited, NoShell: !res.Started}
+	if res.Completed || res.ShellExited {
+		code := res.ExitStatus
+		out.ExitStatus = &code
+	}
+	if w := res.Wait; w != nil && w.Panicked {
+		out.Panicked, out.PanicMatch = true, w.PanicMatch
+	}
+	if exit, ok := m.Exited(); ok {
+		out.QEMUExited = true
+		code := exit.Code
+		out.QEMUExitStatus = &code
+	}
+	if res.Started {
+		if err := s.execOutput(buf, res, maxBytes, in.Raw, &out); err != nil {
+			return nil, ExecOutput{}, err
+		}
+		out.Tests = testsIn(buf, res.OutputStart, res.OutputEnd)
+	}
+	if res.Completed && spec.Prompt != "" {
+		// The shell prints its prompt right after: past it, the next
+		// call's output is its own.
+		if re, err := regexp.Compile(spec.Prompt); err == nil {
+			if w, _, err := inst.Wait(ctx, out.Cursor, serial.Spec{Patterns: []*regexp.Regexp{re}, Timeout: promptGrace, Panic: []*regexp.Regexp{}, MaxOutput: 1}); err == nil && w.Matched {
+				out.Cursor = w.End
+			}
+		}
+	}
+	out.Hint = execHint(res, timeout)
+	s.setCursor(req, inst, out.Cursor)
+	return textResult(execText(in.Command, out)), out, nil
+}
+
+// execOutput puts the command's output [OutputStart, OutputEnd) into out:
+// whole, or its start and end with the middle elided, kernel messages
+// taken out where they can be told apart.
+func (s *Server) execOutput(buf *serial.Buffer, res shell.Result, maxBytes int, raw bool, out *ExecOutput) error {
+	size := res.OutputEnd - res.OutputStart
+	read := func(from int64, n int) ([]byte, error) {
+		if n <= 0 {
+			return nil, nil
+		}
+		page, err := buf.ReadPage(from, n)
+		if err != nil {
+			return nil, fmt.Errorf("read the command's output: %w", err)
+		}
+		if page.Lost > 0 {
+			out.Truncated = true
+		}
+		return page.Data, nil
+	}
+	split := func(b []byte, at int64) []byte {
+		kept, msgs := shell.SplitKernel(b, at, res.Uptime)
+		for _, m := range msgs {
+			if len(out.KernelMessages) < maxKernelMessages {
+				out.KernelMessages = append(out.KernelMessages, m)
+			}
+		}
+		return kept
+	}
+	if size <= int64(maxBytes) {
+		b, err := read(res.OutputStart, int(size))
+		if err != nil {
+			return err
+		}
+		out.Output, out.Encoding = render(split(b, res.OutputStart), raw)
+		return nil
+	}
+	out.Truncated = true
+	head := maxBytes / 4
+	headB, err := read(res.OutputStart, head)
+	if err != nil {
+		return err
+	}
+	if !raw {
+		if k := serial.CompletePrefix(headB); k > 0 {
+			headB = headB[:k]
+		}
+	}
+	tailFrom := res.OutputEnd - int64(maxBytes-head)
+	tailB, err := read(tailFrom, int(res.OutputEnd-tailFrom))
+	if err != nil {
+		return err
+	}
+	headEnd := res.OutputStart + int64(len(headB))
+	out.Elided = &Span{Start: headEnd, End: tailFrom}
+	h, enc := render(split(headB, res.OutputStart), raw)
+	t, enc2 := render(split(tailB, tailFrom), raw)
+	if raw {
+		// Raw output is the end only, as waits give it.
+		out.Output, out.Encoding = t, enc2
+		out.Elided = &Span{Start: res.OutputStart, End: tailFrom}
+		return nil
+	}
+	_ = enc
+	out.Output = fmt.Sprintf("%s\n[... %d bytes elided: serial_read since %d ...]\n%s", h, tailFrom-headEnd, headEnd, t)
+	return nil
+}
+
+// execHint says what to do when the command did not simply end.
+func execHint(res shell.Result, timeout time.Duration) string {
+	switch {
+	case !res.Started && res.Wait != nil && res.Wait.Finished:
+		return "QEMU exited before a shell answered"
+	case !res.Started && res.Wait != nil && res.Wait.Panicked:
+		return "the kernel panicked before a shell answered"
+	case !res.Started:
+		return fmt.Sprintf("no shell answered at the console within %v: the kernel may still be booting (serial_read with wait_for its prompt), a program may hold the console, or it runs no POSIX shell; the typed line stays in the console's input, so a shell that reads it later runs it (serial_send \"\\u0003\" discards it at a shell prompt)", timeout)
+	case res.StillRunning && !res.JobControl:
+		return "Ctrl-C did not reach the command: the shell runs without job control, most likely without a controlling terminal (start it with setsid cttyhack sh, or getty); the command still runs and its output keeps arriving (serial_read from cursor); run long commands with timeout N CMD, or restart the guest"
+	case res.StillRunning:
+		return "the shell did not answer within 2 s of Ctrl-C: the command ignores SIGINT or keeps the shell busy; its output keeps arriving (serial_read from cursor); serial_send \"\\u0003\" or \"\\u001c\" (SIGQUIT) again, or restart the guest"
+	case res.TimedOut:
+		return "timed out: the command got Ctrl-C and the shell answers again; give a longer timeout, or run it in the background (CMD > /tmp/log 2>&1 &)"
+	case res.ShellExited:
+		return "the command ended the shell; the guest's init may start another (serial_read shows what follows)"
+	}
+	return ""
+}
+
+// execText is the text content: the exit status and the output, for
+// readers that see only text.
+func execText(command string, o ExecOutput) string {
+	var b strings.Builder
+	switch {
+	case o.NoShell:
+		b.WriteString("no shell answered")
+	case o.ShellExited:
+		fmt.Fprintf(&b, "the shell exited with status %d", *o.ExitStatus)
+	case o.ExitStatus != nil:
+		fmt.Fprintf(&b, "exit status %d in %.1f ms", *o.ExitStatus, o.DurationMS)
+	case o.TimedOut && o.Interrupted:
+		fmt.Fprintf(&b, "timed out after %.1f s; interrupted with Ctrl-C, the shell answers again", o.DurationMS/1000)
+	case o.TimedOut:
+		fmt.Fprintf(&b, "timed out after %.1f s; still running", o.DurationMS/1000)
+	case o.Panicked:
+		fmt.Fprintf(&b, "PANIC: %s", o.PanicMatch)
+	case o.GuestEvent != nil:
+		b.WriteString(eventText(*o.GuestEvent))
+	case o.QEMUExited:
+		fmt.Fprintf(&b, "QEMU exited (status %d)", deref(o.QEMUExitStatus))
+	default:
+		b.WriteString("ended")
+	}
+	if o.Hint != "" && o.ExitStatus == nil {
+		b.WriteString(": " + o.Hint)
+	}
+	fmt.Fprintf(&b, "; output %d..%d", o.OutputStart, o.OutputEnd)
+	if o.Elided != nil {
+		fmt.Fprintf(&b, " with %d..%d elided", o.Elided.Start, o.Elided.End)
+	}
+	fmt.Fprintf(&b, "; next read from cursor %d\n", o.Cursor)
+	if o.Tests != nil {
+		b.WriteString(o.Tests.String() + "\n")
+	}
+	for _, k := range o.KernelMessages {
+		fmt.Fprintf(&b, "kernel: %s\n", k.Text)
+	}
+	if o.Output != "" {
+		b.WriteString(o.Output)
+		if !strings.HasSuffix(o.Output, "\n") {
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func (s *Server) registerExec(ms *mcp.Server) {
+	f := false
+	t := true
+	add(s, ms, &mcp.Tool{
+		Name:        "guest_exec",
+		Description: "Run a shell command at the guest's console shell (any POSIX shell, any prompt) and return its output (no echo), exit_status and duration_ms; TAP/KTAP output adds tests (totals, failures). Past timeout it gets Ctrl-C. Calls on one console run one after another.",
+		Annotations: &mcp.ToolAnnotations{Title: "Run in guest", DestructiveHint: &t, OpenWorldHint: &f},
+	}, s.exec)
+}
