@@ -36,6 +36,7 @@ var (
 	sizesOnly = flag.Bool("sizes", false, "print only the table of result sizes")
 	starts    = flag.Int("starts", 20, "server starts per side for the start-up figure")
 	startOnly = flag.Bool("start-only", false, "measure only the start-up against the reference server")
+	execOnly  = flag.Bool("exec-only", false, "measure only guest_exec and 9p shares on the Linux guest")
 )
 
 const banner = "qemu-mcp tiny kernel 1.0"
@@ -47,6 +48,15 @@ type row struct {
 func main() {
 	flag.Parse()
 	ctx := context.Background()
+	if *execOnly {
+		rows, err := execRows(ctx, *execRuns, *shareRuns)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		printTable(rows)
+		return
+	}
 	if *startOnly {
 		ours, ref, list, refList, _, err := measureStart(ctx, *starts)
 		if err != nil {
@@ -167,6 +177,13 @@ func main() {
 			fail("debugger", err)
 		}
 		rows = append(rows, drows...)
+	}
+	if *execRuns > 0 {
+		erows, err := execRows(ctx, *execRuns, *shareRuns)
+		if err != nil {
+			fail("guest_exec and shares", err)
+		}
+		rows = append(rows, erows...)
 	}
 	if *snapRuns > 0 {
 		srows, err := snapshotRows(ctx, *snapRuns)
