@@ -40,10 +40,10 @@ type BootInput struct {
 	Shares      []ShareArg   `json:"shares,omitempty" maxitems:"8" jsonschema:"host directories the guest mounts over virtio-9p (the result gives the mount command)"`
 	ExtraArgs   []string     `json:"extra_args,omitempty" maxitems:"256" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
 	Timeout     float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
-	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"directory relative paths are resolved against; default the server's working directory"`
+	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"base of relative paths; default the server's working directory"`
 	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
-	GPU         bool         `json:"gpu,omitempty" jsonschema:"a headless virtio-gpu display, keyboard and tablet, for qemu_screenshot, qemu_send_key, qemu_type_text and qemu_mouse"`
-	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC, on a unix socket only you can open (reported as vnc)"`
+	GPU         bool         `json:"gpu,omitempty" jsonschema:"virtio display (headless), keyboard and tablet, for the screenshot, key, text and mouse tools"`
+	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on a unix socket only you can open (reported as vnc)"`
 	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP of the guest's own; made by the server with CAP_NET_ADMIN, else give tap)"`
 	Tap         string       `json:"tap,omitempty" jsonschema:"with network tap: use this existing persistent TAP of yours as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
 	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
@@ -52,7 +52,7 @@ type BootInput struct {
 	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
 	Snapshot    string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot straight into this saved snapshot of the project (qemu_snapshot_save); machine arguments not given are the snapshot's, and given ones must match it"`
 	GDB         bool         `json:"gdb,omitempty" jsonschema:"start QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
-	Symbols     string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux), relative to project_root; implies gdb. Default with gdb: the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
+	Symbols     string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default: the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
 	Target
 	WaitOptions

@@ -19,8 +19,8 @@ import (
 type ExecInput struct {
 	Command  string  `json:"command" max:"65536" jsonschema:"shell command, run as if typed at the guest's shell prompt (cd and variables persist); stdin is empty"`
 	Timeout  float64 `json:"timeout,omitempty" default:"30" jsonschema:"seconds; past it the command gets Ctrl-C"`
-	MaxBytes int     `json:"max_bytes,omitempty" jsonschema:"most bytes of output returned (default 16384, at most 32768); a longer output is its start and end, the middle in elided"`
-	Raw      bool    `json:"raw,omitempty" jsonschema:"output as the guest sent it (base64 when not UTF-8), not cleaned text"`
+	MaxBytes int     `json:"max_bytes,omitempty" jsonschema:"most output bytes returned (default 16384, max 32768); longer: start and end, middle in elided"`
+	Raw      bool    `json:"raw,omitempty" jsonschema:"bytes as sent (base64 if not UTF-8), not cleaned text"`
 	Target
 }
 
