@@ -434,6 +434,11 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 	if in.Drives == nil {
 		in.Drives = p.Drives
 	}
+	if in.Shares == nil {
+		for _, sh := range p.Shares {
+			in.Shares = append(in.Shares, ShareArg(sh))
+		}
+	}
 	if in.ExtraArgs == nil {
 		in.ExtraArgs = p.ExtraArgs
 	}

@@ -40,6 +40,7 @@ type Profile struct {
 	SMP           int          `json:"smp,omitempty"`
 	Append        string       `json:"append,omitempty"`
 	Drives        []qemu.Drive `json:"drives,omitempty"`
+	Shares        []Share      `json:"shares,omitempty"`
 	Network       string       `json:"network,omitempty"`
 	GPU           bool         `json:"gpu,omitempty"`
 	GDB           bool         `json:"gdb,omitempty"`
@@ -47,6 +48,13 @@ type Profile struct {
 	Prompt        string       `json:"prompt,omitempty"`
 	PanicPatterns []string     `json:"panic_patterns,omitempty"`
 	ExtraArgs     []string     `json:"extra_args,omitempty"`
+}
+
+// Share is a directory shared with the guest (qemu_boot's shares).
+type Share struct {
+	Path     string `json:"path"`
+	Tag      string `json:"tag,omitempty"`
+	Writable bool   `json:"writable,omitempty"`
 }
 
 // File is a parsed .qemu-mcp.json.
