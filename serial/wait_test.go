@@ -551,3 +551,25 @@ func TestWaitForHeadAndTail(t *testing.T) {
 		t.Errorf("short output: head %q, from %d, %d bytes", r.Head, r.OutputStart, len(r.Output))
 	}
 }
+
+// Closing Spec.Stop ends a wait at once, with a last look at the data: a
+// match there still wins.
+func TestWaitForStop(t *testing.T) {
+	b := NewBuffer()
+	b.Write([]byte("booting\r\n"))
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		close(stop)
+	}()
+	t0 := time.Now()
+	r, err := b.WaitFor(context.Background(), 0, Spec{Patterns: res(`prompt`), Timeout: 5 * time.Second, Stop: stop})
+	if err != nil || !r.Stopped || r.TimedOut || r.Matched || time.Since(t0) > time.Second || string(r.Output) != "booting\r\n" {
+		t.Fatalf("%+v %v after %v", r, err, time.Since(t0))
+	}
+	b.Write([]byte("prompt"))
+	r, err = b.WaitFor(context.Background(), 0, Spec{Patterns: res(`prompt`), Timeout: 5 * time.Second, Stop: stop})
+	if err != nil || !r.Matched || r.Stopped {
+		t.Fatalf("a match wins over a stop: %+v %v", r, err)
+	}
+}
