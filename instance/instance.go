@@ -740,6 +740,12 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 	}
 	if !res.Matched {
 		ev = i.events.since(began)
+		for k := 0; ev == nil && res.Finished && k < 20; k++ {
+			// QEMU exited: the monitor has read its last events, which
+			// may still be on their way to the log.
+			time.Sleep(5 * time.Millisecond)
+			ev = i.events.since(began)
+		}
 		if res.Stopped && ev == nil {
 			// An older event woke the wait: wait on.
 			spec.Stop = i.events.waker()

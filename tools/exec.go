@@ -83,7 +83,8 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 	buf := m.Console().Buffer()
 	out := ExecOutput{OutputStart: res.OutputStart, OutputEnd: res.OutputEnd, Cursor: res.Cursor, GuestEvent: ev,
 		DurationMS: float64(res.Duration.Microseconds()) / 1000, TimedOut: res.TimedOut, Interrupted: res.Interrupted,
-		StillRunning: res.StillRunning, ShellExited: res.ShellExited, NoShell: !res.Started}
+		StillRunning: res.StillRunning, ShellExited: res.ShellExited,
+		NoShell: !res.Started && (res.Wait == nil || res.Wait.TimedOut)}
 	if res.Completed || res.ShellExited {
 		code := res.ExitStatus
 		out.ExitStatus = &code
@@ -112,6 +113,9 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 		}
 	}
 	out.Hint = execHint(res, timeout)
+	if ev != nil && !res.Completed {
+		out.Hint = eventText(*ev) + " while the command ran"
+	}
 	s.setCursor(req, inst, out.Cursor)
 	return textResult(execText(in.Command, out)), out, nil
 }
