@@ -104,15 +104,19 @@ func (i *Instance) Events(n int) ([]Event, int) {
 	return append([]Event(nil), ev...), l.total
 }
 
-// follow records mch's guest events until its monitor closes. Events QEMU
-// sent before the subscription are replayed by the monitor.
-func (i *Instance) follow(mch *qemu.Machine) {
+// follow records mch's guest events until its monitor closes; the channel
+// it returns is closed then. Events QEMU sent before the subscription are
+// replayed by the monitor.
+func (i *Instance) follow(mch *qemu.Machine) <-chan struct{} {
+	done := make(chan struct{})
 	ch, err := mch.Monitor().Events(context.Background())
 	if err != nil {
 		i.mgr.log.Debug("follow QMP events", "instance", i.name, "err", err)
-		return
+		close(done)
+		return done
 	}
 	go func() {
+		defer close(done)
 		for ev := range ch {
 			if !guestEvents[ev.Event] {
 				continue
@@ -120,6 +124,40 @@ func (i *Instance) follow(mch *qemu.Machine) {
 			i.events.add(Event{Event: ev.Event, Time: eventTime(ev), Data: ev.Data, Cursor: mch.Console().Buffer().End()})
 		}
 	}()
+	return done
+}
+
+// exited records QEMU's own exit (not a stop) as a SHUTDOWN event when
+// QEMU sent none: up to QEMU 8.x the virt board's test finisher, which
+// Linux powers off through, exits the process at once, without one.
+func (i *Instance) exited(mch *qemu.Machine, followed <-chan struct{}) {
+	t := time.NewTimer(time.Second)
+	select {
+	case <-followed:
+	case <-t.C:
+	}
+	t.Stop()
+	exit, _ := mch.Exited()
+	l := &i.events
+	l.mu.Lock()
+	for k := len(l.events) - 1; k >= 0; k-- {
+		if l.events[k].Event == "SHUTDOWN" && !l.events[k].Time.Before(mch.Started()) {
+			l.mu.Unlock()
+			return
+		}
+	}
+	l.mu.Unlock()
+	reason := "guest-shutdown"
+	switch {
+	case exit.Signal != "":
+		reason = "qemu-killed"
+	case exit.Code != 0:
+		reason = "guest-exit-failure"
+	}
+	i.events.add(Event{Event: "SHUTDOWN", Time: exit.At, Cursor: mch.Console().Buffer().End(), Data: map[string]any{
+		"reason": reason, "exit_status": exit.Code,
+		"note": "recorded by qemu-mcp: QEMU " + exit.String() + " without a SHUTDOWN event",
+	}})
 }
 
 func eventTime(ev goqmp.Event) time.Time {

@@ -335,7 +335,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	i.mu.Lock()
 	i.machine = mch
 	i.mu.Unlock()
-	i.follow(mch)
+	followed := i.follow(mch)
 	if i.spec.Debug != nil {
 		i.startDebugger()
 	}
@@ -359,7 +359,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		// then stops the machine itself.
 		return rep, ErrStopped
 	}
-	go i.watch(mch)
+	go i.watch(mch, followed)
 	m.log.Debug("booted", "instance", i.name, "reap", tReap, "lock+drives+tap+capture", tPrep-tReap, "qemu", time.Since(t0)-tPrep)
 	return rep, nil
 }
@@ -462,14 +462,19 @@ func (i *Instance) Debugger() *debugger.Session {
 
 // watch undoes everything when QEMU stops by itself (guest poweroff), not
 // only when it is stopped.
-func (i *Instance) watch(mch *qemu.Machine) {
+func (i *Instance) watch(mch *qemu.Machine, followed <-chan struct{}) {
 	<-mch.Done()
 	i.mu.Lock()
 	replaced := i.replacing || i.machine != mch
 	con := i.console
+	byItself := i.state == Running
 	i.mu.Unlock()
 	if replaced {
 		return // a restore stopped it and runs the next QEMU
+	}
+	if byItself {
+		// Before the console ends the waits: they report the event.
+		i.exited(mch, followed)
 	}
 	// What the guest printed last is still in the pipe: keep it, then
 	// wake the waiters with the end.

@@ -211,8 +211,7 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	i.replacing = false
 	i.mu.Unlock()
 	i.recordQEMU(mch)
-	i.follow(mch)
-	go i.watch(mch)
+	go i.watch(mch, i.follow(mch))
 	// The copy goes once QEMU lets go of it, after the answer: the next
 	// save or restore waits for it (restoreMu).
 	go func() {

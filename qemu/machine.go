@@ -386,6 +386,17 @@ func (m *Machine) supervise() {
 		m.log.Warn("wait for qemu", "pid", m.ident.PID, "err", err)
 	}
 	m.exit = exit
+	// QEMU's last QMP events (SHUTDOWN) may still be unread on the
+	// socket: let the reader reach its end before the monitor is torn
+	// down with the files.
+	if m.mon.Greeting().Version.QEMU.Major > 0 {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-m.mon.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	// Whatever the guest printed last is still in the pipe: keep it. A
 	// borrowed console goes on draining for the next QEMU.
 	if !m.borrowed {

@@ -393,7 +393,9 @@ func TestRebootPoweroffEvents(t *testing.T) {
 	}
 	res := s.call("serial_send", map[string]any{"data": "poweroff -f", "wait_for": "never printed", "timeout": 20}, &pw)
 	if pw.GuestEvent == nil || pw.GuestEvent.Event != "SHUTDOWN" || !strings.Contains(text(res), "shut down") {
-		t.Fatalf("poweroff: %+v %s", pw, text(res))
+		var st any
+		s.mustCall("qemu_status", nil, &st)
+		t.Fatalf("poweroff: %+v %s; status %v", pw, text(res), st)
 	}
 	var st struct {
 		Events []guestEvent `json:"events"`
