@@ -155,6 +155,8 @@ type Instance struct {
 	consoleSem chan struct{}
 	consoleUse consoleUse
 	events     eventLog
+	// exitNoted is closed once the watcher has recorded how QEMU ended.
+	exitNoted chan struct{}
 }
 
 // KeptRemoved lists the kept files this boot removed to stay under the cap.
@@ -174,7 +176,7 @@ func newInstance(m *Manager, spec Spec, boot int) *Instance {
 	return &Instance{
 		name: spec.Name, mgr: m, spec: spec, boot: boot, created: time.Now(),
 		ctx: ctx, cancel: cancel, booted: make(chan struct{}), done: make(chan struct{}),
-		state: Booting, consoleSem: make(chan struct{}, 1),
+		state: Booting, consoleSem: make(chan struct{}, 1), exitNoted: make(chan struct{}),
 	}
 }
 
@@ -472,15 +474,16 @@ func (i *Instance) watch(mch *qemu.Machine, followed <-chan struct{}) {
 	if replaced {
 		return // a restore stopped it and runs the next QEMU
 	}
-	if byItself {
-		// Before the console ends the waits: they report the event.
-		i.exited(mch, followed)
-	}
 	// What the guest printed last is still in the pipe: keep it, then
 	// wake the waiters with the end.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	con.Finish(ctx)
 	cancel()
+	if byItself {
+		// The waits the end woke report the event (see Wait).
+		i.exited(mch, followed)
+	}
+	close(i.exitNoted)
 	exit, _ := mch.Exited()
 	i.teardown(&qemu.Ending{How: "exited", Exit: exit})
 }
@@ -745,10 +748,15 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 	}
 	if !res.Matched {
 		ev = i.events.since(began)
-		for k := 0; ev == nil && res.Finished && k < 20; k++ {
-			// QEMU exited: the monitor has read its last events, which
-			// may still be on their way to the log.
-			time.Sleep(5 * time.Millisecond)
+		if ev == nil && res.Finished {
+			// QEMU exited: its last events, or the one the watcher
+			// records for an exit without one, are on their way.
+			t := time.NewTimer(2 * time.Second)
+			select {
+			case <-i.exitNoted:
+			case <-t.C:
+			}
+			t.Stop()
 			ev = i.events.since(began)
 		}
 		if res.Stopped && ev == nil {
