@@ -61,6 +61,13 @@ func (i *Instance) Exec(ctx context.Context, req shell.Request) (res shell.Resul
 		return shell.Result{}, nil, err
 	}
 	defer release()
+	i.mu.Lock()
+	if i.execSeq == 0 {
+		i.execSeq = 1000 + int(time.Now().UnixNano()%9000)
+	}
+	i.execSeq++
+	req.Seq = i.execSeq
+	i.mu.Unlock()
 	req.Wait = func(ctx context.Context, since int64, spec serial.Spec) (serial.Result, error) {
 		r, e, err := i.Wait(ctx, since, spec)
 		if e != nil {

@@ -154,6 +154,7 @@ type Instance struct {
 	// consoleUse (under mu) says which, since when.
 	consoleSem chan struct{}
 	consoleUse consoleUse
+	execSeq    int // the last guest_exec's sequence number (under mu)
 	events     eventLog
 	// exitNoted is closed once the watcher has recorded how QEMU ended.
 	exitNoted chan struct{}

@@ -3,20 +3,27 @@
 // and duration apart from the typed line's echo, the prompt and the shell's
 // own noise, whatever the prompt looks like.
 //
-// The command is typed as one line that frames it with markers the shell
-// prints before and after it, each carrying a random nonce that neither
-// the echo (the markers are assembled by printf from separate words) nor
-// the command's output can contain:
+// Every typed byte costs: the guest echoes it through its UART, a fraction
+// of a millisecond each under TCG. So the framing lives in a shell
+// function, __qm1, defined the first time a shell does not know it (one
+// line, then the shell keeps it), and a call types only
 //
-//	trap '<print exit marker>' 0; <print start marker>; command eval 'CMD' </dev/null; <print end marker and $?>; trap - 0
+//	__qm1 SEQ 'CMD'
 //
+// The function prints a start marker, runs CMD with "command eval" </dev/null,
+// and prints an end marker with its exit status (and the guest's uptime at
+// the start); an EXIT trap prints a third marker if CMD ends the shell.
+// Each marker carries the function's nonce, random at its definition, and
+// the call's sequence number; they are assembled by printf from separate
+// words, so neither the echo nor a command's output (which cannot know the
+// nonce) is mistaken for one, and a late marker of an earlier call never is.
 // eval runs CMD in the shell itself, so cd and variables persist as if it
-// had been typed, and a syntax error in CMD is eval's error, not a shell
-// left waiting for a closing quote; "command" keeps that error from
-// aborting the rest of the line, as an interactive dash or ash would. stdin is /dev/null: a program that
-// reads input ends instead of waiting. The EXIT trap reports a command that
-// ends the shell. Commands with control characters, non-ASCII bytes or
-// long lines are carried in a variable, piece by piece, so that no line
+// had been typed; a syntax error in CMD is eval's error, and "command"
+// keeps it from aborting the rest, as an interactive dash or ash would.
+// stdin is /dev/null: a program that reads input ends instead of waiting.
+// The function leaves its variables (__qmn, __qms, __qmc, __qmu, __qmx)
+// in the shell. Commands with control characters, non-ASCII bytes or
+// long lines are carried in __qmc, piece by piece, so that no line
 // exceeds what a line editor takes (BusyBox: 1,024 bytes) and no byte is
 // taken for an editing key.
 //
@@ -66,6 +73,9 @@ type Request struct {
 	Grace time.Duration
 	// Newline ends each typed line (default "\r", the Enter key).
 	Newline string
+	// Seq numbers the call among the console's calls (default: from the
+	// clock); a marker of another call is never taken for this one's.
+	Seq int
 }
 
 // Result is how a command ran.
@@ -128,37 +138,54 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	if nl == "" {
 		nl = "\r"
 	}
-	nonce := newNonce()
-	lines := Frame(req.Command, nonce)
+	seq := req.Seq
+	if seq <= 0 {
+		seq = int(time.Now().UnixNano() % 1000000)
+	}
+	call := Call(req.Command, seq)
 	start := time.Now()
 	deadline := start.Add(req.Timeout)
 	buf := con.Buffer()
 	res := Result{From: buf.End()}
-	var typed []byte
-	for _, l := range lines {
-		typed = append(typed, l...)
-		typed = append(typed, nl...)
-	}
-	wctx, cancel := context.WithDeadline(ctx, deadline)
-	_, err := con.Write(wctx, typed)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return res, err
+	typeLines := func(lines []string) error {
+		var typed []byte
+		for _, l := range lines {
+			typed = append(typed, l...)
+			typed = append(typed, nl...)
 		}
-		return res, fmt.Errorf("type the command: %w (the guest does not read its console)", err)
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		if _, err := con.Write(wctx, typed); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			return fmt.Errorf("type the command: %w (the guest does not read its console)", err)
+		}
+		return nil
 	}
-	q := regexp.QuoteMeta("qm" + nonce + ":")
-	startRE := regexp.MustCompile(q + `S([A-Za-z]*) ?([0-9.]*)\r?\n`)
-	endRE := regexp.MustCompile(q + `E(\d+)\r?\n`)
-	exitRE := regexp.MustCompile(q + `X(\d+)\r?\n`)
+	if err := typeLines(call); err != nil {
+		return res, err
+	}
+	ss := strconv.Itoa(seq)
+	startRE := regexp.MustCompile(`qm([0-9a-f]{8})\.` + ss + `:S([A-Za-z]*)\r?\n`)
 	spec := func(pats ...*regexp.Regexp) serial.Spec {
 		return serial.Spec{Patterns: pats, Panic: req.Panic, Timeout: max(time.Until(deadline), time.Millisecond), MaxOutput: 64}
 	}
 
-	w, err := wait(ctx, res.From, spec(startRE))
+	w, err := wait(ctx, res.From, spec(startRE, missingRE))
 	if err != nil {
 		return res, err
+	}
+	if w.Matched && w.Index == 1 {
+		// A shell without the function (a new one, or the first call):
+		// define it and call again.
+		since := w.End
+		if err := typeLines(append([]string{Definition(newNonce())}, call...)); err != nil {
+			return res, err
+		}
+		if w, err = wait(ctx, since, spec(startRE)); err != nil {
+			return res, err
+		}
 	}
 	if !w.Matched {
 		res.Cursor = w.Cursor
@@ -168,8 +195,10 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	}
 	res.Started = true
 	res.OutputStart, res.Cursor = w.End, w.End
-	res.JobControl = strings.ContainsRune(w.Groups[0], 'm')
-	res.Uptime, _ = strconv.ParseFloat(w.Groups[1], 64)
+	res.JobControl = strings.ContainsRune(w.Groups[1], 'm')
+	q := regexp.QuoteMeta("qm" + w.Groups[0] + "." + ss + ":")
+	endRE := regexp.MustCompile(q + `E(\d+) ?([0-9.]*)\r?\n`)
+	exitRE := regexp.MustCompile(q + `X(\d+)\r?\n`)
 	began := time.Now()
 
 	w, err = wait(ctx, res.OutputStart, spec(endRE, exitRE))
@@ -180,6 +209,9 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 		res.Duration = time.Since(began)
 		res.OutputEnd, res.Cursor = w.Start, w.End
 		res.ExitStatus, _ = strconv.Atoi(w.Groups[0])
+		if w.Index == 0 {
+			res.Uptime, _ = strconv.ParseFloat(w.Groups[1], 64)
+		}
 		res.Completed = w.Index == 0
 		res.ShellExited = w.Index == 1
 		return res, nil
@@ -232,20 +264,31 @@ func interrupt(ctx context.Context, con Console, wait WaitFunc, res Result, grac
 }
 
 func newNonce() string {
-	var b [6]byte
+	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// Frame returns the lines that run command with the markers of nonce.
-// Most commands fit one line; others are carried in the variable __qmc,
-// a piece a line, and run from it.
-func Frame(command, nonce string) []string {
-	head := "read -r __qm __qmx </proc/uptime 2>/dev/null;trap 'printf \"qm%s:X%d\\n\" " + nonce + " $?' 0;" +
-		"printf 'qm%s:S%s %s\\n' " + nonce + " \"$-\" \"$__qm\";unset __qm __qmx;"
-	tail := ";printf 'qm%s:E%d\\n' " + nonce + " $?;trap - 0"
+// missingRE is a shell's answer to a call of a function it does not
+// have: ash "sh: __qm1: not found", dash "dash: 1: __qm1: not found",
+// bash "bash: __qm1: command not found".
+var missingRE = regexp.MustCompile(`__qm1: (?:command )?not found`)
+
+// Definition is the line that defines the framing function with nonce
+// (8 hex digits): see the package comment.
+func Definition(nonce string) string {
+	return "__qmn=" + nonce + ";__qm1(){ __qms=$__qmn.$1;__qmc=$2;set --;read -r __qmu __qmx </proc/uptime 2>/dev/null;" +
+		"trap \"printf 'qm%s:X%d\\n' $__qms \\$?\" 0;printf 'qm%s:S%s\\n' $__qms \"$-\";" +
+		"command eval \"$__qmc\" </dev/null;printf 'qm%s:E%d %s\\n' $__qms $? \"$__qmu\";trap - 0;unset __qmc;}"
+}
+
+// Call returns the lines that run command as call seq of the framing
+// function. Most commands fit one line; others are carried in the
+// variable __qmc, a piece a line.
+func Call(command string, seq int) []string {
+	n := strconv.Itoa(seq)
 	if typeable(command) && len(command) < maxLine && !strings.Contains(command, "\n") {
-		return []string{head + "command eval '" + quote(command) + "' </dev/null" + tail}
+		return []string{"__qm1 " + n + " '" + quote(command) + "'"}
 	}
 	var lines []string
 	first := true
@@ -272,7 +315,7 @@ func Frame(command, nonce string) []string {
 		}
 		lines = append(lines, "unset __qmp")
 	}
-	return append(lines, head+"command eval \"$__qmc\" </dev/null"+";printf 'qm%s:E%d\\n' "+nonce+" $?;unset __qmc;trap - 0")
+	return append(lines, "__qm1 "+n+" \"$__qmc\"")
 }
 
 // typeable reports whether every byte of s can be typed as it is: printable
