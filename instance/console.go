@@ -62,10 +62,7 @@ func (i *Instance) Exec(ctx context.Context, req shell.Request) (res shell.Resul
 	}
 	defer release()
 	i.mu.Lock()
-	if i.execSeq == 0 {
-		i.execSeq = 1000 + int(time.Now().UnixNano()%9000)
-	}
-	i.execSeq++
+	i.execSeq = 10 + (i.execSeq+1)%90
 	req.Seq = i.execSeq
 	i.mu.Unlock()
 	req.Wait = func(ctx context.Context, since int64, spec serial.Spec) (serial.Result, error) {

@@ -5,14 +5,13 @@
 //
 // Every typed byte costs: the guest echoes it through its UART, a fraction
 // of a millisecond each under TCG. So the framing lives in a shell
-// function, __qm1, defined the first time a shell does not know it (one
+// function, _qm, defined the first time a shell does not know it (one
 // line, then the shell keeps it), and a call types only
 //
-//	__qm1 SEQ 'CMD'
+//	_qm SEQ 'CMD'
 //
-// The function prints a start marker, runs CMD with "command eval" </dev/null,
-// and prints an end marker with its exit status (and the guest's uptime at
-// the start); an EXIT trap prints a third marker if CMD ends the shell.
+// (CMD unquoted when it is one plain word). The function prints a start marker, runs CMD with "command eval" </dev/null,
+// and prints an end marker with its exit status; an EXIT trap prints a third marker if CMD ends the shell.
 // Each marker carries the function's nonce, random at its definition, and
 // the call's sequence number; they are assembled by printf from separate
 // words, so neither the echo nor a command's output (which cannot know the
@@ -21,8 +20,7 @@
 // had been typed; a syntax error in CMD is eval's error, and "command"
 // keeps it from aborting the rest, as an interactive dash or ash would.
 // stdin is /dev/null: a program that reads input ends instead of waiting.
-// The function leaves its variables (__qmn, __qms, __qmc, __qmu, __qmx)
-// in the shell. Commands with control characters, non-ASCII bytes or
+// The function leaves its variables (__qmn, __qms, __qmc) in the shell. Commands with control characters, non-ASCII bytes or
 // long lines are carried in __qmc, piece by piece, so that no line
 // exceeds what a line editor takes (BusyBox: 1,024 bytes) and no byte is
 // taken for an editing key.
@@ -73,8 +71,11 @@ type Request struct {
 	Grace time.Duration
 	// Newline ends each typed line (default "\r", the Enter key).
 	Newline string
-	// Seq numbers the call among the console's calls (default: from the
-	// clock); a marker of another call is never taken for this one's.
+	// noUptime is set on the follow-up that asks for the uptime.
+	noUptime bool
+	// Seq numbers the call among the console's calls, 10 to 99 (two
+	// digits to type; default: from the clock): a late marker of one of
+	// the calls before is never taken for this one's.
 	Seq int
 }
 
@@ -100,8 +101,9 @@ type Result struct {
 	// it, it most likely has no controlling terminal and Ctrl-C reaches
 	// nothing.
 	JobControl bool
-	// Uptime is the guest's uptime in seconds when the command started
-	// (from /proc/uptime), 0 when unknown.
+	// Uptime is the guest's uptime in seconds when the command started,
+	// asked (from /proc/uptime, by a second call) only when the output has
+	// printk-timestamped lines; 0 otherwise.
 	Uptime float64
 	// Duration is the time from the start marker to the end marker, as
 	// the host saw them.
@@ -140,7 +142,7 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	}
 	seq := req.Seq
 	if seq <= 0 {
-		seq = int(time.Now().UnixNano() % 1000000)
+		seq = 10 + int(time.Now().UnixNano()%90)
 	}
 	call := Call(req.Command, seq)
 	start := time.Now()
@@ -167,7 +169,7 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 		return res, err
 	}
 	ss := strconv.Itoa(seq)
-	startRE := regexp.MustCompile(`qm([0-9a-f]{8})\.` + ss + `:S([A-Za-z]*)\r?\n`)
+	startRE := regexp.MustCompile(`qm([0-9a-f]{6})\.` + ss + `:S([A-Za-z]*)\r?\n`)
 	spec := func(pats ...*regexp.Regexp) serial.Spec {
 		return serial.Spec{Patterns: pats, Panic: req.Panic, Timeout: max(time.Until(deadline), time.Millisecond), MaxOutput: 64}
 	}
@@ -197,7 +199,7 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	res.OutputStart, res.Cursor = w.End, w.End
 	res.JobControl = strings.ContainsRune(w.Groups[1], 'm')
 	q := regexp.QuoteMeta("qm" + w.Groups[0] + "." + ss + ":")
-	endRE := regexp.MustCompile(q + `E(\d+) ?([0-9.]*)\r?\n`)
+	endRE := regexp.MustCompile(q + `E(\d+)\r?\n`)
 	exitRE := regexp.MustCompile(q + `X(\d+)\r?\n`)
 	began := time.Now()
 
@@ -209,11 +211,11 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 		res.Duration = time.Since(began)
 		res.OutputEnd, res.Cursor = w.Start, w.End
 		res.ExitStatus, _ = strconv.Atoi(w.Groups[0])
-		if w.Index == 0 {
-			res.Uptime, _ = strconv.ParseFloat(w.Groups[1], 64)
-		}
 		res.Completed = w.Index == 0
 		res.ShellExited = w.Index == 1
+		if res.Completed && !req.noUptime {
+			res.Uptime, res.Cursor = uptimeAtStart(ctx, con, req, buf, res, seq)
+		}
 		return res, nil
 	}
 	res.OutputEnd, res.Cursor = w.Cursor, w.Cursor
@@ -224,6 +226,46 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	}
 	res.TimedOut = true
 	return interrupt(ctx, con, wait, res, grace, nl)
+}
+
+// uptimeAtStart is the guest's uptime when the command started, asked
+// only when its output has lines with a printk timestamp (which tell
+// kernel messages apart, see SplitKernel): a follow-up call reads
+// /proc/uptime, less the time since the start marker as the host saw it.
+// 0 when it cannot tell. cursor is past the follow-up, if there was one.
+func uptimeAtStart(ctx context.Context, con Console, req Request, buf *serial.Buffer, res Result, seq int) (up float64, cursor int64) {
+	cursor = res.Cursor
+	n := res.OutputEnd - res.OutputStart
+	if n <= 0 || n > 8<<20 {
+		return 0, cursor
+	}
+	page, err := buf.ReadPage(res.OutputStart, int(n))
+	if err != nil || !stampRE.Match(page.Data) {
+		return 0, cursor
+	}
+	t0 := time.Now().Add(-res.Duration)
+	f := req
+	f.Command, f.Timeout, f.noUptime, f.Seq = "cat /proc/uptime", 5*time.Second, true, 10+(seq+45)%90
+	r, err := Run(ctx, con, f)
+	if r.Cursor > cursor {
+		cursor = r.Cursor
+	}
+	if err != nil || !r.Completed || r.ExitStatus != 0 || r.OutputEnd <= r.OutputStart {
+		return 0, cursor
+	}
+	out, _ := buf.ReadPage(r.OutputStart, int(r.OutputEnd-r.OutputStart))
+	fields := strings.Fields(string(out.Data))
+	if len(fields) == 0 {
+		return 0, cursor
+	}
+	up, err = strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return 0, cursor
+	}
+	// The read happened between the follow-up's markers: take its start,
+	// and a little more for how late the host saw the first marker.
+	since := time.Since(t0) - r.Duration + 50*time.Millisecond
+	return max(up-since.Seconds(), 0.000001), cursor
 }
 
 // interrupt sends Ctrl-C and checks with a probe line that the shell
@@ -264,22 +306,22 @@ func interrupt(ctx context.Context, con Console, wait WaitFunc, res Result, grac
 }
 
 func newNonce() string {
-	var b [4]byte
+	var b [3]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
 // missingRE is a shell's answer to a call of a function it does not
-// have: ash "sh: __qm1: not found", dash "dash: 1: __qm1: not found",
-// bash "bash: __qm1: command not found".
-var missingRE = regexp.MustCompile(`__qm1: (?:command )?not found`)
+// have: ash "sh: _qm: not found", dash "dash: 1: _qm: not found",
+// bash "bash: _qm: command not found".
+var missingRE = regexp.MustCompile(`_qm: (?:command )?not found`)
 
 // Definition is the line that defines the framing function with nonce
-// (8 hex digits): see the package comment.
+// (6 hex digits): see the package comment.
 func Definition(nonce string) string {
-	return "__qmn=" + nonce + ";__qm1(){ __qms=$__qmn.$1;__qmc=$2;set --;read -r __qmu __qmx </proc/uptime 2>/dev/null;" +
+	return "__qmn=" + nonce + ";_qm(){ __qms=$__qmn.$1;__qmc=$2;set --;" +
 		"trap \"printf 'qm%s:X%d\\n' $__qms \\$?\" 0;printf 'qm%s:S%s\\n' $__qms \"$-\";" +
-		"command eval \"$__qmc\" </dev/null;printf 'qm%s:E%d %s\\n' $__qms $? \"$__qmu\";trap - 0;unset __qmc;}"
+		"command eval \"$__qmc\" </dev/null;printf 'qm%s:E%d\\n' $__qms $?;trap - 0;unset __qmc;}"
 }
 
 // Call returns the lines that run command as call seq of the framing
@@ -287,8 +329,11 @@ func Definition(nonce string) string {
 // variable __qmc, a piece a line.
 func Call(command string, seq int) []string {
 	n := strconv.Itoa(seq)
+	if plainWord(command) {
+		return []string{"_qm " + n + " " + command}
+	}
 	if typeable(command) && len(command) < maxLine && !strings.Contains(command, "\n") {
-		return []string{"__qm1 " + n + " '" + quote(command) + "'"}
+		return []string{"_qm " + n + " '" + quote(command) + "'"}
 	}
 	var lines []string
 	first := true
@@ -315,7 +360,22 @@ func Call(command string, seq int) []string {
 		}
 		lines = append(lines, "unset __qmp")
 	}
-	return append(lines, "__qm1 "+n+" \"$__qmc\"")
+	return append(lines, "_qm "+n+" \"$__qmc\"")
+}
+
+// plainWord reports whether s is one word that needs no quotes (true,
+// uname, ./run-tests): every byte typed is echoed, and costs.
+func plainWord(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '/' || c == '-' || c == '+' || c == ':' || c == ',' || c == '@') {
+			return false
+		}
+	}
+	return true
 }
 
 // typeable reports whether every byte of s can be typed as it is: printable
