@@ -169,6 +169,11 @@ func TestShells(t *testing.T) {
 			if res, out := p.run(t, "echo after", 10*time.Second); out != "after\n" || !res.Completed {
 				t.Fatalf("after the interrupt: %+v %q", res, out)
 			}
+			// A shell without the function (a new one) gets it again.
+			p.run(t, "unset -f _qm", 10*time.Second)
+			if res, out := p.run(t, "echo defined again", 10*time.Second); out != "defined again\n" || !res.Completed {
+				t.Fatalf("after unset -f: %+v %q", res, out)
+			}
 			if res, _ := p.run(t, "exit 3", 10*time.Second); !res.ShellExited || res.ExitStatus != 3 {
 				t.Fatalf("exit 3: %+v", res)
 			}
