@@ -661,8 +661,8 @@ func (i *Instance) Running() (*qemu.Machine, error) {
 	return mch, nil
 }
 
-// exited reports whether the instance's QEMU has exited.
-func (i *Instance) exited() bool {
+// qemuExited reports whether the instance's QEMU has exited.
+func (i *Instance) qemuExited() bool {
 	mch := i.Machine()
 	if mch == nil {
 		return false

@@ -352,7 +352,7 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 		if prev != nil && prev.State() != Stopped {
 			m.mu.Unlock()
 			if !spec.Restart {
-				if prev.exited() {
+				if prev.qemuExited() {
 					// Its QEMU is gone (the guest powered off) and its
 					// cleanup runs: milliseconds, then it is stopped.
 					select {
