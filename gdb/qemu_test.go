@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -68,9 +68,7 @@ type guest struct {
 
 func bootTiny(t *testing.T, ctx context.Context) *guest {
 	t.Helper()
-	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
-		t.Skip("qemu-system-riscv64 not in PATH (install qemu-system-misc): skipping the real-QEMU test")
-	}
+	bin := testguest.QEMU(t)
 	img, err := loadTiny()
 	if err != nil {
 		t.Fatalf("load %s: %v", tinyELF, err)
@@ -83,7 +81,7 @@ func bootTiny(t *testing.T, ctx context.Context) *guest {
 	sock := filepath.Join(dir, "gdb.sock")
 	// -chardev is reserved to the server (qemu.CheckExtraArgs), but -gdb
 	// takes a chardev description of its own.
-	cfg := qemu.NewConfig(qemu.WithKernel(tinyBin), qemu.WithExtraArgs("-gdb", "unix:"+sock+",server=on,wait=off"))
+	cfg := qemu.NewConfig(qemu.WithBinary(bin), qemu.WithKernel(tinyBin), qemu.WithExtraArgs("-gdb", "unix:"+sock+",server=on,wait=off"))
 	m, err := qemu.Start(ctx, qemu.Runtime{
 		SerialBase: filepath.Join(dir, "serial-1"),
 		QMPSocket:  filepath.Join(dir, "qmp-1.sock"),

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 	"github.com/qemu-mcp/qemu-mcp/tap/taptest"
@@ -80,10 +81,7 @@ func (c *console) String() string {
 // "icmp", "arp") and tcpdump make of the traffic.
 func TestCaptureUBootPing(t *testing.T) {
 	taptest.Require(t)
-	qemu, err := exec.LookPath("qemu-system-riscv64")
-	if err != nil {
-		t.Skip("qemu-system-riscv64 is not installed (apt-get install qemu-system-misc)")
-	}
+	qemu := testguest.QEMU(t)
 	if _, err := os.Stat(ubootImage); err != nil {
 		t.Skipf("no U-Boot image (apt-get install u-boot-qemu): %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 
@@ -70,11 +71,17 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// The machines these tests start run the QEMU under test (see
+// testguest.QEMUPath), found where the server finds its own.
+func init() {
+	if p := testguest.QEMUPath(); p != "" {
+		lookPath = func(string) (string, error) { return p, nil }
+	}
+}
+
 func needQEMU(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath(DefaultBinary); err != nil {
-		t.Skip("qemu-system-riscv64 not found: run scripts/deps (installs qemu-system-misc)")
-	}
+	testguest.NeedQEMU(t)
 	k, err := filepath.Abs("../testdata/images/tiny.bin")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ func TestPartialStartIsUndone(t *testing.T) {
 	dir := shortDir(t)
 	// A wrapper that stops QEMU right after exec: its socket never answers.
 	wrapper := filepath.Join(dir, "frozen-qemu")
-	qemu, _ := exec.LookPath(DefaultBinary)
+	qemu := testguest.QEMU(t)
 	os.WriteFile(wrapper, []byte("#!/bin/sh\nkill -STOP $$\nexec "+qemu+" \"$@\"\n"), 0o755)
 	_, err := Start(context.Background(), Runtime{SerialBase: testSerial(dir, 2), QMPSocket: testSocket(dir, 2), ConnectTimeout: 300 * time.Millisecond},
 		NewConfig(WithBinary(wrapper), WithKernel(k)))

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
 
 // testTimeout bounds every wait in the tests so that a bug shows up as a
@@ -104,28 +106,12 @@ type qemuProc struct {
 // wait for the socket to appear.
 func startQEMU(t *testing.T) *qemuProc {
 	t.Helper()
-	bin, err := exec.LookPath("qemu-system-riscv64")
-	if err != nil {
-		t.Skip("qemu-system-riscv64 not found: run scripts/setup (installs qemu-system-misc)")
-	}
 	sock := socketPath(t)
-	cmd := exec.CommandContext(t.Context(), bin,
+	started := time.Now()
+	p := testguest.StartQEMU(t, "",
 		"-M", "virt", "-bios", "none", "-S", "-display", "none", "-nodefaults",
 		"-qmp", "unix:"+sock+",server=on,wait=off")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start qemu: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() && stderr.Len() > 0 {
-			t.Logf("qemu stderr:\n%s", stderr.String())
-		}
-	})
-	return &qemuProc{cmd: cmd, sock: sock, started: started}
+	return &qemuProc{cmd: p.Cmd, sock: sock, started: started}
 }
 
 // connectQEMU starts QEMU and returns a connected Monitor for it.

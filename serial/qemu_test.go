@@ -1,12 +1,12 @@
 package serial
 
 import (
-	"bytes"
 	"os"
-	"os/exec"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
 
 // uBootSMode is Debian's u-boot-qemu build for QEMU's riscv64 virt board in
@@ -16,10 +16,6 @@ const uBootSMode = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"
 // TestRealQEMU boots U-Boot in a real QEMU attached to a Console, stops
 // autoboot, runs "version" and finally checks Finish after QEMU is killed.
 func TestRealQEMU(t *testing.T) {
-	qemu, err := exec.LookPath("qemu-system-riscv64")
-	if err != nil {
-		t.Skip("qemu-system-riscv64 not in PATH; skipping the real-QEMU test")
-	}
 	if _, err := os.Stat(uBootSMode); err != nil {
 		t.Skipf("%s missing (Debian package u-boot-qemu); skipping the real-QEMU test", uBootSMode)
 	}
@@ -35,25 +31,12 @@ func TestRealQEMU(t *testing.T) {
 	}
 	t.Cleanup(func() { c.Close() })
 
-	var stderr bytes.Buffer
-	cmd := exec.Command(qemu,
+	p := testguest.StartQEMU(t, "",
 		"-M", "virt", "-m", "256M", "-bios", "default",
 		"-display", "none", "-nodefaults",
 		"-chardev", "pipe,id=s0,path="+c.Base(), "-serial", "chardev:s0",
 		"-kernel", uBootSMode)
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill() // this exact process, by PID
-		<-exited
-	})
+	cmd, exited := p.Cmd, p.Done
 
 	buf := c.Buffer()
 	wait := func(since int64, re string, timeout time.Duration) Match {
@@ -62,7 +45,7 @@ func TestRealQEMU(t *testing.T) {
 		if err != nil || !m.Matched {
 			out, _ := buf.Read(0, 0)
 			t.Fatalf("waiting for %q: %v; timed out %v, finished %v\nconsole:\n%s\nqemu stderr:\n%s",
-				re, err, m.TimedOut, m.Finished, out, stderr.Bytes())
+				re, err, m.TimedOut, m.Finished, out, p.Stderr())
 		}
 		return m
 	}

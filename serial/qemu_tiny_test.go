@@ -5,10 +5,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
 
 // tinyKernel is the project's test kernel (testdata/images/tiny/README.md).
@@ -27,34 +28,14 @@ func floodPattern(n int) []byte {
 
 // startTiny boots the tiny kernel under OpenSBI in a real QEMU attached
 // to c, and kills that process (and only it) at cleanup.
-func startTiny(t *testing.T, qemu string, c *Console) (stop func()) {
+func startTiny(t *testing.T, c *Console) (stop func()) {
 	t.Helper()
-	var stderr bytes.Buffer
-	cmd := exec.Command(qemu,
+	p := testguest.StartQEMU(t, "",
 		"-M", "virt", "-m", "128M", "-bios", "default",
 		"-display", "none", "-nodefaults",
 		"-chardev", "pipe,id=s0,path="+c.Base(), "-serial", "chardev:s0",
 		"-kernel", tinyKernel)
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(exited)
-	}()
-	stop = func() {
-		cmd.Process.Kill() // this exact process, by PID
-		<-exited
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() && stderr.Len() > 0 {
-			t.Logf("qemu stderr:\n%s", stderr.Bytes())
-		}
-	})
-	return stop
+	return p.Kill
 }
 
 // TestRealQEMUTinyFlood boots the tiny kernel with a 256 KiB ring and a
@@ -62,10 +43,7 @@ func startTiny(t *testing.T, qemu string, c *Console) (stop func()) {
 // from the transcript), interrupts a flood with Ctrl-C, and has the
 // kernel panic.
 func TestRealQEMUTinyFlood(t *testing.T) {
-	qemu, err := exec.LookPath("qemu-system-riscv64")
-	if err != nil {
-		t.Skip("qemu-system-riscv64 not in PATH; skipping the real-QEMU test")
-	}
+	testguest.NeedQEMU(t)
 	if _, err := os.Stat(tinyKernel); err != nil {
 		t.Skipf("%s missing; skipping the real-QEMU test", tinyKernel)
 	}
@@ -82,7 +60,7 @@ func TestRealQEMUTinyFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	stop := startTiny(t, qemu, c)
+	stop := startTiny(t, c)
 	buf := c.Buffer()
 
 	wait := func(since int64, timeout time.Duration, patterns ...string) Result {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -18,17 +17,13 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 const uboot = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"
 
-func needQEMU(t testing.TB) {
-	t.Helper()
-	if _, err := exec.LookPath("qemu-system-riscv64"); err != nil {
-		t.Skip("qemu-system-riscv64 not found: run scripts/deps (installs qemu-system-misc, opensbi, u-boot-qemu)")
-	}
-}
+func needQEMU(t testing.TB) { t.Helper(); testguest.NeedQEMU(t) }
 
 type session struct {
 	t   testing.TB
@@ -71,7 +66,7 @@ func newSessionAs(t testing.TB, client string, adjust func(*tools.Config), copts
 	// Each session has its own lock: tests of other packages boot guests
 	// from this repository at the same time.
 	cfg := tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test", Logger: log,
-		LockFile: filepath.Join(t.TempDir(), "qemu.lock")}
+		LockFile: filepath.Join(t.TempDir(), "qemu.lock"), QEMUBinary: testguest.QEMU(t)}
 	if adjust != nil {
 		adjust(&cfg)
 	}

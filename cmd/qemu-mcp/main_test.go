@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
 
 // The test binary doubles as qemu-mcp: with QEMU_MCP_TEST_MAIN set it runs
@@ -25,7 +26,12 @@ import (
 func TestMain(m *testing.M) {
 	switch os.Getenv("QEMU_MCP_TEST_MAIN") {
 	case "server":
-		os.Exit(run(os.Args[1:], os.Stderr))
+		args := os.Args[1:]
+		// The QEMU under test; the server itself finds QEMU by name.
+		if q := os.Getenv(testguest.QEMUEnv); q != "" {
+			args = append([]string{"-qemu", q}, args...)
+		}
+		os.Exit(run(args, os.Stderr))
 	case "spawner":
 		// Plays an MCP client that starts the server, handing it our own
 		// stdin and stdout, then waits to be killed.
@@ -60,12 +66,7 @@ func serverCmd(dir string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-func needQEMU(t *testing.T) {
-	t.Helper()
-	if _, err := exec.LookPath("qemu-system-riscv64"); err != nil {
-		t.Skip("qemu-system-riscv64 not found: run scripts/deps (installs qemu-system-misc)")
-	}
-}
+func needQEMU(t *testing.T) { t.Helper(); testguest.NeedQEMU(t) }
 
 func runtimeDir(t *testing.T) string {
 	t.Helper()

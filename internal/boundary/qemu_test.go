@@ -12,27 +12,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
 // These tests check the rule tables against a real qemu-system-riscv64 7.2.
 
-const qemuBinary = "qemu-system-riscv64"
-
 func qemuPath(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath(qemuBinary)
-	if err != nil {
-		t.Skipf("%s not found in PATH (install qemu-system-misc or run scripts/setup); skipping the checks against real QEMU", qemuBinary)
-	}
-	return bin
+	return testguest.QEMU(t)
 }
 
 // startQEMU starts a paused riscv64 virt machine in dir and returns a
 // connected monitor.
 func startQEMU(t *testing.T, dir string) *qmp.Monitor {
 	t.Helper()
-	bin := qemuPath(t)
 	// t.TempDir can be too long for sun_path.
 	sockDir, err := os.MkdirTemp("", "bq")
 	if err != nil {
@@ -40,21 +34,8 @@ func startQEMU(t *testing.T, dir string) *qmp.Monitor {
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	sock := filepath.Join(sockDir, "q.sock")
-	cmd := exec.Command(bin, "-M", "virt", "-bios", "none", "-S", "-display", "none", "-nodefaults",
+	testguest.StartQEMU(t, dir, "-M", "virt", "-bios", "none", "-S", "-display", "none", "-nodefaults",
 		"-qmp", "unix:"+sock+",server=on,wait=off")
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start qemu: %v", err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() && stderr.Len() > 0 {
-			t.Logf("qemu stderr:\n%s", stderr.String())
-		}
-	})
 	m := qmp.New(sock)
 	t.Cleanup(func() { m.Disconnect() })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -1,15 +1,18 @@
 // Package testguest finds the guests the tests boot (the built-in tiny
-// kernel, Debian's U-Boot, the Linux guest of testdata/linux) and QEMU
-// itself, and skips a test with a message that says how to get what is
-// missing. scripts/test provides all of them, so in CI nothing skips.
+// kernel, Debian's U-Boot, the Linux guest of testdata/linux) and the QEMU
+// they run, starts QEMU for tests that drive it without the server, and
+// skips a test with a message that says how to get what is missing.
+// scripts/test provides all of them, so in CI nothing skips.
 package testguest
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -26,12 +29,107 @@ func Repo() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// NeedQEMU skips the test when qemu-system-riscv64 is not installed.
-func NeedQEMU(t testing.TB) {
+// QEMUEnv names the qemu-system-riscv64 the tests run; empty means the
+// one on PATH. scripts/test runs the QEMU-facing tests once per QEMU it
+// knows (Debian's 7.2, and 11.x from scripts/qemu11), setting it.
+const QEMUEnv = "QEMU_MCP_QEMU"
+
+// Facing is the mark QEMU leaves in a test's log: scripts/test counts the
+// tests that carry it per QEMU, and fails a run in which one of them
+// skipped without being expected to.
+const Facing = "[qemu-facing]"
+
+// QEMUPath is the qemu-system-riscv64 the tests run: $QEMU_MCP_QEMU, else
+// the one on PATH; "" if there is none. Tests that start a server pass it
+// on (-qemu, tools.Config.QEMUBinary); use QEMU in a test, which also
+// marks it.
+func QEMUPath() string {
+	if p := os.Getenv(QEMUEnv); p != "" {
+		return p
+	}
+	p, _ := exec.LookPath("qemu-system-riscv64")
+	return p
+}
+
+var marked sync.Map // test name -> struct{}
+
+// QEMU returns the qemu-system-riscv64 the test is to run (see QEMUPath)
+// and marks the test as QEMU-facing; it skips the test if there is none.
+func QEMU(t testing.TB) string {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-system-riscv64"); err != nil {
+	p := QEMUPath()
+	if _, loaded := marked.LoadOrStore(t.Name(), struct{}{}); !loaded {
+		t.Logf("%s %s", Facing, p)
+	}
+	if p == "" {
 		t.Skip("qemu-system-riscv64 not found: run scripts/deps (installs qemu-system-misc, opensbi, u-boot-qemu)")
 	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s=%s: %v (scripts/qemu11 makes QEMU 11's wrapper)", QEMUEnv, p, err)
+	}
+	return p
+}
+
+// NeedQEMU skips the test when QEMU is missing (see QEMU).
+func NeedQEMU(t testing.TB) { t.Helper(); QEMU(t) }
+
+// Process is a QEMU a test started with StartQEMU.
+type Process struct {
+	Cmd *exec.Cmd
+	// Done is closed once QEMU exited and was waited for.
+	Done <-chan struct{}
+
+	mu     sync.Mutex
+	stderr bytes.Buffer
+}
+
+// Stderr is what QEMU wrote to its standard error so far.
+func (p *Process) Stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func (p *Process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.Write(b)
+}
+
+// Kill ends this QEMU (the process the test started, by its PID) and
+// waits for it.
+func (p *Process) Kill() {
+	p.Cmd.Process.Kill()
+	<-p.Done
+}
+
+// StartQEMU starts the QEMU under test (see QEMU) with args, in dir if
+// it is not empty. It is killed when the test ends, and what it wrote to
+// stderr is logged if the test failed.
+func StartQEMU(t testing.TB, dir string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(QEMU(t), args...)
+	cmd.Dir = dir
+	p := &Process{Cmd: cmd}
+	cmd.Stderr = p
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start qemu: %v", err)
+	}
+	done := make(chan struct{})
+	p.Done = done
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			if s := p.Stderr(); s != "" {
+				t.Logf("qemu stderr:\n%s", s)
+			}
+		}
+	})
+	return p
 }
 
 // Tiny returns the built-in tiny kernel's image.
