@@ -1,0 +1,406 @@
+// Package caps finds out what a qemu-system-riscv64 binary can do with a
+// RISC-V guest's saved state, by trying it on a small guest rather than
+// reading its version: whether a loaded snapshot keeps the guest's timer,
+// whether a snapshot loads into the QEMU that runs the guest (in place),
+// and whether a checkpoint taken during a replay reloads faithfully with
+// the double load. The answers are decided once per binary, keyed by its
+// path, size and modification time, kept for the process and in a cache
+// file (written atomically), and probing never hangs: every probe is
+// bounded by a timeout, and one that fails says so (the server then takes
+// the safe path). See docs in qemu-state.md for what the probes look for.
+package caps
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// probeVersion changes whenever a probe changes what it decides: cached
+// answers of another version are probed again.
+const probeVersion = 1
+
+// Answers of a probe.
+const (
+	Yes    = "yes"
+	No     = "no"
+	Failed = "failed"
+)
+
+// Result is one capability's answer.
+type Result struct {
+	// Answer is Yes, No or Failed (the probe could not tell: the server
+	// takes the safe path).
+	Answer string `json:"answer"`
+	// Detail says what the probe saw.
+	Detail string `json:"detail,omitempty"`
+	// Millis is how long the probe took.
+	Millis int64 `json:"ms"`
+}
+
+// Yes reports whether the capability was probed and is there.
+func (r Result) Yes() bool { return r.Answer == Yes }
+
+// Caps is what one QEMU binary was found to do.
+type Caps struct {
+	Binary  string    `json:"binary"`
+	Size    int64     `json:"size"`
+	ModTime time.Time `json:"mtime"`
+	Version string    `json:"version,omitempty"`
+	Probed  time.Time `json:"probed_at"`
+	// ProbeVersion is probeVersion when the answers were decided.
+	ProbeVersion int `json:"probe_version"`
+	// TimerKept: a snapshot loaded into a fresh QEMU gives the guest its
+	// timer back (mtime where the save left it, and the supervisor timer
+	// it had programmed still fires). Without it, the server repairs the
+	// timer after every load.
+	TimerKept Result `json:"timer_kept"`
+	// InPlaceLoad: a snapshot loads into the QEMU that runs the guest and
+	// the guest goes on (answers, and its time runs forward).
+	InPlaceLoad Result `json:"in_place_load"`
+	// ReplayCheckpoint: a checkpoint saved during a replay, loaded with
+	// the double load (load, step one instruction, load again), replays
+	// on to the same state as a replay from the start.
+	ReplayCheckpoint Result `json:"replay_checkpoint"`
+}
+
+// Key identifies a binary: its path, size and modification time.
+type Key struct {
+	Path    string
+	Size    int64
+	ModTime time.Time
+}
+
+// KeyOf stats path (following symlinks: a link to a new QEMU is a new
+// binary).
+func KeyOf(path string) (Key, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Key{}, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return Key{}, err
+	}
+	return Key{Path: abs, Size: fi.Size(), ModTime: fi.ModTime().UTC()}, nil
+}
+
+func (k Key) matches(c *Caps) bool {
+	return c.Binary == k.Path && c.Size == k.Size && c.ModTime.Equal(k.ModTime) && c.ProbeVersion == probeVersion
+}
+
+// decided holds the answers known to this process, by Key: whoever asks
+// about a binary gets the same answers.
+var decided sync.Map // Key -> *Caps
+
+// Known returns the answers for the binary at path if they are decided
+// (probed by this process, or read from a cache by a Prober).
+func Known(path string) (*Caps, bool) {
+	k, err := KeyOf(path)
+	if err != nil {
+		return nil, false
+	}
+	c, ok := decided.Load(k)
+	if !ok {
+		return nil, false
+	}
+	return c.(*Caps), true
+}
+
+// TimerKept reports whether the binary at path is known to keep a loaded
+// guest's timer; false when it is not known (the safe answer).
+func TimerKept(path string) bool {
+	c, ok := Known(path)
+	return ok && c.TimerKept.Yes()
+}
+
+// Config configures a Prober.
+type Config struct {
+	// CacheDir holds the cached answers (one file per binary); empty
+	// means no cache file.
+	CacheDir string
+	// WorkDir is where probes put their guests' FIFOs, sockets and images
+	// (a private directory of its own is made in it for each run and
+	// removed after); it should be short (unix socket paths) and private.
+	WorkDir string
+	// Owner names the work directory: "probe-<Owner>" (a tag of
+	// names.Owner), so that a reaper can tell whose it is.
+	Owner string
+	// Kernel is the tiny kernel the probes boot (its bytes).
+	Kernel []byte
+	// Timeout bounds each probe; 0 means 30 s.
+	Timeout time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// State is how far a binary's probing is.
+type State string
+
+const (
+	NotProbed State = "not probed yet"
+	Probing   State = "probing"
+	Probed    State = "probed"
+)
+
+// Prober decides the answers for binaries, in the background, once each.
+type Prober struct {
+	cfg Config
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight map[Key]chan struct{}
+	errs     map[Key]error
+}
+
+// New returns a Prober; Close stops its probes.
+func New(cfg Config) *Prober {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Prober{cfg: cfg, log: log, ctx: ctx, cancel: cancel, inflight: map[Key]chan struct{}{}, errs: map[Key]error{}}
+}
+
+// Close stops probes in progress (their QEMUs are killed, their files
+// removed) and waits for them.
+func (p *Prober) Close() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// Status says how far the binary at path is, and its answers once
+// probed. It reads the cache file if the answers are not known yet.
+func (p *Prober) Status(path string) (State, *Caps, error) {
+	k, err := KeyOf(path)
+	if err != nil {
+		return NotProbed, nil, err
+	}
+	if c, ok := decided.Load(k); ok {
+		return Probed, c.(*Caps), nil
+	}
+	if c := p.readCache(k); c != nil {
+		decided.Store(k, c)
+		return Probed, c, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.inflight[k]; ok {
+		return Probing, nil, nil
+	}
+	return NotProbed, nil, p.errs[k]
+}
+
+// Start decides the answers for the binary at path in the background,
+// unless they are known (or in the cache) or being decided. It returns a
+// channel closed when they are.
+func (p *Prober) Start(path string) <-chan struct{} {
+	done := make(chan struct{})
+	k, err := KeyOf(path)
+	if err != nil {
+		close(done)
+		return done
+	}
+	if _, ok := decided.Load(k); ok {
+		close(done)
+		return done
+	}
+	if c := p.readCache(k); c != nil {
+		decided.Store(k, c)
+		close(done)
+		return done
+	}
+	p.mu.Lock()
+	if ch, ok := p.inflight[k]; ok {
+		p.mu.Unlock()
+		return ch
+	}
+	if p.ctx.Err() != nil {
+		p.mu.Unlock()
+		close(done)
+		return done
+	}
+	p.inflight[k] = done
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		c, err := p.decide(p.ctx, k)
+		p.mu.Lock()
+		delete(p.inflight, k)
+		if err != nil {
+			p.errs[k] = err
+		} else {
+			delete(p.errs, k)
+		}
+		p.mu.Unlock()
+		if err != nil {
+			p.log.Warn("probing QEMU failed", "binary", k.Path, "err", err)
+		} else {
+			p.log.Info("probed QEMU", "binary", k.Path, "timer_kept", c.TimerKept.Answer,
+				"in_place_load", c.InPlaceLoad.Answer, "replay_checkpoint", c.ReplayCheckpoint.Answer)
+		}
+		close(done)
+	}()
+	return done
+}
+
+// Probe decides the answers for the binary at path now (or returns the
+// known ones).
+func (p *Prober) Probe(ctx context.Context, path string) (*Caps, error) {
+	done := p.Start(path)
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	st, c, err := p.Status(path)
+	if st != Probed {
+		if err == nil {
+			err = errors.New("probing was stopped")
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// decide probes k, unless another process is probing the same binary
+// into the same cache: then it waits for that one's answers.
+func (p *Prober) decide(ctx context.Context, k Key) (*Caps, error) {
+	unlock, err := p.lockCache(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if c := p.readCache(k); c != nil { // decided while we waited
+		decided.Store(k, c)
+		return c, nil
+	}
+	c, err := p.probeAll(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	decided.Store(k, c)
+	if err := p.writeCache(k, c); err != nil {
+		p.log.Warn("cannot cache QEMU's probed capabilities", "err", err)
+	}
+	return c, nil
+}
+
+func (p *Prober) cacheFile(k Key) string {
+	sum := sha256.Sum256([]byte(k.Path))
+	return filepath.Join(p.cfg.CacheDir, "qemu-caps", hex.EncodeToString(sum[:8])+".json")
+}
+
+func (p *Prober) readCache(k Key) *Caps {
+	if p.cfg.CacheDir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(p.cacheFile(k))
+	if err != nil {
+		return nil
+	}
+	var c Caps
+	if json.Unmarshal(b, &c) != nil || !k.matches(&c) {
+		return nil
+	}
+	return &c
+}
+
+// writeCache writes c atomically: a reader sees the old file or the new.
+func (p *Prober) writeCache(k Key, c *Caps) error {
+	if p.cfg.CacheDir == "" {
+		return nil
+	}
+	f := p.cacheFile(k)
+	if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f), ".caps-*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), f)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// lockCache takes an exclusive flock on the binary's cache entry, so that
+// servers started together probe it once; it waits for ctx at most.
+func (p *Prober) lockCache(ctx context.Context, k Key) (func(), error) {
+	if p.cfg.CacheDir == "" {
+		return func() {}, nil
+	}
+	f := p.cacheFile(k) + ".lock"
+	if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
+		return nil, err
+	}
+	lf, err := os.OpenFile(f, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { lf.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			lf.Close()
+			return nil, fmt.Errorf("lock %s: %w", f, err)
+		}
+		select {
+		case <-ctx.Done():
+			lf.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// workDir makes this run's private directory.
+func (p *Prober) workDir() (string, error) {
+	base := p.cfg.WorkDir
+	if base == "" {
+		base = os.TempDir()
+	}
+	name := "probe-" + p.cfg.Owner
+	if p.cfg.Owner == "" {
+		name = "probe-" + strconv.Itoa(os.Getpid())
+	}
+	return os.MkdirTemp(base, name+"-")
+}

@@ -1,0 +1,68 @@
+package caps
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+)
+
+func newProber(t *testing.T, cache string) *Prober {
+	t.Helper()
+	kernel, err := os.ReadFile(filepath.Join(testguest.Repo(), "testdata", "images", "tiny.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := os.MkdirTemp("", "qcaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	p := New(Config{CacheDir: cache, WorkDir: work, Owner: "test", Kernel: kernel,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	t.Cleanup(p.Close)
+	return p
+}
+
+// The probes on the QEMU under test: QEMU 7.2 loses the timer on a load
+// (qemu-state.md), so nothing works there; 11.1 keeps it, loads in place,
+// and reloads a replay's checkpoint with the double load.
+func TestProbe(t *testing.T) {
+	bin := testguest.QEMU(t)
+	cache := t.TempDir()
+	p := newProber(t, cache)
+	if st, _, _ := p.Status(bin); st != NotProbed {
+		t.Fatalf("before probing: %s", st)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	c, err := p.Probe(ctx, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(c, "", "  ")
+	t.Logf("probed in %v:\n%s", time.Since(start).Round(time.Millisecond), b)
+	want := No
+	if strings.HasPrefix(c.Version, "11.") {
+		want = Yes
+	}
+	for name, r := range map[string]Result{"timer_kept": c.TimerKept, "in_place_load": c.InPlaceLoad, "replay_checkpoint": c.ReplayCheckpoint} {
+		if r.Answer != want {
+			t.Errorf("QEMU %s: %s = %s (%s), want %s", c.Version, name, r.Answer, r.Detail, want)
+		}
+	}
+	if TimerKept(bin) != (want == Yes) {
+		t.Errorf("TimerKept = %v", TimerKept(bin))
+	}
+	// Nothing of the probes is left.
+	if ents, _ := os.ReadDir(p.cfg.WorkDir); len(ents) != 0 {
+		t.Errorf("left in the work directory: %v", ents)
+	}
+}

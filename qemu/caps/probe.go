@@ -1,0 +1,614 @@
+package caps
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qmp"
+)
+
+// The virt board's ACLINT timer: mtime counts at 10 MHz, and hart 0's
+// machine timer fires (mip.MTIP) once it reaches mtimecmp.
+const (
+	mtimeAddr    = 0x200bff8
+	mtimecmpAddr = 0x2004000
+	mtimeHz      = 10_000_000
+	stipBit      = 1 << 5 // mip.STIP: the supervisor timer (Sstc's stimecmp)
+	mtipBit      = 1 << 7 // mip.MTIP: the machine timer
+)
+
+// probeAll runs every probe on the binary k names.
+func (p *Prober) probeAll(ctx context.Context, k Key) (*Caps, error) {
+	dir, err := p.workDir()
+	if err != nil {
+		return nil, fmt.Errorf("probe QEMU: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if len(p.cfg.Kernel) == 0 {
+		return nil, errors.New("probe QEMU: no kernel to boot")
+	}
+	kernel := filepath.Join(dir, "tiny.bin")
+	if err := os.WriteFile(kernel, p.cfg.Kernel, 0o600); err != nil {
+		return nil, fmt.Errorf("probe QEMU: %w", err)
+	}
+	r := &run{p: p, dir: dir, bin: k.Path, kernel: kernel}
+	c := &Caps{Binary: k.Path, Size: k.Size, ModTime: k.ModTime, ProbeVersion: probeVersion}
+	c.Version = qemuVersion(ctx, k.Path)
+	c.TimerKept, c.InPlaceLoad = r.timed(ctx, r.stateProbes)
+	if c.TimerKept.Answer == No {
+		// A checkpoint is a snapshot: loaded, it loses the guest's timer
+		// as any other, and a guest that uses its timer then takes its
+		// interrupts elsewhere than the recording did (the tiny kernel
+		// uses none, so the replay below would not show it).
+		c.ReplayCheckpoint = no("a loaded checkpoint loses the guest's timer (timer_kept: no), so the replay of a guest that uses it diverges")
+	} else {
+		c.ReplayCheckpoint, _ = r.timed(ctx, func(ctx context.Context) (Result, Result) {
+			return r.replayProbe(ctx), Result{}
+		})
+	}
+	if ctx.Err() != nil {
+		// Stopped (the server closes): nothing was decided.
+		return nil, ctx.Err()
+	}
+	c.Probed = time.Now().UTC()
+	return c, nil
+}
+
+func qemuVersion(ctx context.Context, bin string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimPrefix(line, "QEMU emulator version ")
+}
+
+// run is one probing of one binary.
+type run struct {
+	p      *Prober
+	dir    string
+	bin    string
+	kernel string
+	n      int // machines started
+}
+
+// timed runs a probe under the timeout and times it; a probe that ran
+// out of time failed.
+func (r *run) timed(ctx context.Context, f func(context.Context) (Result, Result)) (Result, Result) {
+	pctx, cancel := context.WithTimeout(ctx, r.p.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	a, b := f(pctx)
+	ms := time.Since(start).Milliseconds()
+	for _, res := range []*Result{&a, &b} {
+		if pctx.Err() != nil && ctx.Err() == nil && res.Answer != No {
+			*res = Result{Answer: Failed, Detail: fmt.Sprintf("no answer within %v: %s", r.p.cfg.Timeout, res.Detail)}
+		}
+		res.Millis = ms
+	}
+	return a, b
+}
+
+// guest is one probe QEMU running the tiny kernel.
+type guest struct {
+	r      *run
+	m      *qemu.Machine
+	cursor int64
+}
+
+// boot starts a guest; extra are more QEMU arguments, loadvm a qcow2 to
+// attach for a load, before (if set) runs before the guest first runs.
+func (r *run) boot(ctx context.Context, gdbStub bool, loadvm string, before func(context.Context, *qemu.Machine) error, extra ...string) (*guest, error) {
+	r.n++
+	n := strconv.Itoa(r.n)
+	rt := qemu.Runtime{
+		SerialBase: filepath.Join(r.dir, "s"+n),
+		QMPSocket:  filepath.Join(r.dir, "q"+n+".sock"),
+		Logger:     r.p.log.With("probe", filepath.Base(r.bin)),
+		BeforeCont: before,
+	}
+	if gdbStub {
+		rt.GDBSocket = filepath.Join(r.dir, "g"+n+".sock")
+	}
+	opts := []qemu.Option{qemu.WithBinary(r.bin), qemu.WithKernel(r.kernel), qemu.WithMemory("64M")}
+	if len(extra) > 0 {
+		opts = append(opts, qemu.WithExtraArgs(extra...))
+	}
+	cfg := qemu.NewConfig(opts...)
+	if loadvm != "" {
+		cfg.LoadVM = &qemu.LoadVM{Path: loadvm}
+	}
+	m, err := qemu.Start(ctx, rt, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &guest{r: r, m: m}, nil
+}
+
+func (g *guest) close() {
+	// Quit is quick and polite; Close kills what is left.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	g.m.Shutdown(ctx, qemu.Quit, time.Second)
+	g.m.Close()
+}
+
+func (g *guest) mon() *qmp.Monitor { return g.m.Monitor() }
+
+// expect waits for re on the console after what the last expect saw.
+func (g *guest) expect(ctx context.Context, re string, timeout time.Duration) error {
+	m, err := g.m.Console().Buffer().Wait(ctx, g.cursor, regexp.MustCompile(re), timeout)
+	if err != nil {
+		return err
+	}
+	if !m.Matched {
+		return fmt.Errorf("the guest did not print %q within %v (it printed %q)", re, timeout, tail(m.Output))
+	}
+	g.cursor = m.Cursor
+	return nil
+}
+
+func tail(b []byte) string {
+	if len(b) > 80 {
+		b = b[len(b)-80:]
+	}
+	return string(b)
+}
+
+// typeLine types s and a return, at most 4 bytes at a time, each after
+// the guest echoed the last (a recording QEMU drops input that comes
+// faster than the guest takes it), and waits for the answer want.
+func (g *guest) typeLine(ctx context.Context, s, want string) error {
+	for i := 0; i < len(s); i += 4 {
+		chunk := s[i:min(i+4, len(s))]
+		if _, err := g.m.Console().Write(ctx, []byte(chunk)); err != nil {
+			return err
+		}
+		if err := g.expect(ctx, regexp.QuoteMeta(chunk), 5*time.Second); err != nil {
+			return err
+		}
+	}
+	if _, err := g.m.Console().Write(ctx, []byte("\r")); err != nil {
+		return err
+	}
+	return g.expect(ctx, regexp.QuoteMeta(want)+`\r\ntiny> $`, 5*time.Second)
+}
+
+func (g *guest) hmp(ctx context.Context, line string) (string, error) {
+	raw, err := g.mon().Execute(ctx, "human-monitor-command", map[string]any{"command-line": line})
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", line, err)
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "", fmt.Errorf("%s: %w", line, err)
+	}
+	return out, nil
+}
+
+func (g *guest) qmp(ctx context.Context, cmd string, args map[string]any) error {
+	var a any // no "arguments": null
+	if args != nil {
+		a = args
+	}
+	_, err := g.mon().Execute(ctx, cmd, a)
+	return err
+}
+
+// mtime reads the guest's mtime (HMP xp: QMP has no physical read).
+func (g *guest) mtime(ctx context.Context) (uint64, error) {
+	out, err := g.hmp(ctx, fmt.Sprintf("xp /1gx %#x", mtimeAddr))
+	if err != nil {
+		return 0, err
+	}
+	_, v, ok := strings.Cut(strings.TrimSpace(out), ": ")
+	if !ok {
+		return 0, fmt.Errorf("xp answered %q", out)
+	}
+	return strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(v), "0x"), 16, 64)
+}
+
+// image makes an empty qcow2 at path through the guest's QEMU (no
+// qemu-img needed), detached again after.
+func (g *guest) image(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	node := "probe-file-" + strconv.Itoa(g.r.n)
+	if err := g.qmp(ctx, "blockdev-add", map[string]any{"driver": "file", "node-name": node, "filename": path}); err != nil {
+		return err
+	}
+	err = g.mon().RunJob(ctx, "blockdev-create", map[string]any{"options": map[string]any{"driver": "qcow2", "file": node, "size": 64 << 20}})
+	if derr := g.qmp(ctx, "blockdev-del", map[string]any{"node-name": node}); err == nil {
+		err = derr
+	}
+	return err
+}
+
+// stub attaches to the guest's gdbstub, which stops the guest.
+func (g *guest) stub(ctx context.Context) (*gdb.Client, error) {
+	return gdb.Dial(ctx, "unix", g.m.Paths().GDBSocket)
+}
+
+// armTimers programs hart 0's machine timer (mtimecmp) and, if the hart
+// has Sstc, its supervisor timer (stimecmp) to fire d of guest time after
+// now, and returns the mip bits that must then be pending. The tiny
+// kernel uses neither timer and enables no interrupt, so a fired timer
+// stays pending in mip for the probe to see.
+func armTimers(ctx context.Context, c *gdb.Client, now uint64, d time.Duration) (uint64, error) {
+	at := now + uint64(d.Seconds()*mtimeHz)
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], at)
+	if err := c.SetPhysicalMemory(ctx, true); err != nil {
+		return 0, err
+	}
+	err := c.WriteMemory(ctx, mtimecmpAddr, b[:])
+	if perr := c.SetPhysicalMemory(ctx, false); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write mtimecmp: %w", err)
+	}
+	want := uint64(mtipBit)
+	if _, ok := c.Register("stimecmp"); ok {
+		if err := c.WriteRegister(ctx, "stimecmp", at); err != nil {
+			return 0, err
+		}
+		want |= stipBit
+	}
+	// Neither may be pending now (stimecmp is 0 after reset, so Sstc's
+	// timer was until it was written).
+	mip, err := c.ReadRegister(ctx, "mip")
+	if err != nil {
+		return 0, err
+	}
+	if mip&want != 0 {
+		return 0, fmt.Errorf("a timer is still pending after arming it for later (mip %#x)", mip)
+	}
+	return want, nil
+}
+
+// readMtimeStub reads mtime through the stub's physical memory mode.
+func readMtimeStub(ctx context.Context, c *gdb.Client) (uint64, error) {
+	if err := c.SetPhysicalMemory(ctx, true); err != nil {
+		return 0, err
+	}
+	b, err := c.ReadMemory(ctx, mtimeAddr, 8)
+	if perr := c.SetPhysicalMemory(ctx, false); err == nil {
+		err = perr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+const (
+	snapNode = "probe-snap"
+	tag      = "probe"
+	// timerDelay is when the armed supervisor timer fires, in guest time
+	// after the save.
+	timerDelay = 150 * time.Millisecond
+)
+
+func no(format string, args ...any) Result {
+	return Result{Answer: No, Detail: fmt.Sprintf(format, args...)}
+}
+
+func failed(what string, err error) Result {
+	return Result{Answer: Failed, Detail: what + ": " + err.Error()}
+}
+
+// stateProbes saves the tiny kernel with an armed supervisor timer, then
+// loads the snapshot into the same QEMU (in place) and into a fresh one,
+// and looks each time whether mtime is back where the save left it, the
+// timer fires when it should, and the guest answers.
+func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
+	snap := filepath.Join(r.dir, "snap.qcow2")
+	a, err := r.boot(ctx, true, "", nil)
+	if err != nil {
+		return failed("boot", err), failed("boot", err)
+	}
+	defer a.close()
+	if err := a.expect(ctx, `tiny> $`, 10*time.Second); err != nil {
+		return failed("boot", err), failed("boot", err)
+	}
+	if err := a.image(ctx, snap); err != nil {
+		return failed("make an image", err), failed("make an image", err)
+	}
+	if err := a.image(ctx, filepath.Join(r.dir, "rr.qcow2")); err != nil {
+		return failed("make an image", err), failed("make an image", err)
+	}
+	if err := a.qmp(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": snapNode,
+		"file": map[string]any{"driver": "file", "filename": snap}}); err != nil {
+		return failed("attach the image", err), failed("attach the image", err)
+	}
+	// Let the guest's clock run, so that a lost timer shows.
+	time.Sleep(300 * time.Millisecond)
+	c, err := a.stub(ctx) // the guest stops
+	if err != nil {
+		return failed("attach the debugger", err), failed("attach the debugger", err)
+	}
+	saved, err := readMtimeStub(ctx, c)
+	if err != nil {
+		c.Close()
+		return failed("read mtime", err), failed("read mtime", err)
+	}
+	armed, err := armTimers(ctx, c, saved, timerDelay)
+	if err != nil {
+		c.Close()
+		return failed("arm the timer", err), failed("arm the timer", err)
+	}
+	err = a.m.Monitor().RunJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": snapNode, "devices": []string{snapNode}})
+	c.Close() // the guest runs on
+	if err != nil {
+		return failed("save", err), failed("save", err)
+	}
+	inPlace = r.inPlace(ctx, a, saved, armed)
+	a.close()
+	kept = r.fresh(ctx, snap, saved, armed)
+	return kept, inPlace
+}
+
+// after checks a loaded guest: mtime was back at saved before it ran
+// (loaded), it answers, its time runs forward, and the armed timer fired.
+func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, word string) Result {
+	if loaded != saved {
+		return no("mtime after the load is %#x, the save left %#x (%+.3f s): the timer's offset is not restored", loaded, saved, float64(int64(loaded-saved))/mtimeHz)
+	}
+	if err := g.typeLine(ctx, "echo "+word, word); err != nil {
+		return no("the loaded guest does not answer: %v", err)
+	}
+	time.Sleep(2 * timerDelay)
+	c, err := g.stub(ctx)
+	if err != nil {
+		return failed("attach the debugger", err)
+	}
+	defer c.Close()
+	now, err := readMtimeStub(ctx, c)
+	if err != nil {
+		return failed("read mtime", err)
+	}
+	if now <= saved {
+		return no("the loaded guest's time does not run: mtime %#x, saved %#x", now, saved)
+	}
+	mip, err := c.ReadRegister(ctx, "mip")
+	if err != nil {
+		return failed("read mip", err)
+	}
+	deadline := saved + uint64(timerDelay.Seconds()*mtimeHz)
+	if now < deadline {
+		return failed("wait for the timer", fmt.Errorf("mtime %#x has not reached the deadline %#x yet", now, deadline))
+	}
+	if mip&armed != armed {
+		return no("mtime restored, but the timers armed before the save did not fire %.0f ms of guest time after their deadline (mip %#x, want %#x set)",
+			float64(now-deadline)/mtimeHz*1000, mip, armed)
+	}
+	what := "machine timer"
+	if armed&stipBit != 0 {
+		what = "machine and supervisor (Sstc) timers"
+	}
+	return Result{Answer: Yes, Detail: "mtime restored and running, the " + what + " armed before the save fired on time, the guest answered"}
+}
+
+// inPlace lets a (saved a moment ago) run on and type, then loads the
+// snapshot into it.
+func (r *run) inPlace(ctx context.Context, a *guest, saved, armed uint64) Result {
+	if err := a.typeLine(ctx, "echo one", "one"); err != nil {
+		return failed("run after the save", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := a.qmp(ctx, "stop", nil); err != nil {
+		return failed("stop", err)
+	}
+	if err := a.m.Monitor().RunJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": snapNode, "devices": []string{snapNode}}); err != nil {
+		return no("snapshot-load into the running QEMU failed: %v", err)
+	}
+	loaded, err := a.mtime(ctx)
+	if err != nil {
+		return failed("read mtime", err)
+	}
+	if err := a.qmp(ctx, "cont", nil); err != nil {
+		return failed("cont", err)
+	}
+	return a.after(ctx, loaded, saved, armed, "two")
+}
+
+// fresh loads the snapshot into a new QEMU before it first runs.
+func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Result {
+	var loaded uint64
+	b, err := r.boot(ctx, true, snap, func(ctx context.Context, m *qemu.Machine) error {
+		if err := m.Monitor().RunJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": qemu.SnapshotNode, "devices": []string{qemu.SnapshotNode}}); err != nil {
+			return err
+		}
+		var err error
+		loaded, err = (&guest{m: m}).mtime(ctx)
+		return err
+	})
+	if err != nil {
+		return failed("load into a new QEMU", err)
+	}
+	defer b.close()
+	b.cursor = b.m.Console().Buffer().End()
+	return b.after(ctx, loaded, saved, armed, "three")
+}
+
+// replayProbe records the tiny kernel booting and answering a typed
+// line, then replays it: to a checkpoint C before the typing (savevm
+// there), on to T after it (the registers there are the reference), back
+// to C with the double load (loadvm, one instruction, loadvm again), and
+// forward to T again, where the registers must be the reference's.
+func (r *run) replayProbe(ctx context.Context) Result {
+	log := filepath.Join(r.dir, "rec.bin")
+	img := filepath.Join(r.dir, "rr.qcow2")
+	if _, err := os.Stat(img); err != nil {
+		return failed("the recording's image", err)
+	}
+	rr := func(mode string) []string {
+		return []string{"-icount", "shift=auto,rr=" + mode + ",rrfile=" + log + ",rrsnapshot=init",
+			"-drive", "file=" + img + ",format=qcow2,if=none,id=rr"}
+	}
+	rec, err := r.boot(ctx, false, "", nil, rr("record")...)
+	if err != nil {
+		return failed("record", err)
+	}
+	c, t, err := recordSession(ctx, rec)
+	rec.close()
+	if err != nil {
+		return failed("record", err)
+	}
+	p, err := r.boot(ctx, false, "", func(ctx context.Context, m *qemu.Machine) error {
+		_, err := (&guest{m: m}).hmp(ctx, "replay_break "+strconv.FormatUint(c, 10))
+		return err
+	}, rr("replay")...)
+	if err != nil {
+		return failed("replay", err)
+	}
+	defer p.close()
+	// The break at C was set before the replay ran.
+	if err := p.waitStop(ctx, 10*time.Second); err != nil {
+		return failed("replay to the checkpoint", err)
+	}
+	if _, err := p.hmpOK(ctx, "savevm ck"); err != nil {
+		return failed("checkpoint", err)
+	}
+	want, err := p.replayTo(ctx, t, 10*time.Second)
+	if err != nil {
+		return failed("replay past the checkpoint", err)
+	}
+	// The double load: the first load sets the replay's clock shift, the
+	// second restores the timers against it.
+	if _, err := p.hmpOK(ctx, "loadvm ck"); err != nil {
+		return no("loadvm of the checkpoint failed: %v", err)
+	}
+	if _, err := p.replayTo(ctx, c+1, 5*time.Second); err != nil {
+		return no("the replay froze one instruction after loading the checkpoint: %v", err)
+	}
+	if _, err := p.hmpOK(ctx, "loadvm ck"); err != nil {
+		return no("the second loadvm of the checkpoint failed: %v", err)
+	}
+	got, err := p.replayTo(ctx, t, 10*time.Second)
+	if err != nil {
+		return no("the replay from the checkpoint did not reach instruction %d: %v", t, err)
+	}
+	if got != want {
+		return no("the replay from the checkpoint reached instruction %d in another state than the replay from the start", t)
+	}
+	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start", c, t)}
+}
+
+// recordSession lets the recording guest boot and answer a typed line;
+// c is an instruction count before the typing, t one after the answer.
+func recordSession(ctx context.Context, g *guest) (c, t uint64, err error) {
+	if err := g.expect(ctx, `tiny> $`, 10*time.Second); err != nil {
+		return 0, 0, err
+	}
+	c0, err := g.icount(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(200 * time.Millisecond)
+	c1, err := g.icount(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Between the two, off the counts info replay gives (where the
+	// vCPU stopped for a timer, which a break at that very instruction
+	// meets in the middle of its checkpoint).
+	c = c0 + (c1-c0)/2 + 4321
+	if err := g.typeLine(ctx, "echo replay", "replay"); err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(100 * time.Millisecond)
+	if t, err = g.icount(ctx); err != nil {
+		return 0, 0, err
+	}
+	t += 1234
+	// Let the recording go on a little past t.
+	time.Sleep(200 * time.Millisecond)
+	return c, t, nil
+}
+
+var icountRe = regexp.MustCompile(`instruction count = (\d+)`)
+
+// icount is the record or replay position (HMP info replay).
+func (g *guest) icount(ctx context.Context) (uint64, error) {
+	out, err := g.hmp(ctx, "info replay")
+	if err != nil {
+		return 0, err
+	}
+	m := icountRe.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("info replay answered %q", strings.TrimSpace(out))
+	}
+	return strconv.ParseUint(m[1], 10, 64)
+}
+
+// hmpOK runs an HMP command whose output is empty on success.
+func (g *guest) hmpOK(ctx context.Context, line string) (string, error) {
+	out, err := g.hmp(ctx, line)
+	if err == nil && strings.TrimSpace(out) != "" {
+		err = fmt.Errorf("%s: %s", line, strings.TrimSpace(out))
+	}
+	return out, err
+}
+
+// waitStop waits until the replaying guest is stopped (at a break).
+func (g *guest) waitStop(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		running, err := g.mon().Running(ctx)
+		if err != nil {
+			return err
+		}
+		if !running {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			n, _ := g.icount(ctx)
+			return fmt.Errorf("still running after %v (at instruction %d)", timeout, n)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// replayTo replays to instruction n and returns the registers there.
+func (g *guest) replayTo(ctx context.Context, n uint64, timeout time.Duration) (string, error) {
+	if _, err := g.hmpOK(ctx, "replay_break "+strconv.FormatUint(n, 10)); err != nil {
+		return "", err
+	}
+	if err := g.qmp(ctx, "cont", nil); err != nil {
+		return "", err
+	}
+	if err := g.waitStop(ctx, timeout); err != nil {
+		return "", err
+	}
+	at, err := g.icount(ctx)
+	if err != nil {
+		return "", err
+	}
+	if at != n {
+		return "", fmt.Errorf("stopped at instruction %d, not %d", at, n)
+	}
+	return g.hmp(ctx, "info registers")
+}
