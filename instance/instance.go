@@ -363,6 +363,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		return rep, ErrStopped
 	}
 	go i.watch(mch, followed)
+	m.probeQEMU(mch.Argv()[0])
 	m.log.Debug("booted", "instance", i.name, "reap", tReap, "lock+drives+tap+capture", tPrep-tReap, "qemu", time.Since(t0)-tPrep)
 	return rep, nil
 }

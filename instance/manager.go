@@ -34,6 +34,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
@@ -81,6 +82,12 @@ type Config struct {
 	GDBTCP string
 	// Logger receives what nobody else would see; nil means slog.Default().
 	Logger *slog.Logger
+	// ProbeKernel is the small kernel the QEMU binary's capabilities are
+	// probed with (package qemu/caps); nil means they are not probed, and
+	// the server takes the safe path everywhere. CacheDir keeps what was
+	// probed across runs (empty: not kept).
+	ProbeKernel []byte
+	CacheDir    string
 }
 
 // Manager runs the named instances of one server.
@@ -105,6 +112,8 @@ type Manager struct {
 	keepMu   sync.Mutex // one cap enforcement at a time
 	stopKeep chan struct{}
 	stopOnce sync.Once
+
+	caps *caps.Prober // nil without Config.ProbeKernel
 }
 
 type lockRef struct {
@@ -159,6 +168,10 @@ func New(cfg Config) (*Manager, error) {
 	}
 	// What saves killed with an earlier server left goes at start.
 	m.reapSnapshots(nil)
+	if len(cfg.ProbeKernel) > 0 {
+		m.caps = caps.New(caps.Config{CacheDir: cfg.CacheDir, WorkDir: cfg.RuntimeDir, Owner: m.owner.Tag(),
+			Kernel: cfg.ProbeKernel, Logger: cfg.Logger.With("probe", "qemu")})
+	}
 	go m.keepLoop()
 	return m, nil
 }
@@ -196,6 +209,24 @@ func (m *Manager) reapSnapshots(rep *reaper.Report) {
 		rep.Skipped = append(rep.Skipped, reaper.Skip{Path: l.Path + " (tag " + l.Tag + ")", Reason: l.Why})
 	}
 	rep.Errors = append(rep.Errors, sr.Errors...)
+}
+
+// QEMUCaps says what is known of the QEMU binary's capabilities (see
+// package qemu/caps): caps.NotProbed until a guest of it booted (or a
+// cache of an earlier run has them).
+func (m *Manager) QEMUCaps(binary string) (caps.State, *caps.Caps, error) {
+	if m.caps == nil {
+		return caps.NotProbed, nil, errors.New("this server does not probe QEMU")
+	}
+	return m.caps.Status(binary)
+}
+
+// probeQEMU decides the capabilities of the QEMU binary a guest booted
+// with, in the background, unless they are known.
+func (m *Manager) probeQEMU(binary string) {
+	if m.caps != nil {
+		m.caps.Start(binary)
+	}
 }
 
 // Captures is where transcripts and captures are kept.
@@ -424,6 +455,9 @@ func (m *Manager) pruneLocked() {
 // unwind. Safe to call more than once.
 func (m *Manager) Close(ctx context.Context) error {
 	m.stopOnce.Do(func() { close(m.stopKeep) })
+	if m.caps != nil {
+		m.caps.Close() // a probe's QEMU goes before the record does
+	}
 	m.mu.Lock()
 	m.closed = true
 	all := make([]*Instance, 0, len(m.instances))

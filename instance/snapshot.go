@@ -17,6 +17,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
@@ -302,12 +303,8 @@ const stipBit = 1 << 5
 // through the gdbstub before the guest runs makes the kernel take a timer
 // interrupt and program the next one.
 func resumeTimer(ctx context.Context, mch *qemu.Machine, mtime uint64) error {
-	if ver, err := qemuVersion(ctx, mch); err == nil {
-		var major, minor int
-		fmt.Sscanf(ver, "%d.%d", &major, &minor)
-		if major > 10 || major == 10 && minor >= 2 {
-			return nil // the timer state is saved since 10.2
-		}
+	if caps.TimerKept(mch.Argv()[0]) {
+		return nil // probed: this QEMU saves and restores the timer
 	}
 	addr := mch.Paths().GDBSocket
 	if addr == "" {

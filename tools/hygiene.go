@@ -16,6 +16,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 
 // InfoOutput is server_info's result.
@@ -36,8 +37,55 @@ type InfoOutput struct {
 	GuestPID    int           `json:"guest_pid,omitempty" jsonschema:"QEMU's PID of the default instance while it runs"`
 	TAP         string        `json:"tap,omitempty" jsonschema:"the default instance's TAP device"`
 	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the default instance's running or last capture"`
+	QEMUCaps    QEMUCaps      `json:"qemu_capabilities" jsonschema:"what the QEMU binary was found to do with a guest's saved state, probed once per binary after its first boot"`
 	Health      string        `json:"health" jsonschema:"ok, or degraded (see problems)"`
 	Problems    []string      `json:"problems,omitempty"`
+}
+
+// QEMUCaps is server_info's view of package qemu/caps.
+type QEMUCaps struct {
+	Binary string `json:"binary"`
+	// State is "not probed yet", "probing", "probed" or "probe failed".
+	State    string       `json:"state"`
+	ProbedAt string       `json:"probed_at,omitempty"`
+	Error    string       `json:"error,omitempty"`
+	Timer    *caps.Result `json:"timer_kept,omitempty" jsonschema:"a loaded snapshot keeps the guest's timer (else the server repairs it after each load)"`
+	InPlace  *caps.Result `json:"in_place_load,omitempty" jsonschema:"a snapshot loads into the running QEMU"`
+	Replay   *caps.Result `json:"replay_checkpoint,omitempty" jsonschema:"a checkpoint taken during a replay reloads faithfully (double load)"`
+}
+
+// qemuCaps reports what mgr knows of this server's QEMU binary.
+func (s *Server) qemuCaps(mgr *instance.Manager) QEMUCaps {
+	bin := s.cfg.QEMUBinary
+	if bin == "" {
+		bin = qemu.DefaultBinary
+	}
+	if p, err := exec.LookPath(bin); err == nil {
+		bin = p
+	}
+	out := QEMUCaps{Binary: bin}
+	st, c, err := mgr.QEMUCaps(bin)
+	out.State = string(st)
+	if st == caps.NotProbed && err != nil {
+		out.State, out.Error = "probe failed", err.Error()
+	}
+	if c != nil {
+		out.ProbedAt = c.Probed.Format(time.RFC3339)
+		out.Timer, out.InPlace, out.Replay = &c.TimerKept, &c.InPlaceLoad, &c.ReplayCheckpoint
+	}
+	return out
+}
+
+// String is the capabilities in one line.
+func (q QEMUCaps) String() string {
+	switch {
+	case q.State == "probe failed":
+		return "qemu capabilities: probe failed (" + q.Error + "): the server takes the safe paths"
+	case q.Timer == nil:
+		return "qemu capabilities: " + q.State
+	}
+	return fmt.Sprintf("qemu capabilities (probed %s): timer kept by a load %s, in-place load %s, replay checkpoint %s",
+		q.ProbedAt, q.Timer.Answer, q.InPlace.Answer, q.Replay.Answer)
 }
 
 func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) (*mcp.CallToolResult, InfoOutput, error) {
@@ -111,6 +159,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		out.Problems = append(out.Problems, fmt.Sprintf("leftovers of %d dead server(s) (pid %s) in %s: reaped at the next boot, or run qemu-mcp doctor --cleanup",
 			len(dead), strings.Join(pids, ", "), s.cfg.RuntimeDir))
 	}
+	out.QEMUCaps = s.qemuCaps(mgr)
 	out.Health = "ok"
 	if len(out.Problems) > 0 {
 		out.Health = "degraded"
@@ -125,6 +174,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 	if len(out.Instances) > 0 {
 		fmt.Fprintf(&b, "guests: %s\n", strings.Join(out.Instances, ", "))
 	}
+	fmt.Fprintf(&b, "%s\n", out.QEMUCaps)
 	fmt.Fprintf(&b, "health: %s\n", out.Health)
 	for _, p := range out.Problems {
 		fmt.Fprintf(&b, "- %s\n", p)

@@ -27,6 +27,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 
 // Config is what the tools need from the process that hosts them.
@@ -78,7 +79,10 @@ type Config struct {
 	// content, also the clients that read the structured content (see
 	// readers).
 	WholeText bool
-	Logger    *slog.Logger
+	// CacheDir keeps what was probed of QEMU binaries (package qemu/caps);
+	// empty means caps.DefaultCacheDir.
+	CacheDir string
+	Logger   *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
@@ -192,6 +196,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Snapshots == "" {
 		cfg.Snapshots = kept.Snapshots(cfg.Captures)
 	}
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = caps.DefaultCacheDir()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	bin := cfg.QEMUBinary
 	s := &Server{cfg: cfg, log: cfg.Logger, base: ctx, cancel: cancel, started: time.Now(),
@@ -226,7 +233,8 @@ func newManager(cfg Config) (*instance.Manager, error) {
 	}
 	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
-		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots})
+		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots,
+		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}

@@ -40,6 +40,9 @@ func run(args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "doctor" {
 		return doctorCmd(args[1:], os.Stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "probe" {
+		return probeCmd(args[1:], os.Stdout, stderr)
+	}
 	fs := flag.NewFlagSet("qemu-mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -62,7 +65,7 @@ func run(args []string, stderr io.Writer) int {
 		return nil
 	})
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n\nServes MCP over stdio. Flags:\n")
+		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n       qemu-mcp probe [-qemu PATH] [--json]\n\nServes MCP over stdio. Flags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

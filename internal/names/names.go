@@ -100,6 +100,7 @@ const (
 	SnapshotStage      // snapload-<tag>-<instance>.qcow2: regular file (a snapshot's copy a QEMU loads)
 	VNCSocket          // vnc-<tag>-<instance>.sock: unix socket (QEMU's VNC server)
 	CaptureFIFO        // pcap-<tag>-<instance>.fifo: FIFO (QEMU's filter-dump writes a capture into it)
+	ProbeDir           // probe-<tag>-<digits>: directory (a QEMU capability probe's guests, package qemu/caps)
 )
 
 func (k Kind) String() string {
@@ -122,6 +123,8 @@ func (k Kind) String() string {
 		return "vnc-socket"
 	case CaptureFIFO:
 		return "capture-fifo"
+	case ProbeDir:
+		return "probe-dir"
 	}
 	return "unknown"
 }
@@ -132,13 +135,17 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // UnmarshalText reads what MarshalText wrote; anything else is Unknown.
 func (k *Kind) UnmarshalText(b []byte) error {
 	*k = Unknown
-	for c := SerialIn; c <= CaptureFIFO; c++ {
+	for c := SerialIn; c <= ProbeDir; c++ {
 		if c.String() == string(b) {
 			*k = c
 		}
 	}
 	return nil
 }
+
+// ProbePrefix starts a probe directory's name: ProbePrefix + the owner's
+// tag + "-" is the pattern os.MkdirTemp completes with digits.
+const ProbePrefix = "probe-"
 
 // Record temporary files are ".server-<tag>.json.<hex>.tmp".
 const (
@@ -275,6 +282,16 @@ func Classify(name string) (Entry, bool) {
 			if e, ok := instanceEntry(s, SnapshotStage); ok && !e.Owner.Legacy() {
 				return e, true
 			}
+		}
+	case strings.HasPrefix(name, ProbePrefix):
+		// probe-<pid>-<start>-<digits>, as os.MkdirTemp makes it.
+		pidS, rest, _ := strings.Cut(name[len(ProbePrefix):], "-")
+		startS, rnd, ok := strings.Cut(rest, "-")
+		if !ok || !isDigits(rnd) || rnd == "" || len(rnd) > 20 {
+			break
+		}
+		if o, ok := parseOwner(pidS, startS); ok {
+			return Entry{Owner: o, Kind: ProbeDir}, true
 		}
 	case strings.HasPrefix(name, "server-"):
 		if s, ok := strings.CutSuffix(name[len("server-"):], ".json"); ok {

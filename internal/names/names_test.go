@@ -19,6 +19,11 @@ func TestClassify(t *testing.T) {
 		"vnc-12-345-x.sock":          {Owner: o, Kind: names.VNCSocket, Instance: "x"},
 		"pcap-12-345-x.fifo":         {Owner: o, Kind: names.CaptureFIFO, Instance: "x"},
 		"snapload-12.qcow2":          {},
+		"probe-12-345-6789":          {Owner: o, Kind: names.ProbeDir},
+		"probe-12-345-":              {},
+		"probe-12-345-x":             {},
+		"probe-12-6789":              {},
+		"probe-12":                   {},
 		"server-12-345.json":         {Owner: o, Kind: names.Record},
 		".server-12-345.json.0f.tmp": {Owner: o, Kind: names.RecordTemp},
 		// The names of older versions.

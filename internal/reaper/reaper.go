@@ -546,7 +546,14 @@ func (r *reaper) remove(o *Owner, f File) {
 		r.skip(f.Path, "not older than the process that now has pid "+strconv.Itoa(o.PID)+": left alone")
 		return
 	}
-	if err := unix.Unlinkat(r.dirfd, f.Name, 0); err != nil {
+	if f.Kind == names.ProbeDir {
+		// A probe's own files only (FIFOs, sockets, images, a replay
+		// log); RemoveAll follows no symlink.
+		if err := os.RemoveAll(f.Path); err != nil {
+			r.fail("remove %s: %v", f.Path, err)
+			return
+		}
+	} else if err := unix.Unlinkat(r.dirfd, f.Name, 0); err != nil {
 		if !errors.Is(err, unix.ENOENT) {
 			r.fail("remove %s: %v", f.Path, err)
 		}

@@ -250,6 +250,34 @@ func TestReapWithoutRecord(t *testing.T) {
 	}
 }
 
+// A QEMU capability probe's directory (package qemu/caps) of a dead server
+// goes with everything in it; a live server's stays.
+func TestReapProbeDir(t *testing.T) {
+	dir := runtimeDir(t)
+	dead := registrytest.DeadProcess(t)
+	live := registrytest.StartSleep(t, 30)
+	mk := func(o names.Owner) string {
+		p := filepath.Join(dir, names.ProbePrefix+o.Tag()+"-42")
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		registrytest.Mkfifo(t, filepath.Join(p, "s1.in"))
+		registrytest.Mkfile(t, filepath.Join(p, "snap.qcow2"), "qcow2")
+		if err := os.Symlink("/etc", filepath.Join(p, "link")); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	deadDir := mk(names.Owner{PID: dead.PID, StartTime: dead.StartTime})
+	liveDir := mk(names.Owner{PID: live.ID.PID, StartTime: live.ID.StartTime})
+	rep := reap(t, dir, reaper.Options{})
+	assertGone(t, deadDir)
+	assertKept(t, liveDir, "/etc/hostname")
+	if !slices.Equal(rep.Removed, []string{deadDir}) {
+		t.Errorf("report %+v", rep)
+	}
+}
+
 // A record of a dead server of an older version (PID-only names) whose PID
 // a newer process has: entries not older than that process may be a new
 // server's and are left alone. Names that carry the start time say whose

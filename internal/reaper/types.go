@@ -24,6 +24,8 @@ func Want(k names.Kind) FileType {
 		return TypeSocket
 	case names.Record, names.RecordTemp, names.SnapshotStage:
 		return TypeRegular
+	case names.ProbeDir:
+		return TypeDir
 	}
 	return ""
 }

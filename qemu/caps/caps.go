@@ -20,12 +20,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 )
 
 // probeVersion changes whenever a probe changes what it decides: cached
@@ -135,8 +137,9 @@ type Config struct {
 	// (a private directory of its own is made in it for each run and
 	// removed after); it should be short (unix socket paths) and private.
 	WorkDir string
-	// Owner names the work directory: "probe-<Owner>" (a tag of
-	// names.Owner), so that a reaper can tell whose it is.
+	// Owner names the work directory: "probe-<Owner>-<digits>" (a tag of
+	// names.Owner), so that a reaper can tell whose it is; empty means
+	// this process.
 	Owner string
 	// Kernel is the tiny kernel the probes boot (its bytes).
 	Kernel []byte
@@ -398,9 +401,31 @@ func (p *Prober) workDir() (string, error) {
 	if base == "" {
 		base = os.TempDir()
 	}
-	name := "probe-" + p.cfg.Owner
-	if p.cfg.Owner == "" {
-		name = "probe-" + strconv.Itoa(os.Getpid())
+	owner := p.cfg.Owner
+	if owner == "" {
+		id, err := proc.Self()
+		if err != nil {
+			return "", err
+		}
+		owner = names.Owner{PID: id.PID, StartTime: id.StartTime}.Tag()
 	}
-	return os.MkdirTemp(base, name+"-")
+	return os.MkdirTemp(base, names.ProbePrefix+owner+"-")
+}
+
+// CacheEnv overrides DefaultCacheDir (the scripts' caches use it too).
+const CacheEnv = "QEMU_MCP_CACHE"
+
+// DefaultCacheDir is $QEMU_MCP_CACHE, else $XDG_CACHE_HOME/qemu-mcp, else
+// ~/.cache/qemu-mcp; "" if there is no home.
+func DefaultCacheDir() string {
+	if d := os.Getenv(CacheEnv); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "qemu-mcp")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".cache", "qemu-mcp")
+	}
+	return ""
 }
