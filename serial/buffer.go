@@ -43,10 +43,10 @@ type Buffer struct {
 	st        ringStore
 	finished  bool
 	lastWrite time.Time // when data last arrived (zero: never)
-	// changed is closed (and set to nil) by every Write and by Finish, which
-	// broadcasts to all waiters. It is created lazily by the first waiter
-	// that needs it, so writes nobody waits for allocate nothing.
-	changed chan struct{}
+	// watches are the waits that sleep: a Write wakes only those whose
+	// filter says the new bytes may end their wait (see watch), and Finish
+	// wakes all. Writes nobody waits for cost nothing.
+	watches map[*watch]struct{}
 
 	tr     *transcript // nil without a transcript; set before first use
 	closed bool        // Close has run (guarded by wmu)
@@ -143,7 +143,7 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	}
 	b.st.append(p)
 	b.lastWrite = time.Now()
-	b.broadcastLocked()
+	b.wakeLocked(len(p))
 	b.mu.Unlock()
 	return len(p), nil
 }
@@ -509,7 +509,9 @@ func (b *Buffer) finishLocked() {
 	defer b.mu.Unlock()
 	if !b.finished {
 		b.finished = true
-		b.broadcastLocked()
+		for w := range b.watches {
+			w.notify()
+		}
 	}
 }
 
@@ -622,19 +624,68 @@ func (b *Buffer) clampLocked(off int64) int64 {
 	return min(max(off, 0), b.st.end())
 }
 
-// changedLocked returns the channel the next Write or Finish closes.
-// b.mu must be held.
-func (b *Buffer) changedLocked() chan struct{} {
-	if b.changed == nil {
-		b.changed = make(chan struct{})
-	}
-	return b.changed
+// watch is a sleeping wait's wake-up. QEMU's UART writes the console a
+// byte at a time, so waking every wait for every byte would cost a
+// goroutine switch per byte, mostly for nothing: a wait for "\r\ntiny> $"
+// can only end once a ' ' arrived. So each sleeping wait leaves a filter
+// that the writer runs on the new bytes (under b.mu, in the writer's
+// goroutine) and is woken only when the filter says its wait may end, or
+// its state may change (see waiter.filter). The filter may err only
+// towards waking.
+type watch struct {
+	wake chan struct{} // capacity 1: a wake-up pending
+	// filter reports whether the n bytes just written, the end of recent
+	// (which holds up to watchTail bytes more before them, when the ring
+	// has them), may end the wait; end is the offset just past recent.
+	// Nil means always.
+	filter func(recent []byte, end int64, n int) bool
 }
 
-// broadcastLocked wakes all current waiters. b.mu must be held.
-func (b *Buffer) broadcastLocked() {
-	if b.changed != nil {
-		close(b.changed)
-		b.changed = nil
+// watchTail is how many bytes before a write its filters see: a literal
+// that the write completes starts at most this far back.
+const watchTail = 256
+
+func (w *watch) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sleepLocked registers (or updates) w with filter. b.mu must be held.
+func (b *Buffer) sleepLocked(w *watch, filter func([]byte, int64, int) bool) {
+	if b.watches == nil {
+		b.watches = map[*watch]struct{}{}
+	}
+	w.filter = filter
+	b.watches[w] = struct{}{}
+}
+
+// sleeping reports whether a wait sleeps on b (for tests).
+func (b *Buffer) sleeping() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.watches) > 0
+}
+
+// forget removes w.
+func (b *Buffer) forget(w *watch) {
+	b.mu.Lock()
+	delete(b.watches, w)
+	b.mu.Unlock()
+}
+
+// wakeLocked wakes the waits the n bytes just appended may end. b.mu must
+// be held.
+func (b *Buffer) wakeLocked(n int) {
+	if len(b.watches) == 0 {
+		return
+	}
+	end := b.st.end()
+	recent := b.st.view(max(b.st.oldest(), end-int64(n)-watchTail), end)
+	for w := range b.watches {
+		if w.filter == nil || w.filter(recent, end, n) {
+			w.notify()
+		}
 	}
 }

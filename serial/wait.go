@@ -267,6 +267,8 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 	since = b.clampLocked(since)
 	b.mu.Unlock()
 	w := waiter{b: b, spec: &spec, since: since, winStart: since, ms: ms, npat: len(spec.Patterns), echoDone: len(spec.Echo) == 0}
+	sleep := &watch{wake: make(chan struct{}, 1)}
+	defer b.forget(sleep)
 	idle := false
 	// A panic match waits up to panicLineGrace for the rest of its line.
 	var (
@@ -296,9 +298,10 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 			}
 		}
 		finished := b.finished
-		var changed chan struct{}
 		if !finished && !final && !idle && !graceOver {
-			changed = b.changedLocked()
+			// Asleep from here on: the writer wakes this wait when new
+			// bytes may end it (see watch).
+			b.sleepLocked(sleep, w.filter(window, panicked))
 		}
 		b.mu.Unlock()
 
@@ -336,7 +339,10 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 			return r, nil
 		}
 		select {
-		case <-changed:
+		case <-sleep.wake:
+			if wokenHook != nil {
+				wokenHook()
+			}
 		case <-expired:
 			final = true
 		case <-spec.Stop:
@@ -363,6 +369,9 @@ func (b *Buffer) WaitFor(ctx context.Context, since int64, spec Spec) (Result, e
 	}
 }
 
+// wokenHook, if set (by tests), is called whenever a write wakes a wait.
+var wokenHook func()
+
 // waiter is the state of one WaitFor.
 type waiter struct {
 	b        *Buffer
@@ -373,6 +382,62 @@ type waiter struct {
 	npat     int        // len(Patterns)
 	echoDone bool       // the echo of Spec.Echo was skipped, or there is none
 	echoEnd  int64
+}
+
+// filter is what the writer checks before waking this wait, given the
+// window it has seen (see watch). It errs only towards waking:
+//   - while the echo of Spec.Echo is still arriving, the wait's state
+//     changes only when the output stops following the echo or the echo
+//     is complete;
+//   - after it, a pattern can only match where its literal prefix is
+//     (regexp.LiteralPrefix): while no pattern's prefix has been in the
+//     window, new bytes can end the wait only if they complete one.
+//
+// Anything else (a pattern without a literal prefix, a prefix seen
+// already, a panic line waiting for its end) wakes the wait on every
+// write, as before.
+func (w *waiter) filter(window []byte, panicked bool) func([]byte, int64, int) bool {
+	if panicked {
+		return nil
+	}
+	if !w.echoDone {
+		echo := w.spec.Echo
+		start := w.winStart // the echo's first byte is at start
+		return func(recent []byte, end int64, n int) bool {
+			if n > len(recent) {
+				return true // the ring dropped some: let the wait see
+			}
+			from := end - int64(n)
+			for i, c := range recent[len(recent)-n:] {
+				k := from + int64(i) - start
+				if k < 0 {
+					continue
+				}
+				if k >= int64(len(echo)) || echo[k] != c {
+					return true
+				}
+			}
+			return end-start >= int64(len(echo))
+		}
+	}
+	var prefixes [][]byte
+	for _, m := range w.ms {
+		if len(m.prefix) == 0 || len(m.prefix) > watchTail || bytes.Contains(window, m.prefix) {
+			return nil
+		}
+		prefixes = append(prefixes, m.prefix)
+	}
+	return func(recent []byte, _ int64, n int) bool {
+		// recent holds what the ring has of the watchTail bytes before
+		// the write: a prefix the write completes starts there (waits
+		// see only the ring).
+		for _, p := range prefixes {
+			if bytes.Contains(recent[max(0, len(recent)-n-len(p)+1):], p) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // skipEcho decides, once the window tells, whether the output starts with

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -571,5 +572,66 @@ func TestWaitForStop(t *testing.T) {
 	r, err = b.WaitFor(context.Background(), 0, Spec{Patterns: res(`prompt`), Timeout: 5 * time.Second, Stop: stop})
 	if err != nil || !r.Matched || r.Stopped {
 		t.Fatalf("a match wins over a stop: %+v %v", r, err)
+	}
+}
+
+// A wait is woken by the writes that may end it, not by every byte: the
+// guest's echo of the typed line, and the prompt's last byte. Written a
+// byte at a time, as QEMU's UART writes it.
+func TestWaitWokenRarely(t *testing.T) {
+	var woken atomic.Int32
+	wokenHook = func() { woken.Add(1) }
+	t.Cleanup(func() { wokenHook = nil })
+	b := NewBuffer()
+	b.Write([]byte("tiny> "))
+	since := b.End()
+	done := make(chan Result, 1)
+	go func() {
+		r, err := b.WaitFor(context.Background(), since, Spec{
+			Patterns: []*regexp.Regexp{regexp.MustCompile(`e12\r\ntiny> $`)},
+			Echo:     []byte("echo e12"),
+			Timeout:  10 * time.Second,
+		})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	for !b.sleeping() {
+		time.Sleep(time.Millisecond)
+	}
+	out := "echo e12\r\ne12\r\ntiny> "
+	for i := range len(out) {
+		b.Write([]byte{out[i]})
+		time.Sleep(200 * time.Microsecond) // the waiter runs between bytes
+	}
+	r := <-done
+	if !r.Matched || r.EchoEnd != since+8 || r.Start != since+10 {
+		t.Fatalf("result %+v", r)
+	}
+	// The echo's end, and the ' ' that completes the pattern's prefix.
+	if n := woken.Load(); n > 3 {
+		t.Errorf("woken %d times for %d bytes, want at most 3", n, len(out))
+	}
+	t.Logf("woken %d times for %d bytes", woken.Load(), len(out))
+}
+
+// A wait whose pattern has no literal prefix is woken by every write: the
+// filter may only err towards waking.
+func TestWaitWithoutPrefixWokenByEveryWrite(t *testing.T) {
+	b := NewBuffer()
+	done := make(chan Result, 1)
+	go func() {
+		r, _ := b.WaitFor(context.Background(), 0, Spec{Patterns: []*regexp.Regexp{regexp.MustCompile(`[a-c]{3}`)}, Timeout: 10 * time.Second})
+		done <- r
+	}()
+	for !b.sleeping() {
+		time.Sleep(time.Millisecond)
+	}
+	for _, c := range "xxabc" {
+		b.Write([]byte{byte(c)})
+	}
+	if r := <-done; !r.Matched || string(r.Match) != "abc" {
+		t.Fatalf("result %+v", r)
 	}
 }
