@@ -597,10 +597,20 @@ func (c *Client) roundTrip(ctx context.Context, cmd []byte) (_ []byte, err error
 		return nil, err
 	}
 	sent = true
+	probed := false
 	for {
 		var reply []byte
 		var stopped bool
-		err := c.await(ctx, func() bool {
+		// QEMU 11's stub drops a packet that arrives while the guest runs
+		// (resumed behind the debugger's back) without any stop reply: its
+		// first byte pauses the guest, and nothing answers. A command met
+		// by silence is probed once; the probe's answer coming first says
+		// the command was dropped (see below).
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if !probed && c.probe && !c.handshaking {
+			wctx, cancel = context.WithTimeout(ctx, silenceProbe)
+		}
+		err := c.await(wctx, func() bool {
 			if c.stops != seen {
 				seen, stopped = c.stops, true
 				return true
@@ -613,6 +623,16 @@ func (c *Client) roundTrip(ctx context.Context, cmd []byte) (_ []byte, err error
 			}
 			return false
 		})
+		cancel()
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			probed = true
+			c.log.Debug("gdb: no reply to a command; probing", "cmd", shorten(cmd))
+			if err := c.sendPacket(ctx, probePacket); err != nil {
+				return nil, err
+			}
+			c.outstanding++
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -653,6 +673,11 @@ func (c *Client) roundTrip(ctx context.Context, cmd []byte) (_ []byte, err error
 		return reply, nil
 	}
 }
+
+// silenceProbe is how long a command waits for its reply before the
+// client asks whether the stub dropped it: QEMU answers in microseconds,
+// a large memory read in a few milliseconds.
+const silenceProbe = 250 * time.Millisecond
 
 // acquire takes cmdSem, and checks that the target can take commands.
 func (c *Client) acquire(ctx context.Context) error {

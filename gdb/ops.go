@@ -1,6 +1,7 @@
 package gdb
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -704,14 +705,42 @@ func (c *Client) haltReason(ctx context.Context) (Stop, error) {
 		return Stop{}, err
 	}
 	var s Stop
-	err := c.await(ctx, func() bool {
+	cond := func() bool {
 		if c.stops == seen {
 			return false
 		}
 		s = c.last
 		c.consumed = true
 		return true
-	})
+	}
+	// QEMU 11 drops a "?" that arrives while the guest runs (see
+	// roundTrip), pausing it: asked again, it answers.
+	wctx, cancel := context.WithTimeout(ctx, silenceProbe)
+	err := c.await(wctx, cond)
+	cancel()
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		c.log.Debug("gdb: no reply to ?; asking again")
+		if err := c.sendPacket(ctx, []byte("?")); err != nil {
+			return Stop{}, err
+		}
+		err = c.await(ctx, cond)
+	}
+	if err == nil && s.Thread == "" && c.probe {
+		// QEMU 11 answers "?" with the core and no thread ("T05core:01;"):
+		// the current thread is what qC names.
+		reply, err := c.roundTrip(ctx, probePacket)
+		if err != nil {
+			return s, err
+		}
+		if t, ok := bytes.CutPrefix(reply, []byte("QC")); ok {
+			s.Thread = string(t)
+			c.mu.Lock()
+			if c.last.Thread == "" {
+				c.last.Thread = s.Thread
+			}
+			c.mu.Unlock()
+		}
+	}
 	return s, err
 }
 
