@@ -73,6 +73,7 @@ const (
 	RuleIndirectConfig = "indirect-config"
 	RuleQOMSet         = "qom-set"
 	RuleServerManaged  = "server-managed"
+	RuleOtherMachines  = "other-machines"
 	// RuleSyntax refuses input that cannot be parsed the way QEMU parses
 	// it, and so cannot be checked.
 	RuleSyntax = "syntax"

@@ -559,7 +559,7 @@ func TestRules(t *testing.T) {
 		RuleRecordReplay: true, RuleFDPassing: true, RuleHostChardev: true, RuleHostNetwork: true,
 		RuleHostBackend: true, RuleHostDevice: true, RuleHostDisplay: true, RuleHostLog: true,
 		RuleHostInfo: true, RuleHostCode: true, RuleHostProcess: true, RuleSemihosting: true,
-		RuleIndirectConfig: true, RuleQOMSet: true, RuleServerManaged: true,
+		RuleIndirectConfig: true, RuleQOMSet: true, RuleServerManaged: true, RuleOtherMachines: true,
 	}
 	for kind, rules := range map[string][]Rule{"qmp": QMPRules, "hmp": HMPRules, "options": ExtraArgRules} {
 		seen := map[string]bool{}

@@ -5,14 +5,14 @@ import (
 	"sync"
 )
 
-// HMPRules classifies the HMP commands of qemu-system-riscv64 7.2 for
+// HMPRules classifies the HMP commands of qemu-system-riscv64 7.2 and 11.1 for
 // human-monitor-command. Aliases ("c" for "cont") are listed separately
 // because HMP matches names exactly. Commands not listed are refused.
 var HMPRules = []Rule{
 	{
 		Name:      RuleReadOnly,
 		Allow:     true,
-		Commands:  []string{"info", "help", "?", "qom-list", "qom-get"},
+		Commands:  []string{"info", "help", "?", "qom-list", "qom-get", "clear"},
 		Condition: "info: the subcommand must be on the list of read-only info subcommands (not usbhost)",
 		Rationale: "they print QEMU's and the guest's state",
 	},
@@ -45,7 +45,7 @@ var HMPRules = []Rule{
 	{
 		Name:  RuleGuestDebug,
 		Allow: true,
-		Commands: []string{"x", "xp", "print", "p", "sum", "gva2gpa", "cpu", "i", "o", "singlestep",
+		Commands: []string{"x", "xp", "print", "p", "sum", "gva2gpa", "cpu", "i", "o", "singlestep", "one-insn-per-tb",
 			"sync-profile", "pcie_aer_inject_error"},
 		Rationale: "inspect and poke guest memory, registers and emulated I/O ports, choose the monitor's default vCPU, " +
 			"switch TCG to single-stepping, profile QEMU's locks, inject PCIe errors into a guest device",
@@ -150,11 +150,16 @@ var HMPRules = []Rule{
 		Commands:  []string{"qom-set"},
 		Rationale: "as for QMP qom-set",
 	},
+	{
+		Name:      RuleOtherMachines,
+		Commands:  []string{"xen-event-inject", "xen-event-list"},
+		Rationale: "as for QMP: Xen, which the riscv64 virt board never has",
+	},
 }
 
 var hmpIndex = sync.OnceValue(func() map[string]*Rule { return ruleIndex("hmp command", HMPRules) })
 
-// InfoSubcommands are the "info" subcommands of QEMU 7.2 that HMP may run:
+// InfoSubcommands are the "info" subcommands of QEMU 7.2 and 11.1 that HMP may run:
 // all of them except usbhost, which enumerates the host's USB devices.
 var InfoSubcommands = map[string]bool{
 	"balloon": true, "block": true, "block-jobs": true, "blockstats": true, "capture": true,
@@ -170,6 +175,7 @@ var InfoSubcommands = map[string]bool{
 	"trace-events": true, "usb": true, "usernet": true, "uuid": true, "vcpu_dirty_limit": true,
 	"version": true, "virtio": true, "virtio-queue-element": true, "virtio-queue-status": true,
 	"virtio-status": true, "virtio-vhost-queue-status": true, "vm-generation-id": true, "vnc": true,
+	"accel": true, "accelerators": true, "cryptodev": true, "firmware-log": true, "via": true,
 }
 
 // ClassifyHMP returns the rule covering an HMP command name, RuleUnlisted's

@@ -6,8 +6,9 @@ import (
 	"sync"
 )
 
-// QMPRules classifies every QMP command of qemu-system-riscv64 7.2 (the test
-// TestQEMUCommandsClassified checks this against a real QEMU). Commands not
+// QMPRules classifies every QMP command of qemu-system-riscv64 7.2 and 11.1
+// (the test TestQEMUCommandsClassified checks this against each; see
+// NotEverywhere for the commands only some of them have). Commands not
 // listed are refused by RuleUnlisted.
 var QMPRules = []Rule{
 	{
@@ -36,6 +37,10 @@ var QMPRules = []Rule{
 			"x-debug-query-block-graph", "x-debug-block-dirty-bitmap-sha256",
 			"qom-list", "qom-get", "qom-list-types", "qom-list-properties",
 			"device-list-properties", "trace-event-get-state",
+			// Since 7.2.
+			"query-accelerators", "query-audiodevs", "query-cryptodev", "query-cpu-definitions",
+			"query-cpu-model-expansion", "query-cpu-model-baseline", "query-cpu-model-comparison",
+			"query-firmware-log", "qom-list-get", "x-accel-stats", "x-query-interrupt-controllers",
 		},
 		Rationale: "read-only: they report QEMU's and the guest's state and open no host file or socket " +
 			"(their only arguments are names, QOM paths and numbers; checked against the QEMU 7.2 schema). " +
@@ -64,7 +69,7 @@ var QMPRules = []Rule{
 	{
 		Name:      RuleGuestDevice,
 		Allow:     true,
-		Commands:  []string{"device_add", "device_del", "balloon", "set_link", "announce-self"},
+		Commands:  []string{"device_add", "device_del", "balloon", "set_link", "announce-self", "device-sync-config"},
 		Condition: "device_add: driver must be a guest-only model (GuestDevices) and only DeviceProperties may be set",
 		Rationale: "guest hardware: hot-plug and unplug of models with no host backend, balloon target, a NIC's link " +
 			"state and gratuitous ARP (packets the guest could send itself)",
@@ -115,7 +120,7 @@ var QMPRules = []Rule{
 	},
 	{
 		Name:      RuleHostFile,
-		Commands:  []string{"xen-save-devices-state", "xen-load-devices-state"},
+		Commands:  []string{"xen-save-devices-state", "xen-load-devices-state", "dump-skeys"},
 		Rationale: "write or read device state to or from an arbitrary host file",
 	},
 	{
@@ -132,7 +137,8 @@ var QMPRules = []Rule{
 			"block-job-cancel", "block-job-complete", "block-job-dismiss", "block-job-finalize",
 			"block-job-pause", "block-job-resume", "block-job-set-speed",
 			"job-cancel", "job-complete", "job-dismiss", "job-finalize", "job-pause", "job-resume",
-			"transaction", "x-blockdev-amend", "x-blockdev-change", "x-blockdev-set-iothread"},
+			"transaction", "x-blockdev-amend", "x-blockdev-change", "x-blockdev-set-iothread",
+			"blockdev-set-active", "block-job-change"},
 		Rationale: "block nodes are host files, host devices or network storage (NBD, iSCSI, ssh, http); these commands " +
 			"open, create, copy, resize and rewrite them. The server attaches the configured drives itself",
 	},
@@ -188,9 +194,50 @@ var QMPRules = []Rule{
 	},
 	{
 		Name:      RuleServerManaged,
-		Commands:  []string{"qmp_capabilities", "yank"},
-		Rationale: "the server owns the QMP session (capabilities were negotiated on connect) and its character devices, which yank would disconnect",
+		Commands:  []string{"qmp_capabilities", "yank", "request-ebpf"},
+		Rationale: "the server owns the QMP session (capabilities were negotiated on connect) and its character devices, which yank would disconnect; request-ebpf hands out a program for a host's vhost backend",
 	},
+	{
+		Name: RuleOtherMachines,
+		Commands: []string{"cxl-add-dynamic-capacity", "cxl-release-dynamic-capacity", "cxl-inject-correctable-error",
+			"cxl-inject-uncorrectable-errors", "cxl-inject-poison", "cxl-inject-memory-module-event",
+			"cxl-inject-dram-event", "cxl-inject-general-media-event", "inject-ghes-v2-error",
+			"rtc-reset-reinjection", "set-cpu-topology", "query-s390x-cpu-polarization", "query-gic-capabilities",
+			"query-hv-balloon-status-report", "query-sev", "query-sev-attestation-report", "query-sev-capabilities",
+			"query-sev-launch-measure", "sev-inject-launch-secret", "query-sgx", "query-sgx-capabilities",
+			"xen-event-inject", "xen-event-list"},
+		Rationale: "devices, hosts and accelerators the riscv64 virt board never has (CXL memory, ARM GHES and GIC, x86 RTC, SEV and SGX, s390 CPU topology, Hyper-V balloon, Xen): they only fail here, and some reach host firmware",
+	},
+}
+
+// NotEverywhere are the commands the rules name that only some of the
+// QEMUs the server supports have (7.2 to 11.1), with where they exist.
+var NotEverywhere = map[string]string{
+	"x-query-opcount": "up to 8.x", "x-query-profile": "up to 8.x", "x-query-rdma": "up to 10.0",
+	"query-accelerators": "since 10.x", "query-audiodevs": "since 8.x", "query-cryptodev": "since 8.x",
+	"query-cpu-definitions": "since 9.x (riscv)", "query-cpu-model-expansion": "since 9.x (riscv)",
+	"query-cpu-model-baseline": "s390 builds", "query-cpu-model-comparison": "s390 builds",
+	"query-firmware-log": "since 11.x", "qom-list-get": "since 10.x", "x-accel-stats": "since 10.x",
+	"x-query-interrupt-controllers": "since 10.x", "device-sync-config": "since 9.x",
+	"blockdev-set-active": "since 10.x", "block-job-change": "since 8.x", "dump-skeys": "s390 builds",
+	"request-ebpf":             "since 9.x",
+	"cxl-add-dynamic-capacity": "since 9.x", "cxl-release-dynamic-capacity": "since 9.x",
+	"cxl-inject-correctable-error": "since 8.x", "cxl-inject-uncorrectable-errors": "since 8.x",
+	"cxl-inject-poison": "since 8.x", "cxl-inject-memory-module-event": "since 8.x",
+	"cxl-inject-dram-event": "since 8.x", "cxl-inject-general-media-event": "since 8.x",
+	"inject-ghes-v2-error": "since 10.x", "rtc-reset-reinjection": "x86 builds", "set-cpu-topology": "s390 builds",
+	"query-s390x-cpu-polarization": "s390 builds", "query-gic-capabilities": "ARM builds",
+	"query-hv-balloon-status-report": "since 8.x", "query-sev": "x86 builds", "query-sev-attestation-report": "x86 builds",
+	"query-sev-capabilities": "x86 builds", "query-sev-launch-measure": "x86 builds", "sev-inject-launch-secret": "x86 builds",
+	"query-sgx": "x86 builds", "query-sgx-capabilities": "x86 builds", "xen-event-inject": "since 8.x", "xen-event-list": "since 8.x",
+	// HMP.
+	"singlestep": "up to 8.x (one-insn-per-tb since)", "one-insn-per-tb": "since 8.1", "clear": "since 10.x",
+	// info subcommands.
+	"info opcount": "up to 8.x", "info profile": "up to 8.x", "info rdma": "up to 10.0",
+	"info accel": "since 10.x", "info accelerators": "since 10.x", "info cryptodev": "since 8.x",
+	"info firmware-log": "since 11.x", "info via": "since 8.x",
+	// Options.
+	"-singlestep": "up to 8.x (-accel tcg,one-insn-per-tb=on since)",
 }
 
 var qmpIndex = sync.OnceValue(func() map[string]*Rule { return ruleIndex("qmp command", QMPRules) })
