@@ -113,7 +113,8 @@ type Manager struct {
 	stopKeep chan struct{}
 	stopOnce sync.Once
 
-	caps *caps.Prober // nil without Config.ProbeKernel
+	caps      *caps.Prober // nil without Config.ProbeKernel
+	probeOnce sync.Once
 }
 
 type lockRef struct {
@@ -222,12 +223,21 @@ func (m *Manager) QEMUCaps(binary string) (caps.State, *caps.Caps, error) {
 }
 
 // probeQEMU decides the capabilities of the QEMU binary a guest booted
-// with, in the background, unless they are known.
+// with, in the background, unless they are known. It waits a little
+// first: the probe boots guests of its own, which should not compete with
+// the user's first boot, and a server that lives a few seconds (a one-off
+// call from a command line) has no use for it.
 func (m *Manager) probeQEMU(binary string) {
-	if m.caps != nil {
-		m.caps.Start(binary)
+	if m.caps == nil {
+		return
 	}
+	m.probeOnce.Do(func() {
+		time.AfterFunc(probeDelay, func() { m.caps.Start(binary) })
+	})
 }
+
+// probeDelay is how long after its first boot a binary is probed.
+const probeDelay = 2 * time.Second
 
 // Captures is where transcripts and captures are kept.
 func (m *Manager) Captures() string { return m.cfg.Captures }

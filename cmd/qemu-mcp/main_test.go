@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	case "server":
 		args := os.Args[1:]
 		// The QEMU under test; the server itself finds QEMU by name.
-		if q := os.Getenv(testguest.QEMUEnv); q != "" {
+		if q := os.Getenv(testguest.QEMUEnv); q != "" && (len(args) == 0 || args[0] != "doctor" && args[0] != "probe") {
 			args = append([]string{"-qemu", q}, args...)
 		}
 		os.Exit(run(args, os.Stderr))

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,12 +11,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -92,9 +89,20 @@ func main() {
 		ms(list), ms(refList), ratio(list, refList), ""})
 	rows = append(rows, row{"idle resident memory after initialize", mib(rss), "-", "-", "<= 20 MiB"})
 
-	raw, err := rawEcho(*echoes)
-	if err != nil {
-		fail("raw echo", err)
+	if err := learnServerOptions(ctx); err != nil {
+		fail("the server's QEMU options", err)
+	}
+	// The raw echo: the best reader's, in this run.
+	var raw []time.Duration
+	rawName := ""
+	for _, rd := range readers {
+		ds, err := rawEchoWith(rd, *echoes)
+		if err != nil {
+			fail("raw echo ("+rd.name+")", err)
+		}
+		if raw == nil || median(ds) < median(raw) {
+			raw, rawName = ds, rd.name
+		}
 	}
 	ours, err := mcpEcho(ctx, *echoes)
 	if err != nil {
@@ -110,8 +118,11 @@ func main() {
 	}
 	rows = append(rows, row{fmt.Sprintf("MCP stdio call floor: qemu_status, median of %d (raw: the reference server's trivial tool)", *echoes),
 		ms(median(floor)), ms(median(refFloor)), ratio(median(floor), median(refFloor)), ""})
-	rows = append(rows, row{fmt.Sprintf("echo round trip, median of %d", *echoes), ms(median(ours)), ms(median(raw)),
-		ratio(median(ours), median(raw)), "<= 1 ms, <= 5x raw"})
+	rows = append(rows, row{fmt.Sprintf("echo round trip, median of %d (raw: the best reader, %s)", *echoes, rawName), ms(median(ours)), ms(median(raw)),
+		ratio(median(ours), median(raw)), "<= 5x raw"})
+	ceiling := median(raw) + median(floor)
+	rows = append(rows, row{"echo round trip against its ceiling: the raw echo plus the call floor, all measured above",
+		ms(median(ours)), ms(ceiling), fmt.Sprintf("%+.3f ms", float64((median(ours)-ceiling).Microseconds())/1000), "<= +0.150 ms"})
 	rows = append(rows, row{"echo round trip, p90", ms(pct(ours, 90)), ms(pct(raw, 90)), ratio(pct(ours, 90), pct(raw, 90)), ""})
 
 	rawBoot, err := rawBoot(*boots)
@@ -125,21 +136,36 @@ func main() {
 	rows = append(rows, row{fmt.Sprintf("boot to banner, median of %d", *boots), ms(median(ourBoot)), ms(median(rawBoot)),
 		"+" + ms(median(ourBoot)-median(rawBoot)), "<= +30 ms"})
 
-	// Raw and ours alternate, so that drifts of the machine hit both.
-	var rawRates, ourRates []float64
+	// Raw and ours alternate, so that drifts of the machine hit both; the
+	// ceiling is the best reader's median.
+	rawRates := make([][]float64, len(readers))
+	var ourRates []float64
 	for i := 0; i < *floodRuns; i++ {
-		r, err := rawFlood(*floodSize)
-		if err != nil {
-			fail("raw flood", err)
+		for k, rd := range readers {
+			r, err := rawFloodWith(rd, *floodSize)
+			if err != nil {
+				fail("raw flood ("+rd.name+")", err)
+			}
+			rawRates[k] = append(rawRates[k], r)
 		}
 		o, err := mcpFlood(ctx, *floodSize)
 		if err != nil {
 			fail("mcp flood", err)
 		}
-		rawRates, ourRates = append(rawRates, r), append(ourRates, o)
+		ourRates = append(ourRates, o)
 	}
-	rawRate, ourRate := medianF(rawRates), medianF(ourRates)
-	rows = append(rows, row{fmt.Sprintf("flood %d bytes, every byte checked, median of %d alternating runs", *floodSize, *floodRuns), rate(ourRate), rate(rawRate),
+	rawRate, best := 0.0, ""
+	var each []string
+	for k, rd := range readers {
+		m := medianF(rawRates[k])
+		each = append(each, fmt.Sprintf("%s %s", rd.name, rate(m)))
+		if m > rawRate {
+			rawRate, best = m, rd.name
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: raw flood readers: %s\n", strings.Join(each, "; "))
+	ourRate := medianF(ourRates)
+	rows = append(rows, row{fmt.Sprintf("flood %d bytes, every byte checked, median of %d alternating runs (raw: the best of %d readers, %s)", *floodSize, *floodRuns, len(readers), best), rate(ourRate), rate(rawRate),
 		fmt.Sprintf("%.1f%%", 100*ourRate/rawRate), ">= 95% of raw"})
 
 	if *instances > 0 {
@@ -298,7 +324,7 @@ func printTable(rows []row) {
 			cpu = string(m[1])
 		}
 	}
-	qv, _ := exec.Command("qemu-system-riscv64", "--version").Output()
+	qv, _ := exec.Command(*qemuBin, "--version").Output()
 	fmt.Printf("machine: %s, %s, %d cpus, %s\n\n", host, cpu, numCPU(), strings.SplitN(string(qv), "\n", 2)[0])
 	fmt.Println("| measure | qemu-mcp | raw ceiling | ratio | target |")
 	fmt.Println("|---|---|---|---|---|")
@@ -352,7 +378,7 @@ func startServer(ctx context.Context, args ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(*binary, append([]string{"-log-level", "warn"}, args...)...)
+	cmd := exec.Command(*binary, append([]string{"-log-level", "warn", "-qemu", *qemuBin}, args...)...)
 	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock", "QEMU_MCP_STATE_DIR="+dir+"/state")
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -750,61 +776,7 @@ func soakMemory(ctx context.Context, d time.Duration) (peak, idle, produced int6
 	return peak, idle, st.SerialBytes, nil
 }
 
-// --- the raw ceilings: QEMU alone on FIFOs ---
-
-type rawQEMU struct {
-	cmd     *exec.Cmd
-	in, out *os.File
-	dir     string
-	r       *bufio.Reader
-}
-
-func startRaw(extra ...string) (*rawQEMU, error) {
-	dir, err := os.MkdirTemp("", "qmr")
-	if err != nil {
-		return nil, err
-	}
-	base := filepath.Join(dir, "s")
-	for _, p := range []string{base + ".in", base + ".out"} {
-		if err := unix.Mkfifo(p, 0o600); err != nil {
-			return nil, err
-		}
-	}
-	in, _ := os.OpenFile(base+".in", os.O_RDWR, 0)
-	out, _ := os.OpenFile(base+".out", os.O_RDWR, 0)
-	args := []string{"-machine", "virt", "-nodefaults", "-display", "none", "-m", "128M", "-bios", "default",
-		"-kernel", *kernel, "-chardev", "pipe,id=s0,path=" + base, "-serial", "chardev:s0"}
-	args = append(args, extra...)
-	cmd := exec.Command("qemu-system-riscv64", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return &rawQEMU{cmd: cmd, in: in, out: out, dir: dir, r: bufio.NewReaderSize(out, 64<<10)}, nil
-}
-
-func (q *rawQEMU) close() {
-	q.cmd.Process.Kill()
-	q.cmd.Wait()
-	q.in.Close()
-	q.out.Close()
-	os.RemoveAll(q.dir)
-}
-
-// readUntil reads the FIFO until s has been seen.
-func (q *rawQEMU) readUntil(s string) ([]byte, error) {
-	var acc []byte
-	buf := make([]byte, 64<<10)
-	q.out.SetReadDeadline(time.Now().Add(5 * time.Minute))
-	for !bytes.Contains(acc[max(0, len(acc)-len(s)-64<<10):], []byte(s)) {
-		n, err := q.r.Read(buf)
-		if err != nil {
-			return acc, err
-		}
-		acc = append(acc, buf[:n]...)
-	}
-	return acc, nil
-}
+// --- the raw ceilings: QEMU alone on FIFOs (see raw.go) ---
 
 // rawInstances starts n QEMUs alone at once and waits until every one is at
 // its prompt: the ceiling for n instances booted together.
@@ -833,32 +805,6 @@ func rawInstances(n int) (time.Duration, error) {
 	return time.Since(t), err
 }
 
-func rawEcho(n int) ([]time.Duration, error) {
-	q, err := startRaw()
-	if err != nil {
-		return nil, err
-	}
-	defer q.close()
-	if _, err := q.readUntil("tiny> "); err != nil {
-		return nil, err
-	}
-	var ds []time.Duration
-	for i := 0; i < n+10; i++ {
-		tok := "e" + strconv.Itoa(i)
-		t := time.Now()
-		if _, err := q.in.WriteString("echo " + tok + "\r"); err != nil {
-			return nil, err
-		}
-		if _, err := q.readUntil(tok + "\r\ntiny> "); err != nil {
-			return nil, err
-		}
-		if i >= 10 {
-			ds = append(ds, time.Since(t))
-		}
-	}
-	return ds, nil
-}
-
 func rawBoot(n int) ([]time.Duration, error) {
 	var ds []time.Duration
 	for i := 0; i < n+1; i++ {
@@ -878,28 +824,4 @@ func rawBoot(n int) ([]time.Duration, error) {
 		}
 	}
 	return ds, nil
-}
-
-// rawFlood is `cat` on the FIFO: read as fast as the guest writes.
-func rawFlood(size int) (float64, error) {
-	q, err := startRaw()
-	if err != nil {
-		return 0, err
-	}
-	defer q.close()
-	if _, err := q.readUntil("tiny> "); err != nil {
-		return 0, err
-	}
-	cmd := "flood " + strconv.Itoa(size)
-	t := time.Now()
-	q.in.WriteString(cmd + "\r")
-	out, err := q.readUntil("flood done " + strconv.Itoa(size) + "\r\n")
-	if err != nil {
-		return 0, err
-	}
-	el := time.Since(t)
-	if err := checkFlood(out, cmd, size); err != nil {
-		return 0, fmt.Errorf("raw: %w", err)
-	}
-	return float64(size) / el.Seconds(), nil
 }

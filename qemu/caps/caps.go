@@ -249,17 +249,21 @@ func (p *Prober) Start(path string) <-chan struct{} {
 	go func() {
 		defer p.wg.Done()
 		c, err := p.decide(p.ctx, k)
+		stopped := p.ctx.Err() != nil // closed: nothing failed
 		p.mu.Lock()
 		delete(p.inflight, k)
-		if err != nil {
+		if err != nil && !stopped {
 			p.errs[k] = err
 		} else {
 			delete(p.errs, k)
 		}
 		p.mu.Unlock()
-		if err != nil {
+		switch {
+		case stopped:
+			p.log.Debug("probing QEMU stopped", "binary", k.Path)
+		case err != nil:
 			p.log.Warn("probing QEMU failed", "binary", k.Path, "err", err)
-		} else {
+		default:
 			p.log.Info("probed QEMU", "binary", k.Path, "timer_kept", c.TimerKept.Answer,
 				"in_place_load", c.InPlaceLoad.Answer, "replay_checkpoint", c.ReplayCheckpoint.Answer)
 		}

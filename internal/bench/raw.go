@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var qemuBin = flag.String("qemu", "qemu-system-riscv64", "the QEMU to measure: the servers get it as -qemu, the raw runs run it")
+
+// serverOptions is the command line the server gives QEMU for the tiny
+// kernel, with the plumbing it manages marked: the raw runs use exactly
+// these options (-nodefaults and the QMP monitor included), so that a
+// ceiling is QEMU under the same conditions, read by the fastest reader.
+var serverOptions []string
+
+const (
+	serialMark = "\x00serial"
+	qmpMark    = "\x00qmp"
+)
+
+// learnServerOptions boots the tiny kernel through the server and keeps
+// its QEMU's options (see serverOptions).
+func learnServerOptions(ctx context.Context) error {
+	s, err := startServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var b struct {
+		Argv    []string `json:"argv"`
+		Matched bool     `json:"matched"`
+	}
+	if err := s.call(ctx, "qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 60}, &b); err != nil {
+		return err
+	}
+	kernel, err := filepath.Abs(*kernel)
+	if err != nil {
+		return err
+	}
+	var opts []string
+	for i := 1; i < len(b.Argv); i++ {
+		a := b.Argv[i]
+		switch {
+		case a == "-S":
+			continue // the server resumes QEMU once attached; raw runs at once
+		case b.Argv[i-1] == "-kernel" && strings.HasPrefix(a, "/proc/self/fd/"):
+			a = kernel
+		case strings.HasPrefix(a, "pipe,id=serial0,path="):
+			a = "pipe,id=serial0,path=" + serialMark
+		case strings.HasPrefix(a, "socket,id=qmp0,fd="):
+			a = "socket,id=qmp0,path=" + qmpMark + ",server=on,wait=off"
+		}
+		if strings.Contains(a, "/proc/self/fd/") {
+			return fmt.Errorf("server argv has a descriptor the raw run cannot have: %q", a)
+		}
+		opts = append(opts, a)
+	}
+	if !strings.Contains(strings.Join(opts, " "), serialMark) {
+		return fmt.Errorf("server argv without the serial FIFOs: %q", b.Argv)
+	}
+	serverOptions = opts
+	fmt.Fprintf(os.Stderr, "bench: raw QEMU options (the server's): %s\n", strings.Join(opts, " "))
+	return nil
+}
+
+// rawArgs are the server's options for a raw QEMU on the FIFOs at base
+// with its QMP socket at sock.
+func rawArgs(base, sock string) []string {
+	args := make([]string, len(serverOptions))
+	for i, a := range serverOptions {
+		a = strings.ReplaceAll(a, serialMark, base)
+		args[i] = strings.ReplaceAll(a, qmpMark, sock)
+	}
+	return args
+}
+
+// A reader is one way to read a FIFO as fast as possible. Each raw figure
+// is the best of them, measured in the same run.
+type reader struct {
+	name string
+	// open returns what reads the output FIFO at path.
+	open func(path string) (rawReader, error)
+}
+
+type rawReader interface {
+	// read appends what is there (blocking until something is) to buf.
+	read(buf []byte) (int, error)
+	close()
+}
+
+var readers = []reader{
+	{"netpoller", openNetpoll},
+	{"blocking read(2) on a locked thread", openBlocking},
+	{"poll(2), batched under a flood", openBatched},
+}
+
+// netpoll: an *os.File on a FIFO is in Go's netpoller.
+type netpoll struct{ f *os.File }
+
+func openNetpoll(path string) (rawReader, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	f.SetReadDeadline(time.Now().Add(5 * time.Minute))
+	return netpoll{f}, nil
+}
+
+func (r netpoll) read(b []byte) (int, error) { return r.f.Read(b) }
+func (r netpoll) close()                     { r.f.Close() }
+
+// blocking: a plain blocking read(2) on a thread of its own.
+type blocking struct {
+	fd   int
+	reqs chan []byte
+	res  chan result
+}
+
+type result struct {
+	n   int
+	err error
+}
+
+func openBlocking(path string) (rawReader, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	r := &blocking{fd: fd, reqs: make(chan []byte), res: make(chan result)}
+	go func() {
+		runtime.LockOSThread()
+		for b := range r.reqs {
+			n, err := unix.Read(fd, b)
+			r.res <- result{n, err}
+		}
+	}()
+	return r, nil
+}
+
+func (r *blocking) read(b []byte) (int, error) {
+	r.reqs <- b
+	res := <-r.res
+	return res.n, res.err
+}
+
+func (r *blocking) close() {
+	close(r.reqs)
+	unix.Close(r.fd)
+}
+
+// batched: poll(2), then read; once more than 256 bytes came within a
+// millisecond, a millisecond's nap between reads lets the pipe gather a
+// batch (what the server's drain does: fewer wake-ups leave the emulator
+// the CPU).
+type batched struct {
+	fd           int
+	winStart     time.Time
+	winBytes     int
+	pfd          []unix.PollFd
+	lastWasShort bool
+}
+
+func openBatched(path string) (rawReader, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &batched{fd: fd, winStart: time.Now(), pfd: []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}}, nil
+}
+
+func (r *batched) read(b []byte) (int, error) {
+	for {
+		if _, err := unix.Poll(r.pfd, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return 0, err
+		}
+		n, err := unix.Read(r.fd, b)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n > 0 {
+			now := time.Now()
+			if now.Sub(r.winStart) > time.Millisecond {
+				r.winStart, r.winBytes = now, 0
+			}
+			r.winBytes += n
+			if r.winBytes > 256 && n < len(b)/2 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return n, err
+	}
+}
+
+func (r *batched) close() { unix.Close(r.fd) }
+
+// rawQEMU is QEMU alone on FIFOs, with the server's options.
+type rawQEMU struct {
+	cmd *execCmd
+	in  *os.File
+	out rawReader
+	dir string
+	acc []byte
+	buf []byte
+}
+
+func startRawWith(rd reader, extra ...string) (*rawQEMU, error) {
+	dir, err := os.MkdirTemp("", "qmr")
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Join(dir, "s")
+	for _, p := range []string{base + ".in", base + ".out"} {
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	in, err := os.OpenFile(base+".in", os.O_RDWR, 0)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	out, err := rd.open(base + ".out")
+	if err != nil {
+		in.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	args := append(rawArgs(base, filepath.Join(dir, "q.sock")), extra...)
+	cmd, err := startExec(*qemuBin, args...)
+	if err != nil {
+		in.Close()
+		out.close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &rawQEMU{cmd: cmd, in: in, out: out, dir: dir, buf: make([]byte, 1<<20)}, nil
+}
+
+// startRaw starts a raw QEMU read through the netpoller (for the runs
+// that do not depend on the reader: boots, restores).
+func startRaw(extra ...string) (*rawQEMU, error) { return startRawWith(readers[0], extra...) }
+
+func (q *rawQEMU) close() {
+	q.cmd.kill()
+	q.in.Close()
+	q.out.close()
+	os.RemoveAll(q.dir)
+}
+
+// readUntil reads the FIFO until s has been seen; it returns what was
+// read since the last readUntil.
+func (q *rawQEMU) readUntil(s string) ([]byte, error) {
+	q.acc = q.acc[:0]
+	for !bytes.Contains(q.acc[max(0, len(q.acc)-len(s)-len(q.buf)):], []byte(s)) {
+		n, err := q.out.read(q.buf)
+		if err != nil {
+			return q.acc, err
+		}
+		q.acc = append(q.acc, q.buf[:n]...)
+	}
+	return q.acc, nil
+}
+
+// rawEchoWith times n echo round trips on a raw QEMU read by rd.
+func rawEchoWith(rd reader, n int) ([]time.Duration, error) {
+	q, err := startRawWith(rd)
+	if err != nil {
+		return nil, err
+	}
+	defer q.close()
+	if _, err := q.readUntil("tiny> "); err != nil {
+		return nil, err
+	}
+	var ds []time.Duration
+	for i := 0; i < n+10; i++ {
+		tok := "e" + strconv.Itoa(i)
+		t := time.Now()
+		if _, err := q.in.WriteString("echo " + tok + "\r"); err != nil {
+			return nil, err
+		}
+		if _, err := q.readUntil(tok + "\r\ntiny> "); err != nil {
+			return nil, err
+		}
+		if i >= 10 {
+			ds = append(ds, time.Since(t))
+		}
+	}
+	return ds, nil
+}
+
+// rawFloodWith floods a raw QEMU read by rd.
+func rawFloodWith(rd reader, size int) (float64, error) {
+	q, err := startRawWith(rd)
+	if err != nil {
+		return 0, err
+	}
+	defer q.close()
+	if _, err := q.readUntil("tiny> "); err != nil {
+		return 0, err
+	}
+	cmd := "flood " + strconv.Itoa(size)
+	t := time.Now()
+	q.in.WriteString(cmd + "\r")
+	out, err := q.readUntil("flood done " + strconv.Itoa(size) + "\r\n")
+	if err != nil {
+		return 0, err
+	}
+	el := time.Since(t)
+	if err := checkFlood(out, cmd, size); err != nil {
+		return 0, fmt.Errorf("raw (%s): %w", rd.name, err)
+	}
+	return float64(size) / el.Seconds(), nil
+}
+
+// execCmd is a QEMU the bench started, killed by its own handle.
+type execCmd struct{ c *exec.Cmd }
+
+func startExec(bin string, args ...string) (*execCmd, error) {
+	c := exec.Command(bin, args...)
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	return &execCmd{c}, nil
+}
+
+func (e *execCmd) kill() {
+	e.c.Process.Kill()
+	e.c.Wait()
+}
