@@ -96,16 +96,25 @@ func (b *Buffer) logger() *slog.Logger {
 // writes the rest. A failing transcript write is logged and breaks the
 // transcript (see [Buffer.TranscriptErr]); Write itself still succeeds.
 func (b *Buffer) Write(p []byte) (int, error) {
+	if _, ok := b.write(p); !ok {
+		return 0, ErrFinished
+	}
+	return len(p), nil
+}
+
+// write is Write: ok is false if the buffer is finished; woke reports
+// that the write woke a wait.
+func (b *Buffer) write(p []byte) (woke, ok bool) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	b.mu.Lock()
 	if b.finished {
 		b.mu.Unlock()
-		return 0, ErrFinished
+		return false, false
 	}
 	if len(p) == 0 {
 		b.mu.Unlock()
-		return 0, nil
+		return false, true
 	}
 	if tr := b.tr; tr != nil && tr.err != nil && !time.Now().Before(tr.retryAt) {
 		b.mu.Unlock()
@@ -143,9 +152,9 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	}
 	b.st.append(p)
 	b.lastWrite = time.Now()
-	b.wakeLocked(len(p))
+	woke = b.wakeLocked(len(p))
 	b.mu.Unlock()
-	return len(p), nil
+	return woke, true
 }
 
 // Flush appends to the transcript what has been written to the buffer but
@@ -677,15 +686,17 @@ func (b *Buffer) forget(w *watch) {
 
 // wakeLocked wakes the waits the n bytes just appended may end. b.mu must
 // be held.
-func (b *Buffer) wakeLocked(n int) {
+func (b *Buffer) wakeLocked(n int) (woke bool) {
 	if len(b.watches) == 0 {
-		return
+		return false
 	}
 	end := b.st.end()
 	recent := b.st.view(max(b.st.oldest(), end-int64(n)-watchTail), end)
 	for w := range b.watches {
 		if w.filter == nil || w.filter(recent, end, n) {
 			w.notify()
+			woke = true
 		}
 	}
+	return woke
 }

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -493,7 +494,12 @@ func (c *Console) drain() {
 		if r <= 0 {
 			continue
 		}
-		_, _ = c.buf.Write(p[:r])
+		if woke, _ := c.buf.write(p[:r]); woke {
+			// A wait this woke runs on this thread now, rather than on
+			// another that the scheduler would have to wake: the drain is
+			// about to block in poll(2) anyway.
+			runtime.Gosched()
+		}
 		if c.buf.tr != nil && r < len(p) {
 			armed = true
 		}
