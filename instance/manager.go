@@ -232,6 +232,10 @@ func (m *Manager) probeQEMU(binary string) {
 		return
 	}
 	m.probeOnce.Do(func() {
+		// Answers cached by an earlier run count at once.
+		if st, _, _ := m.caps.Status(binary); st == caps.Probed {
+			return
+		}
 		time.AfterFunc(probeDelay, func() { m.caps.Start(binary) })
 	})
 }
