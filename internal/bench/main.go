@@ -505,13 +505,53 @@ func vmRSS(pid int) int64 {
 	return n << 10
 }
 
-func mcpEcho(ctx context.Context, n int) ([]time.Duration, error) {
+// mcpEcho times n echoes through the server, and what the server process
+// spent on each (CPU time, context switches of all its threads): figures
+// a busy machine changes less than the latency.
+func mcpEcho(ctx context.Context, n int) ([]time.Duration, procCost, error) {
 	s, err := bootedServer(ctx)
 	if err != nil {
-		return nil, err
+		return nil, procCost{}, err
 	}
 	defer s.close()
-	return s.echoes(ctx, "default", n)
+	before := costOf(s.cmd.Process.Pid)
+	ds, err := s.echoes(ctx, "default", n)
+	after := costOf(s.cmd.Process.Pid)
+	per := procCost{cpu: (after.cpu - before.cpu) / time.Duration(n+10), switches: float64(after.switches-before.switches) / float64(n+10)}
+	return ds, per, err
+}
+
+// procCost is a process's CPU time (user and system) and context
+// switches (voluntary and not, all threads).
+type procCost struct {
+	cpu      time.Duration
+	switches float64
+}
+
+func costOf(pid int) procCost {
+	var c procCost
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		// Fields after the command's closing parenthesis; utime and
+		// stime are the 14th and 15th of the line, in clock ticks.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		if len(f) > 12 {
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			c.cpu = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100
+		}
+	}
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, m := range regexp.MustCompile(`(?m)^(?:non)?voluntary_ctxt_switches:\s+(\d+)`).FindAllSubmatch(b, -1) {
+			n, _ := strconv.ParseFloat(string(m[1]), 64)
+			c.switches += n
+		}
+	}
+	return c
 }
 
 // echoes times n echo round trips on one instance's console, after ten
@@ -817,7 +857,7 @@ func echoRows(ctx context.Context, fail func(string, error)) ([]row, time.Durati
 			raw, rawName = ds, rd.name
 		}
 	}
-	ours, err := mcpEcho(ctx, *echoes)
+	ours, cost, err := mcpEcho(ctx, *echoes)
 	if err != nil {
 		fail("mcp echo", err)
 	}
@@ -837,5 +877,7 @@ func echoRows(ctx context.Context, fail func(string, error)) ([]row, time.Durati
 	rows = append(rows, row{"echo round trip against its ceiling: the raw echo plus the call floor, all measured above",
 		ms(median(ours)), ms(ceiling), fmt.Sprintf("%+.3f ms", float64((median(ours)-ceiling).Microseconds())/1000), "<= +0.150 ms"})
 	rows = append(rows, row{"echo round trip, p90", ms(pct(ours, 90)), ms(pct(raw, 90)), ratio(pct(ours, 90), pct(raw, 90)), ""})
+	rows = append(rows, row{"the server process per echo: CPU time (user and system), and context switches of all its threads", ms(cost.cpu),
+		fmt.Sprintf("%.1f switches", cost.switches), "-", ""})
 	return rows, median(ours)
 }
