@@ -136,13 +136,13 @@ func report(r io.Reader, w io.Writer) (Run, bool) {
 				}
 			}
 		case "pass", "fail", "skip":
+			out := ""
+			if b := logs[k]; b != nil {
+				out = b.String()
+			}
 			if ev.Test == "" {
 				// The package's end.
 				run.Packages++
-				out := ""
-				if b := logs[k]; b != nil {
-					out = b.String()
-				}
 				switch ev.Action {
 				case "fail":
 					ok = false
@@ -163,10 +163,6 @@ func report(r io.Reader, w io.Writer) (Run, bool) {
 				order = append(order, k)
 			}
 			t.Result = ev.Action
-			out := ""
-			if b := logs[k]; b != nil {
-				out = b.String()
-			}
 			switch ev.Action {
 			case "fail":
 				ok = false
