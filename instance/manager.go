@@ -396,6 +396,18 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 		prev := m.instances[spec.Name]
 		if prev != nil && prev.State() != Stopped {
 			m.mu.Unlock()
+			if prev.State() == Stopping {
+				// Going away (its guest exited, or a stop runs): the name
+				// is free once its cleanup has run, a moment from now. A
+				// client that boots again as soon as it saw the exit must
+				// not be told the guest is busy.
+				select {
+				case <-prev.done:
+					continue
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
 			if !spec.Restart {
 				if prev.qemuExited() {
 					// Its QEMU is gone (the guest powered off) and its
