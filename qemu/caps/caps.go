@@ -103,8 +103,10 @@ func (k Key) matches(c *Caps) bool {
 	return c.Binary == k.Path && c.Size == k.Size && c.ModTime.Equal(k.ModTime) && c.ProbeVersion == probeVersion
 }
 
-// decided holds the answers known to this process, by Key: whoever asks
-// about a binary gets the same answers.
+// decided holds the answers any Prober of this process decided or read,
+// by Key: the answers are facts about a binary, so whoever asks about it
+// (Known, TimerKept) gets them. A Prober's Status says what it knows
+// itself (from its own probing or cache).
 var decided sync.Map // Key -> *Caps
 
 // Known returns the answers for the binary at path if they are decided
@@ -170,6 +172,29 @@ type Prober struct {
 	mu       sync.Mutex
 	inflight map[Key]chan struct{}
 	errs     map[Key]error
+	known    map[Key]*Caps
+}
+
+// learn records c as this Prober's and the process's answers for k.
+func (p *Prober) learn(k Key, c *Caps) {
+	p.mu.Lock()
+	p.known[k] = c
+	p.mu.Unlock()
+	decided.Store(k, c)
+}
+
+// knows returns this Prober's answers for k, reading its cache if need be.
+func (p *Prober) knows(k Key) *Caps {
+	p.mu.Lock()
+	c := p.known[k]
+	p.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	if c = p.readCache(k); c != nil {
+		p.learn(k, c)
+	}
+	return c
 }
 
 // New returns a Prober; Close stops its probes.
@@ -182,7 +207,7 @@ func New(cfg Config) *Prober {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Prober{cfg: cfg, log: log, ctx: ctx, cancel: cancel, inflight: map[Key]chan struct{}{}, errs: map[Key]error{}}
+	return &Prober{cfg: cfg, log: log, ctx: ctx, cancel: cancel, inflight: map[Key]chan struct{}{}, errs: map[Key]error{}, known: map[Key]*Caps{}}
 }
 
 // Close stops probes in progress (their QEMUs are killed, their files
@@ -199,11 +224,7 @@ func (p *Prober) Status(path string) (State, *Caps, error) {
 	if err != nil {
 		return NotProbed, nil, err
 	}
-	if c, ok := decided.Load(k); ok {
-		return Probed, c.(*Caps), nil
-	}
-	if c := p.readCache(k); c != nil {
-		decided.Store(k, c)
+	if c := p.knows(k); c != nil {
 		return Probed, c, nil
 	}
 	p.mu.Lock()
@@ -224,12 +245,7 @@ func (p *Prober) Start(path string) <-chan struct{} {
 		close(done)
 		return done
 	}
-	if _, ok := decided.Load(k); ok {
-		close(done)
-		return done
-	}
-	if c := p.readCache(k); c != nil {
-		decided.Store(k, c)
+	if p.knows(k) != nil {
 		close(done)
 		return done
 	}
@@ -299,15 +315,14 @@ func (p *Prober) decide(ctx context.Context, k Key) (*Caps, error) {
 		return nil, err
 	}
 	defer unlock()
-	if c := p.readCache(k); c != nil { // decided while we waited
-		decided.Store(k, c)
+	if c := p.knows(k); c != nil { // decided while we waited
 		return c, nil
 	}
 	c, err := p.probeAll(ctx, k)
 	if err != nil {
 		return nil, err
 	}
-	decided.Store(k, c)
+	p.learn(k, c)
 	if err := p.writeCache(k, c); err != nil {
 		p.log.Warn("cannot cache QEMU's probed capabilities", "err", err)
 	}
