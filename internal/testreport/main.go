@@ -6,10 +6,10 @@
 // QEMU-facing (they carry testguest.Facing in their log). Once every QEMU
 // has run, `testreport -summary` prints the counts per QEMU and fails the
 // run if a test failed, or if a QEMU-facing test skipped on a QEMU without
-// being listed as expected to (scripts/test-skips).
+// being listed as expected to (testdata/expected-skips).
 //
 //	go test -json ./... | testreport -label "QEMU 7.2.22" -out a.json
-//	testreport -summary -skips scripts/test-skips a.json b.json
+//	testreport -summary -skips testdata/expected-skips a.json b.json
 //	testreport -run-regexp a.json   # the QEMU-facing tests: -run and packages
 package main
 
