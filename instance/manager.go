@@ -396,30 +396,20 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 		prev := m.instances[spec.Name]
 		if prev != nil && prev.State() != Stopped {
 			m.mu.Unlock()
-			if prev.State() == Stopping {
+			if prev.State() == Stopping || (!spec.Restart && prev.qemuExited()) {
 				// Going away (its guest exited, or a stop runs): the name
-				// is free once its cleanup has run, a moment from now. A
-				// client that boots again as soon as it saw the exit must
-				// not be told the guest is busy.
+				// is free once its cleanup has run, milliseconds from now.
+				// A client that boots again as soon as it saw the exit
+				// must not be told the guest is busy.
 				select {
-				case <-prev.done:
+				case <-prev.Done():
 					continue
 				case <-ctx.Done():
-					return nil, ctx.Err()
+					return nil, context.Cause(ctx)
+				case <-time.After(5 * time.Second):
 				}
 			}
 			if !spec.Restart {
-				if prev.qemuExited() {
-					// Its QEMU is gone (the guest powered off) and its
-					// cleanup runs: milliseconds, then it is stopped.
-					select {
-					case <-prev.Done():
-						continue
-					case <-ctx.Done():
-						return nil, context.Cause(ctx)
-					case <-time.After(5 * time.Second):
-					}
-				}
 				return nil, prev.busyError()
 			}
 			// What would refuse the new boot refuses it before the
