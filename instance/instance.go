@@ -761,6 +761,12 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 			t.Stop()
 			ev = i.events.since(began)
 		}
+		if ev != nil && ev.Event == "SHUTDOWN" && !res.Finished {
+			// QEMU 9 and later announce the guest's power-off before
+			// QEMU exits (unless told -no-shutdown): report the exit
+			// with it, as when QEMU exits without a word.
+			i.awaitExit(2 * time.Second)
+		}
 		if res.Stopped && ev == nil {
 			// An older event woke the wait: wait on.
 			spec.Stop = i.events.waker()
@@ -771,6 +777,27 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 		}
 	}
 	return res, ev, nil
+}
+
+// awaitExit waits at most d for QEMU to exit and the instance's cleanup
+// to finish, so that what the caller reports next (exited, the runtime
+// files gone) is what the user then finds.
+func (i *Instance) awaitExit(d time.Duration) {
+	mch := i.Machine()
+	if mch == nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-mch.Done():
+	case <-t.C:
+		return
+	}
+	select {
+	case <-i.done:
+	case <-t.C:
+	}
 }
 
 // Context ends when a stop of the instance begins.
