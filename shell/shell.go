@@ -10,20 +10,26 @@
 //
 //	_qm SEQ 'CMD'
 //
-// (CMD unquoted when it is one plain word). The function prints a start marker, runs CMD with "command eval" </dev/null,
-// and prints an end marker with its exit status; an EXIT trap prints a third marker if CMD ends the shell.
-// Each marker carries the function's nonce, random at its definition, and
-// the call's sequence number; they are assembled by printf from separate
-// words, so neither the echo nor a command's output (which cannot know the
-// nonce) is mistaken for one, and a late marker of an earlier call never is.
-// eval runs CMD in the shell itself, so cd and variables persist as if it
-// had been typed; a syntax error in CMD is eval's error, and "command"
-// keeps it from aborting the rest, as an interactive dash or ash would.
-// stdin is /dev/null: a program that reads input ends instead of waiting.
-// The function leaves its variables (__qmn, __qms, __qmc) in the shell. Commands with control characters, non-ASCII bytes or
-// long lines are carried in __qmc, piece by piece, so that no line
-// exceeds what a line editor takes (BusyBox: 1,024 bytes) and no byte is
-// taken for an editing key.
+// (CMD unquoted when it is one plain word). The function prints a start
+// marker, runs CMD with "command eval" </dev/null, and prints an end marker
+// with its exit status; an EXIT trap prints a third marker if CMD ends the
+// shell. Each marker carries the function's nonce, random at its
+// definition, and the call's sequence number; they are assembled by printf
+// from separate words, so neither the echo nor a command's output (which
+// cannot know the nonce) is mistaken for one, and a late marker of an
+// earlier call never is. eval runs CMD in the shell itself, so cd and
+// variables persist as if it had been typed; a syntax error in CMD is
+// eval's error, and "command" keeps it from aborting the rest, as an
+// interactive dash or ash would. stdin is /dev/null: a program that reads
+// input ends instead of waiting. The start marker also carries the guest's
+// uptime, read from /proc/uptime by the shell's builtin read (no fork):
+// printk's clock runs about 20 ms ahead of it, so a timestamped line not
+// older than it was printed during the command (see SplitKernel). The
+// function leaves its variables (__qmn, __qms, __qmc, __qmu, __qmx) in the
+// shell. Commands with control characters, non-ASCII bytes or long lines
+// are carried in __qmc, piece by piece, so that no line exceeds what a line
+// editor takes (BusyBox: 1,024 bytes) and no byte is taken for an editing
+// key.
 //
 // A command past its timeout is interrupted with Ctrl-C, and a probe line
 // checks that the shell answers again; a shell without a controlling
@@ -71,8 +77,6 @@ type Request struct {
 	Grace time.Duration
 	// Newline ends each typed line (default "\r", the Enter key).
 	Newline string
-	// noUptime is set on the follow-up that asks for the uptime.
-	noUptime bool
 	// Seq numbers the call among the console's calls, 10 to 99 (two
 	// digits to type; default: from the clock): a late marker of one of
 	// the calls before is never taken for this one's.
@@ -102,8 +106,8 @@ type Result struct {
 	// nothing.
 	JobControl bool
 	// Uptime is the guest's uptime in seconds when the command started,
-	// asked (from /proc/uptime, by a second call) only when the output has
-	// printk-timestamped lines; 0 otherwise.
+	// read from /proc/uptime by the start marker (a builtin read, no
+	// fork); 0 where the guest has no /proc.
 	Uptime float64
 	// Duration is the time from the start marker to the end marker, as
 	// the host saw them.
@@ -169,7 +173,7 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 		return res, err
 	}
 	ss := strconv.Itoa(seq)
-	startRE := regexp.MustCompile(`qm([0-9a-f]{6})\.` + ss + `:S([A-Za-z]*)\r?\n`)
+	startRE := regexp.MustCompile(`qm([0-9a-f]{6})\.` + ss + `:S([A-Za-z]*):([0-9.]*)\r?\n`)
 	spec := func(pats ...*regexp.Regexp) serial.Spec {
 		return serial.Spec{Patterns: pats, Panic: req.Panic, Timeout: max(time.Until(deadline), time.Millisecond), MaxOutput: 64}
 	}
@@ -198,6 +202,7 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	res.Started = true
 	res.OutputStart, res.Cursor = w.End, w.End
 	res.JobControl = strings.ContainsRune(w.Groups[1], 'm')
+	res.Uptime, _ = strconv.ParseFloat(w.Groups[2], 64)
 	q := regexp.QuoteMeta("qm" + w.Groups[0] + "." + ss + ":")
 	endRE := regexp.MustCompile(q + `E(\d+)\r?\n`)
 	exitRE := regexp.MustCompile(q + `X(\d+)\r?\n`)
@@ -213,9 +218,6 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 		res.ExitStatus, _ = strconv.Atoi(w.Groups[0])
 		res.Completed = w.Index == 0
 		res.ShellExited = w.Index == 1
-		if res.Completed && !req.noUptime {
-			res.Uptime, res.Cursor = uptimeAtStart(ctx, con, req, buf, res, seq)
-		}
 		return res, nil
 	}
 	res.OutputEnd, res.Cursor = w.Cursor, w.Cursor
@@ -226,46 +228,6 @@ func Run(ctx context.Context, con Console, req Request) (Result, error) {
 	}
 	res.TimedOut = true
 	return interrupt(ctx, con, wait, res, grace, nl)
-}
-
-// uptimeAtStart is the guest's uptime when the command started, asked
-// only when its output has lines with a printk timestamp (which tell
-// kernel messages apart, see SplitKernel): a follow-up call reads
-// /proc/uptime, less the time since the start marker as the host saw it.
-// 0 when it cannot tell. cursor is past the follow-up, if there was one.
-func uptimeAtStart(ctx context.Context, con Console, req Request, buf *serial.Buffer, res Result, seq int) (up float64, cursor int64) {
-	cursor = res.Cursor
-	n := res.OutputEnd - res.OutputStart
-	if n <= 0 || n > 8<<20 {
-		return 0, cursor
-	}
-	page, err := buf.ReadPage(res.OutputStart, int(n))
-	if err != nil || !stampRE.Match(page.Data) {
-		return 0, cursor
-	}
-	t0 := time.Now().Add(-res.Duration)
-	f := req
-	f.Command, f.Timeout, f.noUptime, f.Seq = "cat /proc/uptime", 5*time.Second, true, 10+(seq+45)%90
-	r, err := Run(ctx, con, f)
-	if r.Cursor > cursor {
-		cursor = r.Cursor
-	}
-	if err != nil || !r.Completed || r.ExitStatus != 0 || r.OutputEnd <= r.OutputStart {
-		return 0, cursor
-	}
-	out, _ := buf.ReadPage(r.OutputStart, int(r.OutputEnd-r.OutputStart))
-	fields := strings.Fields(string(out.Data))
-	if len(fields) == 0 {
-		return 0, cursor
-	}
-	up, err = strconv.ParseFloat(fields[0], 64)
-	if err != nil {
-		return 0, cursor
-	}
-	// The read happened between the follow-up's markers: take its start,
-	// and a little more for how late the host saw the first marker.
-	since := time.Since(t0) - r.Duration + 50*time.Millisecond
-	return max(up-since.Seconds(), 0.000001), cursor
 }
 
 // interrupt sends Ctrl-C and checks with a probe line that the shell
@@ -320,7 +282,8 @@ var missingRE = regexp.MustCompile(`_qm: (?:command )?not found`)
 // (6 hex digits): see the package comment.
 func Definition(nonce string) string {
 	return "__qmn=" + nonce + ";_qm(){ __qms=$__qmn.$1;__qmc=$2;set --;" +
-		"trap \"printf 'qm%s:X%d\\n' $__qms \\$?\" 0;printf 'qm%s:S%s\\n' $__qms \"$-\";" +
+		"trap \"printf 'qm%s:X%d\\n' $__qms \\$?\" 0;__qmu=;{ read __qmu __qmx;} 2>/dev/null </proc/uptime;" +
+		"printf 'qm%s:S%s:%s\\n' $__qms \"$-\" \"$__qmu\";" +
 		"command eval \"$__qmc\" </dev/null;printf 'qm%s:E%d\\n' $__qms $?;trap - 0;unset __qmc;}"
 }
 
