@@ -488,3 +488,41 @@ func TestConsoleWriteSlowCancel(t *testing.T) {
 
 // testBase is the FIFOs' base path for test console n in dir.
 func testBase(dir string, n int) string { return filepath.Join(dir, fmt.Sprintf("serial-%d", n)) }
+
+// Sync returns with everything written to the output pipe before it in
+// the buffer, in order, also during a flood (the drain naps then), and at
+// once after Finish.
+func TestConsoleSync(t *testing.T) {
+	ctx := testCtx(t)
+	c := newConsole(t)
+	p := openPeer(t, c.Base())
+	var want []byte
+	for k := range 200 {
+		// Enough at once to set off the drain's burst naps.
+		line := bytes.Repeat([]byte{'a' + byte(k%26)}, 700)
+		if _, err := p.out.Write(line); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, line...)
+		if err := c.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if end := c.Buffer().End(); end != int64(len(want)) {
+			t.Fatalf("sync %d: the buffer ends at %d, %d bytes were written", k, end, len(want))
+		}
+		// A line of the console's own, as a restore's marker.
+		mark := []byte("[mark]")
+		c.Buffer().Write(mark)
+		want = append(want, mark...)
+	}
+	if got, _ := c.Buffer().Read(0, 0); !bytes.Equal(got, want) {
+		t.Fatal("the buffer is not what was written, in order")
+	}
+	p.close()
+	if err := c.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx); err != nil {
+		t.Fatalf("after Finish: %v", err)
+	}
+}

@@ -123,8 +123,12 @@ type Console struct {
 	closing   atomic.Bool   // set by Close before it closes the FIFOs
 	stopping  atomic.Bool   // set before the drain is told to stop
 	drainDone chan struct{} // closed when the drain goroutine returns
-	// wakeR/wakeW is the pipe that stops the drain's poll(2).
+	// wakeR/wakeW is the pipe that wakes the drain's poll(2): to stop
+	// it, or for a Sync.
 	wakeR, wakeW int
+	// syncs are the Syncs waiting for the drain (guarded by syncMu).
+	syncMu sync.Mutex
+	syncs  []chan struct{}
 }
 
 // Create makes the FIFOs <base>.in and <base>.out (mode 0600), opens them and starts draining the output. Pass
@@ -372,6 +376,81 @@ func (c *Console) writeErr(err error) error {
 	return fmt.Errorf("serial: write: %w", err)
 }
 
+// Sync returns once everything QEMU had written to the output FIFO when
+// Sync was called is in the buffer. Whoever writes a line of its own into
+// the buffer while QEMU is paused (a restore's marker) calls it first, so
+// that the line comes after the guest's last output, not within it. After
+// Finish or Close it returns at once; if ctx ends first, it returns an
+// error wrapping ctx.Err().
+func (c *Console) Sync(ctx context.Context) error {
+	ch := make(chan struct{})
+	c.lifeMu.Lock()
+	if c.drainStopped {
+		// Finish read the rest; after Close nothing more comes.
+		c.lifeMu.Unlock()
+		return nil
+	}
+	c.syncMu.Lock()
+	c.syncs = append(c.syncs, ch)
+	c.syncMu.Unlock()
+	// Under lifeMu: stopDrain, which closes the pipe, cannot run now.
+	if _, err := unix.Write(c.wakeW, []byte{1}); err != nil && !errors.Is(err, unix.EAGAIN) {
+		c.lifeMu.Unlock()
+		return fmt.Errorf("serial: sync: %w", err)
+	}
+	c.lifeMu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-c.drainDone:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("serial: sync: %w", ctx.Err())
+	}
+}
+
+// syncDrain answers the Syncs waiting: it empties the wake pipe, reads
+// what the output FIFO holds into the buffer, and releases them. Run by
+// the drain only.
+func (c *Console) syncDrain(fd int, p []byte) error {
+	var b [64]byte
+	for {
+		if n, err := unix.Read(c.wakeR, b[:]); n <= 0 || err != nil {
+			break
+		}
+	}
+	c.syncMu.Lock()
+	waiting := c.syncs
+	c.syncs = nil
+	c.syncMu.Unlock()
+	defer func() {
+		for _, ch := range waiting {
+			close(ch)
+		}
+	}()
+	for {
+		avail, err := unix.IoctlGetInt(fd, unix.TIOCINQ)
+		if err != nil {
+			return fmt.Errorf("FIONREAD on %s: %w", c.out.path, err)
+		}
+		if avail == 0 {
+			return nil
+		}
+		// FIONREAD said it is there and the drain is the only reader:
+		// the read does not block.
+		n, err := unix.Read(fd, p[:min(avail, len(p))])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			c.buf.write(p[:n])
+		}
+	}
+}
+
 // Finish is called once the writer of the output FIFO (QEMU) is gone: it
 // stops the drain, reads what is still in the pipe into the buffer, and
 // finishes the buffer, which wakes all waiters. If ctx ends first, the
@@ -468,8 +547,15 @@ func (c *Console) drain() {
 			c.log.Error("serial: drain stopped: poll", "path", c.out.path, "err", err)
 			return
 		}
-		if fds[1].Revents != 0 || c.stopping.Load() {
+		if c.stopping.Load() {
 			return
+		}
+		if fds[1].Revents != 0 {
+			if err := c.syncDrain(fd, p); err != nil {
+				c.log.Error("serial: drain stopped: sync", "path", c.out.path, "err", err)
+				return
+			}
+			continue
 		}
 		if n == 0 {
 			_ = c.buf.Flush() // a failure was logged
