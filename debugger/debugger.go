@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
@@ -51,6 +52,8 @@ type Session struct {
 
 	mu sync.Mutex // one operation at a time
 	c  *gdb.Client
+	// live is c, for Disconnect, which does not wait for an operation.
+	live atomic.Pointer[gdb.Client]
 	// breaks are the breakpoints and watchpoints set, by address.
 	breaks map[uint64]Breakpoint
 	// watches are the watchpoints set, by address.
@@ -92,7 +95,39 @@ func (s *Session) releaseIdle() {
 	if err := s.c.Close(); err != nil {
 		s.cfg.Logger.Debug("debugger: release the stub", "err", err)
 	}
-	s.c = nil
+	s.setClient(nil)
+}
+
+// setClient makes c the session's connection. s.mu must be held.
+func (s *Session) setClient(c *gdb.Client) {
+	s.c = c
+	s.live.Store(c)
+}
+
+// Hold lets go of the stub now, without waiting for an operation in
+// progress (which ends as when the connection is lost), and holds off
+// every operation until release is called. QEMU removes the breakpoints
+// and lets the guest run, as when its debugger leaves; the session keeps
+// them, and its first operation after release connects again and sets
+// them again, as after QEMU restarted its stub. Whoever changes the
+// guest's state under the stub (a snapshot loaded in place) holds the
+// session meanwhile: the stub's stop replies would otherwise tell it of
+// stops and resumes it did not make.
+func (s *Session) Hold() (release func()) {
+	if c := s.live.Swap(nil); c != nil {
+		if err := c.Close(); err != nil {
+			s.cfg.Logger.Debug("debugger: let go of the stub", "err", err)
+		}
+	}
+	s.mu.Lock()
+	if s.c != nil {
+		// Connected again before the lock was ours.
+		if err := s.c.Close(); err != nil {
+			s.cfg.Logger.Debug("debugger: let go of the stub", "err", err)
+		}
+		s.setClient(nil)
+	}
+	return sync.OnceFunc(s.mu.Unlock)
 }
 
 // Close disconnects from the stub (which lets the guest run, as QEMU does
@@ -102,7 +137,7 @@ func (s *Session) Close() error {
 	var errs []error
 	if s.c != nil {
 		errs = append(errs, s.c.Close())
-		s.c = nil
+		s.setClient(nil)
 	}
 	if s.cfg.Symbols != nil {
 		errs = append(errs, s.cfg.Symbols.Close())
@@ -120,7 +155,7 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 	if s.c != nil {
 		select {
 		case <-s.c.Done():
-			s.c = nil // lost (QEMU restarted its stub?): connect again
+			s.setClient(nil) // lost (QEMU restarted its stub?): connect again
 		default:
 			return s.c, nil
 		}
@@ -157,7 +192,7 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 			return nil, fmt.Errorf("debugger: resume the guest after connecting: %w", err)
 		}
 	}
-	s.c = c
+	s.setClient(c)
 	return c, nil
 }
 
