@@ -18,6 +18,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
+	"github.com/qemu-mcp/qemu-mcp/serial"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
@@ -113,6 +114,11 @@ type Restored struct {
 	// DiscardedInput counts the bytes typed for the old guest that it had
 	// not read: they are not delivered to the restored one.
 	DiscardedInput int
+	// InPlace says the state was loaded into the QEMU that ran the guest
+	// (same process); otherwise a new QEMU runs the restored guest.
+	InPlace bool
+	// Note says why a load in place gave way to a new QEMU, if it did.
+	Note string
 }
 
 // CheckLoad says why meta cannot be loaded into this instance now, or nil:
@@ -130,21 +136,51 @@ func (i *Instance) CheckLoad(ctx context.Context, meta snapshot.Meta) error {
 	return nil
 }
 
-// RestoreSnapshot puts the guest back in the state meta saved. QEMU cannot
-// load a RISC-V guest's state into the process that ran it (the timer
-// state is not saved, and time runs backwards), so the instance starts a
-// new QEMU from the snapshot on the same console, TAP, drives and
-// debugger, and stops the old one. Output goes on in the same console:
-// a marker line says where the restore happened, and output after it
-// begins at the result's Cursor. Input goes on too: what was typed for
-// the old guest and not read by it is dropped (and counted), and what is
-// typed during the restore waits and reaches the restored guest whole. If
-// every part of the snapshot cannot be verified, the guest is left as it
-// was; if the new QEMU fails to start, the guest is gone and the instance
-// stopped; the error says which.
+// loadsInPlace says whether mch's QEMU was probed (package qemu/caps) to
+// load a snapshot into itself with the guest going on, its timer kept:
+// QEMU 11 does; QEMU up to 10.1 does not (the timer state is not saved,
+// and time runs backwards), and a binary not probed yet takes the safe
+// path, a new QEMU.
+func loadsInPlace(mch *qemu.Machine) bool {
+	c, ok := caps.Known(mch.Argv()[0])
+	return ok && c.TimerKept.Yes() && c.InPlaceLoad.Yes()
+}
+
+// RestoreSnapshot puts the guest back in the state meta saved. Where its
+// QEMU loads a snapshot in place (loadsInPlace), the state is loaded into
+// that QEMU; elsewhere the instance starts a new QEMU from the snapshot on
+// the same console, TAP, drives and debugger, and stops the old one. The
+// kept snapshot is never written: QEMU loads from a copy of its image.
+// Output goes on in the same console: a marker line says where the
+// restore happened, and output after it begins at the result's Cursor.
+// Input goes on too: what was typed for the old guest and not read by it
+// is dropped (and counted), and what is typed during the restore waits
+// and reaches the restored guest whole. The debugger lets go of the stub
+// and connects again on its next use, its breakpoints set again. If every
+// part of the snapshot cannot be verified, the guest is left as it was; a
+// load in place that fails once the guest is stopped gives way to a new
+// QEMU (the result's Note says why); if the new QEMU fails to start, the
+// guest is gone and the instance stopped; the error says which.
 func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (res Restored, err error) {
 	i.restoreMu.Lock()
 	defer i.restoreMu.Unlock()
+	res, err = i.restore(ctx, store, meta)
+	var gone *lostError
+	if errors.As(err, &gone) {
+		// After restore let go of the console and the debugger: the
+		// instance's cleanup closes them.
+		return res, i.lost(gone.err)
+	}
+	return res, err
+}
+
+// lostError is a restore that left no guest: the instance is to stop.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+func (e *lostError) Unwrap() error { return e.err }
+
+func (i *Instance) restore(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (res Restored, err error) {
 	old, err := i.Running()
 	if err != nil {
 		return res, err
@@ -158,17 +194,128 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	if err != nil {
 		return res, fmt.Errorf("%w; the guest was left as it was", err)
 	}
+	i.loadStep(meta, "staged")
 	i.mu.Lock()
 	con := i.console
 	i.mu.Unlock()
 	// Typing waits until the restored guest runs: nothing reaches the
-	// QEMU that goes, nor the new one before its state is loaded.
+	// guest being replaced, nor the restored one before its state is
+	// loaded.
 	release, err := con.HoldInput(ctx)
 	if err != nil {
 		os.Remove(staged)
 		return res, fmt.Errorf("restore snapshot %q: wait for the console's input: %w; the guest was left as it was", meta.Name, err)
 	}
 	defer release()
+	// Neither may the debugger act on the guest meanwhile.
+	if d := i.Debugger(); d != nil {
+		defer d.Hold()()
+	}
+	if !loadsInPlace(old) {
+		return i.restoreFresh(ctx, old, con, meta, staged, res)
+	}
+	res, err = i.restoreInPlace(ctx, old, con, meta, staged)
+	var failed *inPlaceError
+	if !errors.As(err, &failed) {
+		return res, err
+	}
+	// The guest was stopped and its state is not whole: a new QEMU
+	// loads it from a copy of its own (the old QEMU holds the first).
+	i.mgr.log.Warn("a snapshot load in place failed: restoring in a new QEMU", "instance", i.name, "snapshot", meta.Name, "err", failed.err)
+	res.Note = fmt.Sprintf("the load into the running QEMU failed (%v), so a new QEMU was started from the snapshot", failed.err)
+	if staged, err = i.stage(store, meta); err != nil {
+		return res, &lostError{fmt.Errorf("restore snapshot %q: the load into the running QEMU failed (%v), and %w", meta.Name, failed.err, err)}
+	}
+	return i.restoreFresh(ctx, old, con, meta, staged, res)
+}
+
+// inPlaceError is a load in place that failed once the guest was
+// stopped: the guest's state is not whole.
+type inPlaceError struct{ err error }
+
+func (e *inPlaceError) Error() string { return e.err.Error() }
+func (e *inPlaceError) Unwrap() error { return e.err }
+
+// loadStep logs a step of a restore (what a test kills the server at).
+func (i *Instance) loadStep(meta snapshot.Meta, step string) {
+	i.mgr.log.Debug("snapshot load", "step", step, "instance", i.name, "snapshot", meta.Name)
+}
+
+// restoreTimeout bounds a restore once the guest was stopped for it: from
+// then on it runs to its end even if the caller gives up, so that the
+// guest is never left half loaded.
+const restoreTimeout = time.Minute
+
+// restoreInPlace loads meta from the copy staged into mch, the QEMU that
+// runs the guest: the copy is attached, the guest stopped, its last
+// output read and the input typed for it dropped, the state loaded, the
+// marker written and the guest resumed. A failure before the guest is
+// stopped leaves it as it was; one after is an *inPlaceError.
+func (i *Instance) restoreInPlace(ctx context.Context, mch *qemu.Machine, con *serial.Console, meta snapshot.Meta, staged string) (res Restored, err error) {
+	mon := mch.Monitor()
+	// QEMU opens the image read-write to load from it: the copy, never
+	// the kept one.
+	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": qemu.SnapshotNode,
+		"file": map[string]any{"driver": "file", "filename": staged}}); err != nil {
+		os.Remove(staged)
+		return res, fmt.Errorf("restore snapshot %q: attach its copy: %w; the guest was left as it was", meta.Name, err)
+	}
+	// The copy goes once it is detached, after the answer: the next save
+	// or restore waits for it (restoreMu). After a failed load the QEMU
+	// goes, and the copy with the next one's.
+	defer func() {
+		var failed *inPlaceError
+		if errors.As(err, &failed) {
+			return
+		}
+		go func() {
+			i.restoreMu.Lock()
+			defer i.restoreMu.Unlock()
+			i.unstage(context.WithoutCancel(ctx), mch, staged)
+		}()
+	}()
+	if _, err := mon.Execute(ctx, "stop", nil); err != nil {
+		return res, fmt.Errorf("restore snapshot %q: pause the guest: %w; the guest was left as it was", meta.Name, err)
+	}
+	i.loadStep(meta, "stopped")
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), restoreTimeout)
+	defer cancel()
+	// The old guest's last words go before the marker.
+	if err := con.Sync(ctx); err != nil {
+		i.mgr.log.Warn("read the old guest's last output", "instance", i.name, "err", err)
+	}
+	// What the old guest did not read was typed for it: the restored one
+	// must not get it. (QEMU reads no more of it: the UART it would go
+	// into is loaded next.)
+	if res.DiscardedInput, err = con.DiscardInput(); err != nil {
+		i.mgr.log.Warn("drop the old guest's unread input", "instance", i.name, "err", err)
+	}
+	if err := snapshot.Load(ctx, mon, qemu.SnapshotNode, meta.Tag); err != nil {
+		return res, &inPlaceError{err}
+	}
+	i.loadStep(meta, "loaded")
+	res.Cursor = i.mark(restoredWhat(meta, res.DiscardedInput))
+	if _, err := mon.Execute(ctx, "cont", nil); err != nil {
+		return res, &inPlaceError{fmt.Errorf("resume the restored guest: %w", err)}
+	}
+	i.loadStep(meta, "running")
+	res.InPlace = true
+	return res, nil
+}
+
+// restoredWhat is a restore's marker line.
+func restoredWhat(meta snapshot.Meta, discarded int) string {
+	what := fmt.Sprintf("restored snapshot %q (saved %s)", meta.Name, meta.Created.Format(time.RFC3339))
+	if discarded > 0 {
+		what += fmt.Sprintf("; %d bytes typed for the old guest and not read by it were dropped", discarded)
+	}
+	return what
+}
+
+// restoreFresh starts a new QEMU that loads meta from the copy staged, on
+// the instance's console, TAP, drives and debugger, and stops old first.
+// The caller holds the console's input.
+func (i *Instance) restoreFresh(ctx context.Context, old *qemu.Machine, con *serial.Console, meta snapshot.Meta, staged string, res Restored) (Restored, error) {
 	i.mu.Lock()
 	i.replacing = true
 	i.mu.Unlock()
@@ -183,29 +330,32 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	if err := old.Close(); err != nil {
 		i.mgr.log.Warn("clean up after QEMU for a restore", "instance", i.name, "err", err)
 	}
-	// What the old guest did not read was typed for it: the restored one
-	// must not get it.
-	if res.DiscardedInput, err = con.DiscardInput(); err != nil {
+	i.loadStep(meta, "stopped")
+	// What the old guest printed last goes before the marker; what it
+	// did not read was typed for it: the restored one must not get it.
+	if err := con.Sync(ctx); err != nil {
+		i.mgr.log.Warn("read the old guest's last output", "instance", i.name, "err", err)
+	}
+	n, err := con.DiscardInput()
+	if err != nil {
 		i.mgr.log.Warn("drop the old guest's unread input", "instance", i.name, "err", err)
 	}
+	res.DiscardedInput += n
 	cfg := i.cfg
 	if cfg.Files, err = dupFiles(i.files); err != nil {
-		return res, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
+		return res, &lostError{fmt.Errorf("restore snapshot %q: %w", meta.Name, err)}
 	}
 	cfg.LoadVM = &qemu.LoadVM{Path: staged}
 	rt := i.runtime(true)
 	rt.BeforeCont = loadSnapshot(meta, func() {
-		what := fmt.Sprintf("restored snapshot %q (saved %s)", meta.Name, meta.Created.Format(time.RFC3339))
-		if res.DiscardedInput > 0 {
-			what += fmt.Sprintf("; %d bytes typed for the old guest and not read by it were dropped", res.DiscardedInput)
-		}
-		res.Cursor = i.mark(what)
+		i.loadStep(meta, "loaded")
+		res.Cursor = i.mark(restoredWhat(meta, res.DiscardedInput))
 	})
 	rt.BeforeCont = thenCall(rt.BeforeCont, i.continueCapture())
 	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		os.Remove(staged)
-		return res, i.lost(fmt.Errorf("restore snapshot %q: %w", meta.Name, err))
+		return res, &lostError{fmt.Errorf("restore snapshot %q: %w", meta.Name, err)}
 	}
 	i.mu.Lock()
 	i.machine = mch
@@ -213,6 +363,7 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 	i.mu.Unlock()
 	i.recordQEMU(mch)
 	go i.watch(mch, i.follow(mch))
+	i.loadStep(meta, "running")
 	// The copy goes once QEMU lets go of it, after the answer: the next
 	// save or restore waits for it (restoreMu).
 	go func() {

@@ -21,6 +21,7 @@ type capsInfo struct {
 		} `json:"timer_kept"`
 		InPlace *struct {
 			Answer string `json:"answer"`
+			Detail string `json:"detail"`
 		} `json:"in_place_load"`
 		Replay *struct {
 			Answer string `json:"answer"`

@@ -94,12 +94,17 @@ func size(n int64) string {
 // SnapshotLoadOutput is qemu_snapshot_load's result.
 type SnapshotLoadOutput struct {
 	Name      string `json:"name"`
-	PID       int    `json:"pid" jsonschema:"the QEMU now running the guest (a restore starts a new one)"`
+	PID       int    `json:"pid" jsonschema:"the QEMU now running the guest (the same one after a load in place)"`
 	Cursor    int64  `json:"cursor" jsonschema:"serial cursor where output after the restore begins (after the marker line); reads go on from here"`
 	ElapsedMS int64  `json:"elapsed_ms"`
 	// DiscardedInput counts bytes typed for the old guest that it never
 	// read: dropped, not delivered to the restored guest.
 	DiscardedInput int `json:"discarded_input,omitempty"`
+	// InPlace says the state was loaded into the running QEMU (QEMU 11);
+	// otherwise a new QEMU runs the restored guest.
+	InPlace bool `json:"in_place"`
+	// Note says why a load in place gave way to a new QEMU.
+	Note string `json:"note,omitempty"`
 }
 
 func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotLoadOutput, error) {
@@ -122,14 +127,22 @@ func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in 
 		return nil, SnapshotLoadOutput{}, err
 	}
 	s.setCursor(req, inst, r.Cursor)
-	out := SnapshotLoadOutput{Name: meta.Name, Cursor: r.Cursor, ElapsedMS: time.Since(t).Milliseconds(), DiscardedInput: r.DiscardedInput}
+	out := SnapshotLoadOutput{Name: meta.Name, Cursor: r.Cursor, ElapsedMS: time.Since(t).Milliseconds(), DiscardedInput: r.DiscardedInput,
+		InPlace: r.InPlace, Note: r.Note}
 	if m := inst.Machine(); m != nil {
 		out.PID = m.PID()
 	}
-	text := fmt.Sprintf("restored %q to snapshot %q in %d ms (qemu pid %d); output after the restore starts at cursor %d",
-		inst.Name(), meta.Name, out.ElapsedMS, out.PID, r.Cursor)
+	how := "new qemu"
+	if r.InPlace {
+		how = "in place, qemu"
+	}
+	text := fmt.Sprintf("restored %q to snapshot %q in %d ms (%s pid %d); output after the restore starts at cursor %d",
+		inst.Name(), meta.Name, out.ElapsedMS, how, out.PID, r.Cursor)
 	if r.DiscardedInput > 0 {
 		text += fmt.Sprintf("; %d bytes typed for the old guest and not read by it were dropped", r.DiscardedInput)
+	}
+	if r.Note != "" {
+		text += "; " + r.Note
 	}
 	return textResult(text), out, nil
 }

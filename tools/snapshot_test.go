@@ -47,14 +47,19 @@ func TestSnapshotTinyKernel(t *testing.T) {
 	if !w.Matched {
 		t.Fatalf("after the save: %+v", w)
 	}
-	firstPID := 0
+	var st0 struct {
+		PID int `json:"pid"`
+	}
+	s.mustCall("qemu_status", nil, &st0)
+	lastPID := st0.PID
 	for k := range 3 {
-		var lo loadOut
+		// In place (QEMU 11) the QEMU stays; elsewhere a new one runs.
+		var lo loadFull
 		s.mustCall("qemu_snapshot_load", map[string]any{"name": "base"}, &lo)
-		if lo.PID == 0 || lo.PID == firstPID {
-			t.Errorf("restore %d: %+v", k, lo)
+		if lo.PID == 0 || (lo.PID == lastPID) != lo.InPlace {
+			t.Errorf("restore %d: %+v, the QEMU before pid %d", k, lo, lastPID)
 		}
-		firstPID = lo.PID
+		lastPID = lo.PID
 		// Reads go on from the marker: nothing of the old guest's.
 		var r waitOut
 		s.mustCall("serial_read", nil, &r)
@@ -462,4 +467,168 @@ func TestSnapshotIncomplete(t *testing.T) {
 		t.Fatalf("list without the drive's part: %+v", l)
 	}
 	s.wantError("qemu_boot", map[string]any{"snapshot": "a"}, "has no snapshot "+tags[0])
+}
+
+// loadsInPlace waits until server_info says what the QEMU under test was
+// probed to do (after the session's first boot) and reports whether it
+// loads a snapshot in place, with the probe's detail.
+func loadsInPlace(t *testing.T, s *session) (bool, string) {
+	t.Helper()
+	var info capsInfo
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		s.mustCall("server_info", nil, &info)
+		if info.QEMUCaps.State == "probed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the QEMU's capabilities were not probed in 2 minutes: %+v", info.QEMUCaps)
+		}
+	}
+	q := info.QEMUCaps
+	return q.Timer.Answer == "yes" && q.InPlace.Answer == "yes", q.InPlace.Answer + ", " + q.InPlace.Detail
+}
+
+type loadFull struct {
+	loadOut
+	InPlace   bool   `json:"in_place"`
+	Note      string `json:"note"`
+	Discarded int    `json:"discarded_input"`
+}
+
+// Where QEMU loads a snapshot in place (QEMU 11), qemu_snapshot_load puts
+// the Linux guest back in the running QEMU, three times in a row: the pid
+// stays, the saved state is back, sleep 1 returns, reads go on from the
+// marker, input typed for the old guest never reaches the restored one,
+// the guest's events show a pause and a resume (no shutdown), and the
+// kept snapshot's image is never written.
+func TestSnapshotInPlace(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	snaps := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir, c.Snapshots, c.AllowPaths = t.TempDir(), snaps, []string{lin.Dir}
+	}, nil)
+	var b bootOut
+	s.mustCall("qemu_boot", linuxBoot(lin, nil), &b)
+	if !b.Matched {
+		t.Fatalf("boot: %+v", b)
+	}
+	if ok, why := loadsInPlace(t, s); !ok {
+		t.Skipf("%s does not load a snapshot into the running QEMU (probed: %s): restores start a new QEMU there (TestSnapshotLinux)", qemuVersionOf(t, s), why)
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo one > /tmp/f", "wait_for": testguest.LinuxPrompt}, &w)
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "prompt"}, nil)
+	images, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "prompt.*.qcow2"))
+	if len(images) != 1 {
+		t.Fatalf("the snapshot's image: %v", images)
+	}
+	kept := testguest.FileSum(t, images[0])
+	dropped := 0
+	for k := range 3 {
+		s.mustCall("serial_send", map[string]any{"data": "echo two > /tmp/f; cat /tmp/f", "wait_for": `two\r\n` + testguest.LinuxPrompt}, &w)
+		// For the old guest, not waited for.
+		s.mustCall("serial_send", map[string]any{"data": fmt.Sprintf(`echo bef""ore-%d`, k)}, nil)
+		var lo loadFull
+		res := s.call("qemu_snapshot_load", map[string]any{"name": "prompt"}, &lo)
+		if res.IsError || !lo.InPlace || lo.PID != b.PID || lo.Note != "" || !strings.Contains(text(res), "in place") {
+			t.Fatalf("restore %d: %+v (booted pid %d): %s", k, lo, b.PID, text(res))
+		}
+		dropped += lo.Discarded
+		var r waitOut
+		s.mustCall("serial_read", nil, &r)
+		if r.OutputStart != lo.Cursor || strings.Contains(r.Output, "two") {
+			t.Errorf("restore %d: read after it starts at %d (%q), want the cursor %d", k, r.OutputStart, r.Output, lo.Cursor)
+		}
+		s.mustCall("serial_send", map[string]any{"data": "cat /tmp/f; sleep 1; echo slept", "wait_for": `slept\r\n` + testguest.LinuxPrompt, "timeout": 15}, &w)
+		if !w.Matched || !strings.Contains(w.Output, "\none\n") || strings.Contains(w.Output, "two") {
+			t.Fatalf("restore %d: the saved state, then sleep 1: %+v", k, w)
+		}
+		var all waitFull
+		s.mustCall("serial_read", map[string]any{"since": lo.Cursor, "max_bytes": 32768}, &all)
+		if strings.Contains(all.Output, fmt.Sprintf("before-%d", k)) || strings.Contains(all.Output, `bef""ore`) {
+			t.Fatalf("restore %d: input typed for the old guest reached the restored one:\n%s", k, all.Output)
+		}
+	}
+	var st struct {
+		PID    int `json:"pid"`
+		Events []struct {
+			Event string `json:"event"`
+		} `json:"events"`
+		Transcript string `json:"transcript"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	var evs []string
+	for _, e := range st.Events {
+		evs = append(evs, e.Event)
+	}
+	if st.PID != b.PID || slices.Contains(evs, "SHUTDOWN") || slices.Contains(evs, "RESET") || strings.Count(strings.Join(evs, " "), "STOP RESUME") < 3 {
+		t.Errorf("qemu_status after three loads in place: pid %d (booted %d), events %v", st.PID, b.PID, evs)
+	}
+	if testguest.FileSum(t, images[0]) != kept {
+		t.Errorf("the kept image %s changed", images[0])
+	}
+	if left, _ := filepath.Glob(filepath.Join(s.dir, "snapload-*")); len(left) != 0 {
+		// The copy goes right after the answer.
+		time.Sleep(time.Second)
+		if left, _ = filepath.Glob(filepath.Join(s.dir, "snapload-*")); len(left) != 0 {
+			t.Errorf("copies left: %v", left)
+		}
+	}
+	tr, _ := os.ReadFile(st.Transcript)
+	if n := strings.Count(string(tr), `[qemu-mcp: restored snapshot "prompt"`); n != 3 {
+		t.Errorf("the transcript has %d restore markers, want 3", n)
+	}
+	t.Logf("3 loads in place into qemu pid %d; %d bytes typed for the old guest were dropped", b.PID, dropped)
+}
+
+// A restore, in place (QEMU 11) or in a new QEMU (7.2), leaves the guest's
+// shares and debugger as they were: a share mounted when the load came is
+// not mounted in the restored guest (as at the save), mounts again and
+// reads; the guest saves again (QEMU's mount blocker is gone); a
+// breakpoint set before the restore stops the restored kernel.
+func TestSnapshotRestoreSharesAndDebugger(t *testing.T) {
+	s, lin, root := linuxSession(t)
+	os.Mkdir(filepath.Join(root, "ro"), 0o755)
+	os.WriteFile(filepath.Join(root, "ro", "hello.txt"), []byte("hello from the host\n"), 0o644)
+	var b struct {
+		bootOut
+		Shares []struct{ Mount string } `json:"shares"`
+	}
+	s.mustCall("qemu_boot", linuxBoot(lin, map[string]any{"gdb": true, "shares": []map[string]any{{"path": "ro"}}}), &b)
+	if !b.Matched || len(b.Shares) != 1 {
+		t.Fatalf("boot: %+v", b)
+	}
+	inPlace, _ := loadsInPlace(t, s)
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "s"}, nil)
+	var br breakOut
+	s.mustCall("debug_break", map[string]any{"location": "sys_newuname"}, &br)
+	for k := range 2 {
+		if o := s.exec(b.Shares[0].Mount+" && cat /mnt/ro/hello.txt", 0); o.Output != "hello from the host\n" {
+			t.Fatalf("restore %d: mount before: %+v", k, o)
+		}
+		var lo loadFull
+		s.mustCall("qemu_snapshot_load", map[string]any{"name": "s"}, &lo)
+		if lo.InPlace != inPlace || (lo.PID == b.PID) != inPlace {
+			t.Fatalf("restore %d: %+v, booted pid %d, in place expected: %v", k, lo, b.PID, inPlace)
+		}
+		if o := s.exec("grep -c ' 9p ' /proc/mounts", 0); o.Output != "0\n" {
+			t.Errorf("restore %d: mounted in the restored guest: %+v", k, o)
+		}
+		if o := s.exec(b.Shares[0].Mount+" && cat /mnt/ro/hello.txt && umount /mnt/ro", 0); status(o) != 0 || o.Output != "hello from the host\n" {
+			t.Fatalf("restore %d: the share after the restore: %+v", k, o)
+		}
+		s.mustCall("qemu_snapshot_save", map[string]any{"name": "again"}, nil)
+		s.mustCall("serial_send", map[string]any{"data": "uname -sr"}, nil)
+		var st stopOut
+		s.mustCall("debug_continue", map[string]any{"timeout": 20}, &st)
+		if !st.Stopped || st.Reason != "breakpoint" || st.Function != "sys_newuname" {
+			t.Fatalf("restore %d: the breakpoint in the restored guest: %+v", k, st)
+		}
+		s.mustCall("debug_continue", map[string]any{"timeout": 0.5}, &st)
+		var w waitOut
+		s.mustCall("serial_read", map[string]any{"wait_for": "Linux 6.1.*\r\n" + testguest.LinuxPrompt, "timeout": 10}, &w)
+		if !w.Matched {
+			t.Fatalf("restore %d: uname after the breakpoint: %+v", k, w)
+		}
+	}
 }
