@@ -7,6 +7,8 @@ package testguest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -203,4 +205,14 @@ func SnapshotTags(t testing.TB, image string) []string {
 		}
 	}
 	return tags
+}
+
+// FileSum is the sha256 of a file's bytes, to show it did not change.
+func FileSum(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b))
 }
