@@ -226,7 +226,12 @@ func (i *Instance) restore(ctx context.Context, store snapshot.Store, meta snaps
 	if staged, err = i.stage(store, meta); err != nil {
 		return res, &lostError{fmt.Errorf("restore snapshot %q: the load into the running QEMU failed (%v), and %w", meta.Name, failed.err, err)}
 	}
-	return i.restoreFresh(ctx, old, con, meta, staged, res)
+	res, err = i.restoreFresh(ctx, old, con, meta, staged, res)
+	var gone *lostError
+	if errors.As(err, &gone) {
+		gone.err = fmt.Errorf("%w; before that, the load into the running QEMU had failed (%v)", gone.err, failed.err)
+	}
+	return res, err
 }
 
 // inPlaceError is a load in place that failed once the guest was

@@ -1,6 +1,7 @@
 package tools_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -631,4 +632,52 @@ func TestSnapshotRestoreSharesAndDebugger(t *testing.T) {
 			t.Fatalf("restore %d: uname after the breakpoint: %+v", k, w)
 		}
 	}
+}
+
+// A snapshot whose machine state is damaged inside its image (its parts
+// all there, so the checks before the load pass) fails the load without
+// a hang: in place (QEMU 11) the load gives way to a new QEMU, which fails
+// too; the error says the guest is stopped and how to go on, and the
+// server boots it again.
+func TestSnapshotDamagedState(t *testing.T) {
+	snaps := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	s.bootTiny()
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "bad"}, nil)
+	images, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "bad.*.qcow2"))
+	if len(images) != 1 {
+		t.Fatalf("images %v", images)
+	}
+	f, err := os.OpenFile(images[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state's stream, between the image's first tables and its
+	// snapshot table (the qcow2 header's snapshots_offset).
+	var h [72]byte
+	f.ReadAt(h[:], 0)
+	table := int64(binary.BigEndian.Uint64(h[64:]))
+	junk := make([]byte, table-table/4)
+	for k := range junk {
+		junk[k] = byte(k*7 + 1)
+	}
+	f.WriteAt(junk, table/4)
+	f.Close()
+	start := time.Now()
+	res := s.call("qemu_snapshot_load", map[string]any{"name": "bad"}, nil)
+	msg := text(res)
+	if !res.IsError || !strings.Contains(msg, `restore snapshot "bad"`) || !strings.Contains(msg, "the guest is stopped: boot it again with qemu_boot") {
+		t.Fatalf("the damaged load: %s", msg)
+	}
+	t.Logf("the damaged load failed in %v: %s", time.Since(start).Round(time.Millisecond), msg)
+	var st struct {
+		State string `json:"state"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	if st.State != "stopped" {
+		t.Errorf("after the failed load: %+v", st)
+	}
+	s.bootTiny()
+	s.mustCall("qemu_shutdown", nil, nil)
+	assertEmptyRuntimeDir(t, s.dir)
 }
