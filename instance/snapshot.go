@@ -190,6 +190,7 @@ func (i *Instance) restore(ctx context.Context, store snapshot.Store, meta snaps
 	if err := i.CheckLoad(ctx, meta); err != nil {
 		return res, err
 	}
+	i.loadStep(meta, "checked")
 	staged, err := i.stage(store, meta)
 	if err != nil {
 		return res, fmt.Errorf("%w; the guest was left as it was", err)
@@ -261,10 +262,11 @@ func (i *Instance) restoreInPlace(ctx context.Context, mch *qemu.Machine, con *s
 	// QEMU opens the image read-write to load from it: the copy, never
 	// the kept one.
 	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": qemu.SnapshotNode,
-		"file": map[string]any{"driver": "file", "filename": staged}}); err != nil {
+		"cache": qemu.SnapshotCache, "file": map[string]any{"driver": "file", "filename": staged}}); err != nil {
 		os.Remove(staged)
 		return res, fmt.Errorf("restore snapshot %q: attach its copy: %w; the guest was left as it was", meta.Name, err)
 	}
+	i.loadStep(meta, "attached")
 	// The copy goes once it is detached, after the answer: the next save
 	// or restore waits for it (restoreMu). After a failed load the QEMU
 	// goes, and the copy with the next one's.
@@ -295,6 +297,7 @@ func (i *Instance) restoreInPlace(ctx context.Context, mch *qemu.Machine, con *s
 	if res.DiscardedInput, err = con.DiscardInput(); err != nil {
 		i.mgr.log.Warn("drop the old guest's unread input", "instance", i.name, "err", err)
 	}
+	i.loadStep(meta, "synced")
 	if err := snapshot.Load(ctx, mon, qemu.SnapshotNode, meta.Tag); err != nil {
 		return res, &inPlaceError{err}
 	}

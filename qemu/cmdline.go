@@ -121,6 +121,10 @@ type LoadVM struct {
 // SnapshotNode is the block node name of LoadVM's image.
 const SnapshotNode = "qmcp-snapshot"
 
+// SnapshotCache is the cache mode of LoadVM's image, a copy nobody keeps:
+// never flushed to disk.
+var SnapshotCache = map[string]any{"no-flush": true}
+
 // ref is how QEMU is told about path: its inherited descriptor if the
 // server opened it, else the path itself.
 func (c Config) ref(path string) string {
@@ -464,7 +468,10 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		argv = append(argv, "-chardev", "socket,id=gdb0,fd="+strconv.Itoa(c.gdbFD)+",server=on,wait=off", "-gdb", "chardev:gdb0")
 	}
 	if l := c.LoadVM; l != nil {
-		argv = append(argv, "-blockdev", "driver=qcow2,node-name="+SnapshotNode+",file.driver=file,file.filename="+escapeOpt(l.Path))
+		// The copy is thrown away after the load: QEMU's flush of the
+		// image (at a stop or cont) would write the whole fresh copy
+		// to disk for nothing, tens of milliseconds.
+		argv = append(argv, "-blockdev", "driver=qcow2,node-name="+SnapshotNode+",cache.no-flush=on,file.driver=file,file.filename="+escapeOpt(l.Path))
 	}
 	return append(argv, c.ExtraArgs...)
 }
