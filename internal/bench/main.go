@@ -35,6 +35,8 @@ var (
 	startOnly = flag.Bool("start-only", false, "measure only the start-up against the reference server")
 	execOnly  = flag.Bool("exec-only", false, "measure only guest_exec and 9p shares on the Linux guest")
 	echoOnly  = flag.Bool("echo-only", false, "measure only the echo, the raw echo and the call floor (repeat it on a busy machine)")
+	serverLog = flag.String("server-log", "warn", "the servers' -log-level (their log goes to stderr)")
+	snapOnly  = flag.Bool("snapshot-only", false, "measure only the Linux guest's cold boot, restores and boots from a snapshot")
 )
 
 const banner = "qemu-mcp tiny kernel 1.0"
@@ -48,6 +50,19 @@ func main() {
 	ctx := context.Background()
 	if *execOnly {
 		rows, err := execRows(ctx, *execRuns, *shareRuns)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		printTable(rows)
+		return
+	}
+	if *snapOnly {
+		if err := learnServerOptions(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: the server's QEMU options: %v\n", err)
+			os.Exit(1)
+		}
+		rows, err := snapshotRows(ctx, *snapRuns)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			os.Exit(1)
@@ -353,7 +368,7 @@ func startServer(ctx context.Context, args ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(*binary, append([]string{"-log-level", "warn", "-qemu", *qemuBin}, args...)...)
+	cmd := exec.Command(*binary, append([]string{"-log-level", *serverLog, "-qemu", *qemuBin}, args...)...)
 	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock", "QEMU_MCP_STATE_DIR="+dir+"/state")
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)

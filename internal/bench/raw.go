@@ -107,6 +107,10 @@ var readers = []reader{
 	{"poll(2), batched under a flood", openBatched},
 }
 
+// readDeadline bounds a raw run's reads: a guest that stops answering
+// fails the run instead of hanging it.
+var readDeadline = 2 * time.Minute
+
 // netpoll: an *os.File on a FIFO is in Go's netpoller.
 type netpoll struct{ f *os.File }
 
@@ -115,7 +119,7 @@ func openNetpoll(path string) (rawReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.SetReadDeadline(time.Now().Add(5 * time.Minute))
+	f.SetReadDeadline(time.Now().Add(readDeadline))
 	return netpoll{f}, nil
 }
 
