@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"regexp"
 	"regexp/syntax"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -52,28 +53,76 @@ type matcher struct {
 
 // newMatcher analyses re for the suffix rescan.
 func newMatcher(re *regexp.Regexp) *matcher {
-	m := &matcher{re: re, scanned: -1, maxLen: -1}
+	m := &matcher{re: re, scanned: -1}
+	a := analyses.get(re)
+	m.incremental, m.maxLen, m.lineLocal, m.prefix = a.incremental, a.maxLen, a.lineLocal, a.prefix
+	return m
+}
+
+// shape is what the suffix rescan may rely on for a pattern (see matcher).
+type shape struct {
+	incremental bool
+	maxLen      int
+	lineLocal   bool
+	prefix      []byte // shared: never written
+}
+
+// analyse works out re's shape.
+func analyse(re *regexp.Regexp) shape {
+	sh := shape{maxLen: -1}
 	// regexp.Compile parses with syntax.Perl. A POSIX pattern parses the same
 	// way or (for [^...] classes) as possibly matching '\n', which only makes
 	// the analysis more conservative; a parse failure disables it.
 	tree, err := syntax.Parse(re.String(), syntax.Perl)
 	if err != nil {
-		return m
+		return sh
 	}
 	var a analysis
 	n, bounded := a.walk(tree)
 	if a.lookBehind {
-		return m
+		return sh
 	}
 	if bounded {
-		m.maxLen = n
+		sh.maxLen = n
 	}
-	m.lineLocal = !a.newline
+	sh.lineLocal = !a.newline
 	if prefix, _ := re.LiteralPrefix(); prefix != "" {
-		m.prefix = []byte(prefix)
+		sh.prefix = []byte(prefix)
 	}
-	m.incremental = bounded || m.lineLocal || m.prefix != nil
-	return m
+	sh.incremental = bounded || sh.lineLocal || sh.prefix != nil
+	return sh
+}
+
+// shapes remembers patterns' shapes by their source: a wait's patterns
+// are mostly those of the waits before it (the default panic patterns, a
+// prompt), and parsing them again cost more than the rest of a short
+// wait (30 µs of an echo's CPU for the seven patterns of a wait). It is
+// bounded: past maxShapes it starts afresh.
+type shapes struct {
+	mu sync.Mutex
+	m  map[string]shape
+}
+
+const maxShapes = 256
+
+var analyses shapes
+
+func (c *shapes) get(re *regexp.Regexp) shape {
+	src := re.String()
+	c.mu.Lock()
+	sh, ok := c.m[src]
+	c.mu.Unlock()
+	if ok {
+		return sh
+	}
+	sh = analyse(re)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxShapes {
+		c.m = make(map[string]shape)
+	}
+	c.m[src] = sh
+	c.mu.Unlock()
+	return sh
 }
 
 // find returns the submatch indexes (relative to window) of the leftmost

@@ -125,8 +125,16 @@ func capResult(tool string, r *mcp.CallToolResult) {
 	if r.StructuredContent == nil {
 		return
 	}
-	b, err := json.Marshal(r.StructuredContent)
-	if err == nil && len(b) <= maxResult {
+	// The tools' results are JSON already (see add): no need to encode
+	// them again to know their size.
+	b, ok := r.StructuredContent.(json.RawMessage)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(r.StructuredContent); err != nil {
+			return
+		}
+	}
+	if len(b) <= maxResult {
 		return
 	}
 	*r = *toolError(fmt.Sprintf("%s: the result (%d bytes) is over the %d-byte limit of any result: this is a bug of qemu-mcp; ask for less (max_bytes, offset, count)", tool, len(b), maxResult))

@@ -61,5 +61,11 @@ func readerOf(req *mcp.CallToolRequest, all bool) reader {
 // time, anything else that large is saved to a file.
 const answerBudget = 24000
 
-// reader is the reader of req's client under this server's settings.
-func (s *Server) reader(req *mcp.CallToolRequest) reader { return readerOf(req, s.cfg.WholeText) }
+// reader is the reader of req's client under this server's settings,
+// decided once per call (see Server.calls).
+func (s *Server) reader(req *mcp.CallToolRequest) reader {
+	if r, ok := s.calls.Load(req); ok {
+		return r.(reader)
+	}
+	return readerOf(req, s.cfg.WholeText)
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -287,11 +288,43 @@ func compileWait(pattern string) (*regexp.Regexp, error) {
 	if pattern == "" {
 		return nil, errors.New("wait_for: an empty pattern matches at once: give a regular expression")
 	}
+	if re := compiled.get(pattern); re != nil {
+		return re, nil
+	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return nil, fmt.Errorf("wait_for %s is not a valid regular expression (Go RE2 syntax): %w", quote(pattern), err)
 	}
+	compiled.put(pattern, re)
 	return re, nil
+}
+
+// patternCache keeps compiled wait patterns by their source: an agent
+// waits for its prompt again and again, and compiling it cost a tenth of
+// a short wait's CPU. A *regexp.Regexp is safe for concurrent use. It is
+// bounded: past maxCompiled it starts afresh.
+type patternCache struct {
+	mu sync.Mutex
+	m  map[string]*regexp.Regexp
+}
+
+const maxCompiled = 256
+
+var compiled patternCache
+
+func (c *patternCache) get(src string) *regexp.Regexp {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[src]
+}
+
+func (c *patternCache) put(src string, re *regexp.Regexp) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCompiled {
+		c.m = make(map[string]*regexp.Regexp)
+	}
+	c.m[src] = re
 }
 
 // maxPatterns bounds a wait_for list.

@@ -122,6 +122,10 @@ type Server struct {
 	// transcriptNote).
 	noted map[cursorKey]int
 
+	// calls holds the reader of each call in progress, by its request:
+	// the SDK decodes the client's info from the request's metadata at
+	// each ask (20 µs), and a call asks several times.
+	calls sync.Map // *mcp.CallToolRequest -> reader
 	// inputs are the tools' input schemas, for the limits middleware.
 	inputsMu sync.Mutex
 	inputs   map[string]*toolInput

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 )
 
 var qemuBin = flag.String("qemu", "qemu-system-riscv64", "the QEMU to measure: the servers get it as -qemu, the raw runs run it")
@@ -215,12 +217,13 @@ func (r *batched) close() { unix.Close(r.fd) }
 
 // rawQEMU is QEMU alone on FIFOs, with the server's options.
 type rawQEMU struct {
-	cmd *execCmd
-	in  *os.File
-	out rawReader
-	dir string
-	acc []byte
-	buf []byte
+	ident proc.Identity
+	cmd   *execCmd
+	in    *os.File
+	out   rawReader
+	dir   string
+	acc   []byte
+	buf   []byte
 }
 
 func startRawWith(rd reader, extra ...string) (*rawQEMU, error) {
@@ -254,7 +257,12 @@ func startRawWith(rd reader, extra ...string) (*rawQEMU, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &rawQEMU{cmd: cmd, in: in, out: out, dir: dir, buf: make([]byte, 1<<20)}, nil
+	q := &rawQEMU{cmd: cmd, in: in, out: out, dir: dir, buf: make([]byte, 1<<20)}
+	if q.ident, err = identity(cmd.c.Process.Pid); err != nil {
+		q.close()
+		return nil, err
+	}
+	return q, nil
 }
 
 // startRaw starts a raw QEMU read through the netpoller (for the runs
@@ -282,18 +290,11 @@ func (q *rawQEMU) readUntil(s string) ([]byte, error) {
 	return q.acc, nil
 }
 
-// rawEchoWith times n echo round trips on a raw QEMU read by rd.
-func rawEchoWith(rd reader, n int) ([]time.Duration, error) {
-	q, err := startRawWith(rd)
-	if err != nil {
-		return nil, err
-	}
-	defer q.close()
-	if _, err := q.readUntil("tiny> "); err != nil {
-		return nil, err
-	}
-	var ds []time.Duration
-	for i := 0; i < n+10; i++ {
+// echoes times n echo round trips on a raw QEMU at its prompt, the tokens
+// numbered from seq.
+func (q *rawQEMU) echoes(seq, n int) ([]time.Duration, error) {
+	ds := make([]time.Duration, 0, n)
+	for i := seq; i < seq+n; i++ {
 		tok := "e" + strconv.Itoa(i)
 		t := time.Now()
 		if _, err := q.in.WriteString("echo " + tok + "\r"); err != nil {
@@ -302,9 +303,7 @@ func rawEchoWith(rd reader, n int) ([]time.Duration, error) {
 		if _, err := q.readUntil(tok + "\r\ntiny> "); err != nil {
 			return nil, err
 		}
-		if i >= 10 {
-			ds = append(ds, time.Since(t))
-		}
+		ds = append(ds, time.Since(t))
 	}
 	return ds, nil
 }
