@@ -39,6 +39,7 @@ var (
 	execOnly  = flag.Bool("exec-only", false, "measure only guest_exec and 9p shares on the Linux guest")
 	echoOnly  = flag.Bool("echo-only", false, "measure only the echo, the raw echo and the call floor (repeat it on a busy machine)")
 	serverLog = flag.String("server-log", "warn", "the servers' -log-level (their log goes to stderr)")
+	floodOnly = flag.Bool("flood-only", false, "measure only the flood against the raw readers")
 	snapOnly  = flag.Bool("snapshot-only", false, "measure only the Linux guest's cold boot, restores and boots from a snapshot")
 )
 
@@ -111,6 +112,10 @@ func main() {
 	if err := learnServerOptions(ctx); err != nil {
 		fail("the server's QEMU options", err)
 	}
+	if *floodOnly {
+		printTable(floodRows(ctx, fail))
+		return
+	}
 	erows, echoAlone := echoRows(ctx, fail)
 	rows = append(rows, erows...)
 	if *echoOnly {
@@ -128,38 +133,7 @@ func main() {
 	}
 	rows = append(rows, row{fmt.Sprintf("boot to banner, median of %d", *boots), ms(median(ourBoot)), ms(median(rawBoot)),
 		"+" + ms(median(ourBoot)-median(rawBoot)), "<= +30 ms"})
-
-	// Raw and ours alternate, so that drifts of the machine hit both; the
-	// ceiling is the best reader's median.
-	rawRates := make([][]float64, len(readers))
-	var ourRates []float64
-	for i := 0; i < *floodRuns; i++ {
-		for k, rd := range readers {
-			r, err := rawFloodWith(rd, *floodSize)
-			if err != nil {
-				fail("raw flood ("+rd.name+")", err)
-			}
-			rawRates[k] = append(rawRates[k], r)
-		}
-		o, err := mcpFlood(ctx, *floodSize)
-		if err != nil {
-			fail("mcp flood", err)
-		}
-		ourRates = append(ourRates, o)
-	}
-	rawRate, best := 0.0, ""
-	var each []string
-	for k, rd := range readers {
-		m := medianF(rawRates[k])
-		each = append(each, fmt.Sprintf("%s %s", rd.name, rate(m)))
-		if m > rawRate {
-			rawRate, best = m, rd.name
-		}
-	}
-	fmt.Fprintf(os.Stderr, "bench: raw flood readers: %s\n", strings.Join(each, "; "))
-	ourRate := medianF(ourRates)
-	rows = append(rows, row{fmt.Sprintf("flood %d bytes, every byte checked, median of %d alternating runs (raw: the best of %d readers, %s)", *floodSize, *floodRuns, len(readers), best), rate(ourRate), rate(rawRate),
-		fmt.Sprintf("%.1f%%", 100*ourRate/rawRate), ">= 95% of raw"})
+	rows = append(rows, floodRows(ctx, fail)...)
 
 	if *instances > 0 {
 		together, oneByOne, err := mcpInstances(ctx, *instances)
@@ -690,6 +664,9 @@ func mcpFlood(ctx context.Context, size int) (float64, error) {
 	if !sent.Matched {
 		return 0, fmt.Errorf("flood did not finish")
 	}
+	// The flood is over when the server has every byte, as the raw
+	// reader's is when it has read the last: both are checked after.
+	el := time.Since(t)
 	var got bytes.Buffer
 	// The send's output was cut to its last byte: its start is where the
 	// send began (cursor minus everything).
@@ -708,7 +685,6 @@ func mcpFlood(ctx context.Context, size int) (float64, error) {
 		got.WriteString(r.Output)
 		cursor = r.Cursor
 	}
-	el := time.Since(t)
 	if err := checkFlood(got.Bytes(), cmd, size); err != nil {
 		return 0, fmt.Errorf("through serial_read: %w", err)
 	}
@@ -969,6 +945,43 @@ func echoRows(ctx context.Context, fail func(string, error)) ([]row, time.Durati
 	rows = append(rows, row{"the server process per echo: CPU time (user and system) and context switches of all its threads (raw: the same per call floor)",
 		fmt.Sprintf("%s, %.1f switches", ms(cost.cpu), cost.switches), fmt.Sprintf("%s, %.1f switches", ms(floorCost.cpu), floorCost.switches), "-", ""})
 	return rows, median(ours)
+}
+
+// floodRows measures the flood through the server beside each raw
+// reader, alternating.
+func floodRows(ctx context.Context, fail func(string, error)) []row {
+	// Raw and ours alternate, so that drifts of the machine hit both; the
+	// ceiling is the best reader's median.
+	rawRates := make([][]float64, len(readers))
+	var ourRates []float64
+	for i := 0; i < *floodRuns; i++ {
+		for k, rd := range readers {
+			r, err := rawFloodWith(rd, *floodSize)
+			if err != nil {
+				fail("raw flood ("+rd.name+")", err)
+			}
+			rawRates[k] = append(rawRates[k], r)
+		}
+		o, err := mcpFlood(ctx, *floodSize)
+		if err != nil {
+			fail("mcp flood", err)
+		}
+		ourRates = append(ourRates, o)
+	}
+	rawRate, best := 0.0, ""
+	var each []string
+	for k, rd := range readers {
+		m := medianF(rawRates[k])
+		each = append(each, fmt.Sprintf("%s %s", rd.name, rate(m)))
+		if m > rawRate {
+			rawRate, best = m, rd.name
+		}
+	}
+	fmt.Fprintf(os.Stderr, "bench: raw flood readers: %s\n", strings.Join(each, "; "))
+	ourRate := medianF(ourRates)
+	return []row{{fmt.Sprintf("flood %d bytes, every byte checked, median of %d alternating runs (raw: the best of %d readers, %s)", *floodSize, *floodRuns, len(readers), best), rate(ourRate), rate(rawRate),
+		fmt.Sprintf("%.1f%%", 100*ourRate/rawRate), ">= 95% of raw"}}
+
 }
 
 // pauseQEMU stops (or resumes) QEMU i of echoRows, 0 the server's, i the
