@@ -42,6 +42,9 @@ type Config struct {
 	// Symbols are the kernel's symbols and lines; nil means addresses
 	// only (no symbols, no file:line).
 	Symbols *debuginfo.File
+	// Timeline is the recording the guest replays; nil for a guest that
+	// runs live.
+	Timeline Timeline
 	// Logger receives what the session drops; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -408,6 +411,11 @@ type StopInfo struct {
 	// Incomplete says why a step did not finish (it timed out): the
 	// hart is stopped where it got to.
 	Incomplete string `json:"incomplete,omitempty"`
+	// ICount is the replay's position in its recording (instructions
+	// executed), on a guest that replays one.
+	ICount *uint64 `json:"icount,omitempty"`
+	// Note says what else there is to know of the stop.
+	Note string `json:"note,omitempty"`
 }
 
 // watchFrames bounds the backtrace of a watchpoint stop.
@@ -509,6 +517,12 @@ func (s *Session) locate(ctx context.Context, c *gdb.Client, th *gdb.Thread, har
 	}
 	w := s.Where(pc)
 	info.PC, info.Function, info.Offset, info.File, info.Line = w.Addr, w.Function, w.Offset, w.File, w.Line
+	if tl := s.cfg.Timeline; tl != nil {
+		tl.Sync()
+		if n, err := tl.Position(ctx); err == nil {
+			info.ICount = &n
+		}
+	}
 	if code, _ := th.ReadMemory(ctx, pc, 4); len(code) >= 2 {
 		if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
 			info.Insn = in[0].Text
@@ -527,6 +541,9 @@ func (s *Session) Continue(ctx context.Context, timeout time.Duration) (StopInfo
 	c, err := s.client(ctx)
 	if err != nil {
 		return StopInfo{}, err
+	}
+	if s.cfg.Timeline != nil {
+		return s.continueReplay(ctx, c, timeout)
 	}
 	if !c.Running() {
 		// A breakpoint hit since the last call is this call's answer:
@@ -591,6 +608,15 @@ func (s *Session) Step(ctx context.Context, hart, count int, over bool, timeout 
 		}
 	} else {
 		s.pending(ctx, c) // a step from a breakpoint hit between calls
+	}
+	if tl := s.cfg.Timeline; tl != nil {
+		pos, err := tl.Position(ctx)
+		if err != nil {
+			return StopInfo{}, err
+		}
+		if end := tl.End(); pos+uint64(count) > end {
+			return StopInfo{}, fmt.Errorf("%w: at instruction %d, %d before its end (%d); debug_step reverse: true goes back", ErrAtEnd, pos, end-pos, end)
+		}
 	}
 	th, hart, err := s.on(ctx, c, hart)
 	if err != nil {

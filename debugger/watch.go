@@ -114,6 +114,12 @@ func (s *Session) watchStop(ctx context.Context, th *gdb.Thread, st gdb.Stop) (*
 	if w == nil {
 		return nil, nil // not one of ours (a person's gdb, before)
 	}
+	return s.accessOf(ctx, th, w)
+}
+
+// accessOf describes the access that stopped th on watchpoint w, stepping
+// over it where the stub stopped before it, and remembers the new value.
+func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Access, error) {
 	a := w.Addr
 	addr, _ := parseAddr(a)
 	regs, err := th.ReadRegisters(ctx)
@@ -136,6 +142,11 @@ func (s *Session) watchStop(ctx context.Context, th *gdb.Thread, st gdb.Stop) (*
 			acc.Insn = s.Where(pc)
 			if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
 				acc.Text = in[0].Text
+			}
+			// Not written yet: the value before is here (a replay that
+			// jumped in time knows no older one).
+			if v, err := th.ReadMemory(ctx, addr, w.Length); err == nil {
+				old = v
 			}
 			if _, err := th.Step(ctx); err != nil {
 				return acc, fmt.Errorf("step over the access: %w", err)

@@ -146,6 +146,9 @@ type Client struct {
 	// watched are those that stopped on a watchpoint, which QEMU reports
 	// before the access: resuming them must step past it.
 	parked, watched map[string]bool
+	// replaced says the target's state was replaced since it last ran
+	// (StateReplaced): no thread stopped at a breakpoint it is at.
+	replaced bool
 }
 
 // Dial connects to a gdbstub at network/address ("unix", a path, or "tcp",

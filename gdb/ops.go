@@ -421,7 +421,9 @@ func (c *Client) parkedThreads(only string) []string {
 		return []string{only}
 	}
 	set := maps.Clone(c.parked)
-	set[c.last.Thread] = true
+	if !c.replaced {
+		set[c.last.Thread] = true
+	}
 	return slices.Sorted(maps.Keys(set))
 }
 
@@ -520,6 +522,7 @@ func (c *Client) resume(ctx context.Context, pkt []byte, one string) (uint64, er
 	}
 	c.mu.Lock()
 	c.running = true
+	c.replaced = false
 	c.runGen++
 	gen := c.runGen
 	c.consumed = true
@@ -760,4 +763,18 @@ func (c *Client) SetPhysicalMemory(ctx context.Context, on bool) error {
 		return fmt.Errorf("gdb: physical memory mode: %w", err)
 	}
 	return nil
+}
+
+// StateReplaced tells the client the target's state was replaced behind
+// the stub (a snapshot loaded into the stopped guest): which threads
+// stopped where, and which thread the stub's commands act on, no longer
+// hold. Breakpoints and watchpoints stay inserted.
+func (c *Client) StateReplaced() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.parked)
+	clear(c.watched)
+	c.selThread = ""
+	c.consumed = true
+	c.replaced = true
 }

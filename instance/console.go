@@ -56,6 +56,9 @@ func (i *Instance) Exec(ctx context.Context, req shell.Request) (res shell.Resul
 	if err != nil {
 		return shell.Result{}, nil, err
 	}
+	if err := i.Input(); err != nil {
+		return shell.Result{}, nil, err
+	}
 	release, err := i.AcquireConsole(ctx, "guest_exec", req.Timeout)
 	if err != nil {
 		return shell.Result{}, nil, err
@@ -72,6 +75,6 @@ func (i *Instance) Exec(ctx context.Context, req shell.Request) (res shell.Resul
 		}
 		return r, err
 	}
-	res, err = shell.Run(ctx, mch.Console(), req)
+	res, err = shell.Run(ctx, typist{i, mch.Console()}, req)
 	return res, ev, err
 }

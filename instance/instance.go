@@ -73,6 +73,11 @@ type Spec struct {
 	// debugger. The instance owns Debug.Symbols from Boot on, failed
 	// boots included: it is closed with the instance.
 	Debug *DebugSpec
+	// Record, if set, records the guest's run (package recording); Replay
+	// replays a recording instead of booting (it needs Debug: going back
+	// and forth is the debugger's).
+	Record *RecordSpec
+	Replay *ReplaySpec
 }
 
 // DebugSpec is a guest's debugger.
@@ -103,6 +108,17 @@ func (s Spec) check() error {
 	}
 	if s.TAP != nil && s.QEMU.Network != "" && s.QEMU.Network != "tap" {
 		return fmt.Errorf("network %q and a TAP: choose one", s.QEMU.Network)
+	}
+	switch {
+	case s.Record != nil && s.Replay != nil:
+		return errors.New("record and replay: a guest does one or the other")
+	case s.Record != nil:
+		return s.checkRecordable(fmt.Sprintf("recording %q", s.Record.Name))
+	case s.Replay != nil:
+		if s.Debug == nil {
+			return errors.New("a replay needs its debugger (gdb: true)")
+		}
+		return s.checkRecordable(fmt.Sprintf("replay of %q", s.Replay.Meta.Name))
 	}
 	return nil
 }
@@ -156,6 +172,10 @@ type Instance struct {
 	consoleUse consoleUse
 	execSeq    int // the last guest_exec's sequence number (under mu)
 	events     eventLog
+	// rec is the recording of a guest that records, rep the replay of
+	// one that replays (see record.go, replay.go).
+	rec *recorder
+	rep *replayer
 	// exitNoted is closed once the watcher has recorded how QEMU ended.
 	exitNoted chan struct{}
 }
@@ -299,6 +319,11 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	i.console = con
 	i.mu.Unlock()
 	i.push("console", con.Close)
+	if i.spec.Record != nil {
+		if err := i.beginRecording(ctx, &cfg); err != nil {
+			return rep, err
+		}
+	}
 	// Start closes the descriptors it is given; a restore needs them
 	// again, so the instance keeps copies.
 	files, err := dupFiles(cfg.Files)
@@ -325,6 +350,12 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		})
 	}
 	rt.BeforeCont = thenCall(rt.BeforeCont, captureAtStart)
+	if i.spec.Replay != nil {
+		if err := i.prepareReplay(ctx, &cfg, &rt); err != nil {
+			return rep, err
+		}
+		i.cfg.RR, i.cfg.ConsoleFile = cfg.RR, cfg.ConsoleFile
+	}
 	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		return rep, fmt.Errorf("boot: %w", err)
@@ -338,6 +369,16 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	i.mu.Lock()
 	i.machine = mch
 	i.mu.Unlock()
+	if i.spec.Record != nil {
+		if err := i.commitRecording(ctx, mch); err != nil {
+			return rep, err
+		}
+	}
+	if i.spec.Replay != nil {
+		if err := i.startReplay(); err != nil {
+			return rep, err
+		}
+	}
 	followed := i.follow(mch)
 	if i.spec.Debug != nil {
 		i.startDebugger()
@@ -437,8 +478,9 @@ func (i *Instance) startDebugger() {
 			}
 			return mch.Monitor().Running(ctx)
 		},
-		Symbols: i.spec.Debug.Symbols,
-		Logger:  log,
+		Symbols:  i.spec.Debug.Symbols,
+		Timeline: i.debugTimeline(),
+		Logger:   log,
 	})
 	i.mu.Lock()
 	i.debugger = d
@@ -589,6 +631,9 @@ func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Durat
 		if derr := i.closeDebugger(); derr != nil {
 			i.mgr.log.Debug("detach debugger before stop", "instance", i.name, "err", derr)
 		}
+		// A recording ends where the stop finds it, and its replay stops
+		// there.
+		i.pauseRecording(ctx, mch)
 		end, err = mch.Shutdown(ctx, method, wait)
 	}
 	i.mu.Lock()

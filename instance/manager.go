@@ -35,6 +35,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
+	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
@@ -76,6 +77,10 @@ type Config struct {
 	// Snapshots is the snapshot store's directory: its size counts
 	// towards KeepCap, though snapshots are never removed for it.
 	Snapshots string
+	// Recordings is the recording store's directory (package recording):
+	// recordings count towards KeepCap and are never removed for it; their
+	// checkpoints, a cache, are removed first.
+	Recordings string
 	// GDBTCP, if set, also serves debug guests' gdbstubs (unix sockets in
 	// the runtime directory) on this loopback TCP address ("127.0.0.1:0":
 	// a free port each), to the server's own user only.
@@ -115,6 +120,10 @@ type Manager struct {
 
 	caps      *caps.Prober // nil without Config.ProbeKernel
 	probeOnce sync.Once
+
+	// replays are the recordings guests replay, by directory: the
+	// instance's name.
+	replays map[string]string
 }
 
 type lockRef struct {
@@ -164,11 +173,12 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, owner: cfg.Record.Owner(),
 		instances: map[string]*Instance{}, boots: map[string]int{},
-		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record,
+		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record, replays: map[string]string{},
 		stopKeep: make(chan struct{}),
 	}
 	// What saves killed with an earlier server left goes at start.
 	m.reapSnapshots(nil)
+	m.reapRecordings(nil)
 	if len(cfg.ProbeKernel) > 0 {
 		m.caps = caps.New(caps.Config{CacheDir: cfg.CacheDir, WorkDir: cfg.RuntimeDir, Owner: m.owner.Tag(),
 			Kernel: cfg.ProbeKernel, Logger: cfg.Logger.With("probe", "qemu")})
@@ -279,6 +289,18 @@ func (m *Manager) enforceCap() []kept.File {
 	var snapshots int64
 	if m.cfg.Snapshots != "" {
 		snapshots = snapshot.Store{Dir: m.cfg.Snapshots}.Total()
+	}
+	if m.cfg.Recordings != "" {
+		// Checkpoints are a cache: they go before anything kept.
+		store := m.recordings()
+		total, cks := store.Total()
+		files, _ := kept.List(m.cfg.Captures)
+		if over := kept.Total(files) + snapshots + total - m.cfg.KeepCap; over > 0 && cks > 0 {
+			freed, n := store.Evict(over)
+			total -= freed
+			m.log.Info("removed replay checkpoints: the kept files passed their cap", "checkpoints", n, "bytes", freed, "cap", m.cfg.KeepCap)
+		}
+		snapshots += total
 	}
 	removed, err := kept.Enforce(m.cfg.Captures, m.cfg.KeepCap, snapshots, func(p string) bool {
 		if inUse[p] {
@@ -544,6 +566,7 @@ func (m *Manager) reap() *reaper.Report {
 	}
 	// After the dead servers' QEMUs are gone: their drives are free.
 	m.reapSnapshots(&rep)
+	m.reapRecordings(&rep)
 	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 && len(rep.Removed) == 0 {
 		return nil
 	}
@@ -752,4 +775,74 @@ func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, e
 		}
 		return nil
 	}, nil
+}
+
+// recordings is the recording store.
+func (m *Manager) recordings() recording.Store {
+	return recording.Store{Dir: m.cfg.Recordings, Owner: m.owner, Logger: m.log}
+}
+
+// Recordings is the recording store; its Dir is empty when the server
+// keeps none.
+func (m *Manager) Recordings() recording.Store { return m.recordings() }
+
+// claimRecording marks meta as replayed by instance name until release:
+// it is neither deleted nor replaced meanwhile.
+func (m *Manager) claimRecording(meta recording.Meta, name string) (release func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if who, ok := m.replays[meta.Dir]; ok && who != name {
+		return nil, fmt.Errorf("recording %q is being replayed by guest %q already: one replay of a recording at a time", meta.Name, who)
+	}
+	m.replays[meta.Dir] = name
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.replays[meta.Dir] == name {
+			delete(m.replays, meta.Dir)
+		}
+	}, nil
+}
+
+// RecordingUser is the guest that replays the project's recording name,
+// "" if none does.
+func (m *Manager) RecordingUser(root, name string) string { return m.recordingUser(root, name) }
+
+func (m *Manager) recordingUser(root, name string) string {
+	meta, err := m.recordings().Get(root, name)
+	if err != nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.replays[meta.Dir]
+}
+
+// reapRecordings removes what killed recording starts and checkpoint saves
+// left, and marks recordings whose server died while they recorded as
+// cut, adding it to rep if there is one.
+func (m *Manager) reapRecordings(rep *reaper.Report) {
+	if m.cfg.Recordings == "" {
+		return
+	}
+	rr, err := m.recordings().Reap()
+	if err != nil {
+		rr.Errors = append(rr.Errors, err.Error())
+	}
+	for _, l := range rr.Removed {
+		m.log.Info("removed a leftover of a killed recording", "what", l.String())
+	}
+	for _, n := range rr.Cut {
+		m.log.Info("a recording's server was killed while it recorded: the recording is cut", "recording", n)
+	}
+	for _, e := range rr.Errors {
+		m.log.Warn("recording store", "err", e)
+	}
+	if rep == nil {
+		return
+	}
+	for _, l := range rr.Removed {
+		rep.Removed = append(rep.Removed, l.Path)
+	}
+	rep.Errors = append(rep.Errors, rr.Errors...)
 }

@@ -55,6 +55,9 @@ func qemuVersion(ctx context.Context, mch *qemu.Machine) (string, error) {
 // and machine (see snapshot.Store.Save). The guest pauses for the save and
 // runs on.
 func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name string) (snapshot.Meta, error) {
+	if err := i.notRecorded("save a snapshot of"); err != nil {
+		return snapshot.Meta{}, err
+	}
 	i.restoreMu.Lock()
 	defer i.restoreMu.Unlock()
 	mch, err := i.Running()
@@ -162,6 +165,9 @@ func loadsInPlace(mch *qemu.Machine) bool {
 // QEMU (the result's Note says why); if the new QEMU fails to start, the
 // guest is gone and the instance stopped; the error says which.
 func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (res Restored, err error) {
+	if err := i.notRecorded("load a snapshot into"); err != nil {
+		return res, err
+	}
 	i.restoreMu.Lock()
 	defer i.restoreMu.Unlock()
 	res, err = i.restore(ctx, store, meta)
@@ -533,4 +539,16 @@ func (i *Instance) DeleteSnapshotTag(ctx context.Context, tag string) error {
 		return err
 	}
 	return snapshot.DeleteTag(ctx, mch.Monitor(), tag)
+}
+
+// notRecorded refuses what would break a recording or a replay: its
+// machine's state must be what the recording holds.
+func (i *Instance) notRecorded(what string) error {
+	if r := i.recorder(); r != nil {
+		return fmt.Errorf("cannot %s guest %q: it records %q, whose replay must reproduce the run exactly; shut it down to end the recording first", what, i.name, r.begun.Meta.Name)
+	}
+	if r := i.replayer(); r != nil {
+		return fmt.Errorf("cannot %s guest %q: it replays recording %q (debug_continue icount: N goes to any point of it)", what, i.name, r.meta.Name)
+	}
+	return nil
 }

@@ -102,6 +102,17 @@ type Config struct {
 	// machine state in the first drive instead).
 	LoadVM *LoadVM
 
+	// RR, if set, records the guest's run deterministically, or replays
+	// such a recording (QEMU's record/replay). Drives must then be
+	// read-only: a replay must read what the recording read.
+	RR *RR
+
+	// ConsoleFile, if set, is where the serial console's output goes
+	// instead of the console's FIFO (appended, written synchronously as the
+	// guest prints); nothing reaches the guest's input. A replay takes its
+	// input from its log, and a file tells exactly how much it printed.
+	ConsoleFile string
+
 	// fds numbers the Files as QEMU inherits them, and gdbFD is the
 	// gdbstub's listening socket (set by Start).
 	fds   map[string]int
@@ -117,6 +128,25 @@ type LoadVM struct {
 	// from a writable image only).
 	Path string
 }
+
+// RR is a record or a replay of a run.
+type RR struct {
+	// Replay replays Log; else the run is recorded into it.
+	Replay bool
+	// Log is QEMU's log of the run.
+	Log string
+	// Image is a qcow2 that holds (or, recording, gets) the machine at
+	// the first instruction, as the snapshot RRSnapshot; it is the node
+	// RRNode.
+	Image string
+}
+
+// RR's names: the snapshot of the machine at the first instruction, and
+// the block node of the image holding it.
+const (
+	RRSnapshot = "init"
+	RRNode     = "qmcp-rr"
+)
 
 // SnapshotNode is the block node name of LoadVM's image.
 const SnapshotNode = "qmcp-snapshot"
@@ -281,6 +311,9 @@ func (c Config) Validate() error {
 		if d.Path == "" {
 			return fmt.Errorf("drives[%d]: path is empty", i)
 		}
+		if c.RR != nil && !d.ReadOnly {
+			return fmt.Errorf("drives[%d] %s is writable: a recorded run reads its drives only (a replay must read what the recording read): attach it with readonly: true", i, d.Path)
+		}
 		if err := c.checkFile(fmt.Sprintf("drives[%d]", i), d.Path); err != nil {
 			return err
 		}
@@ -416,11 +449,21 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 			format = "raw"
 		}
 		id := "drive" + strconv.Itoa(i)
-		spec := "file=" + escapeOpt(c.ref(d.Path)) + ",format=" + escapeOpt(format) + ",if=none,id=" + id
+		img := id
+		if c.RR != nil {
+			img += "-img"
+		}
+		spec := "file=" + escapeOpt(c.ref(d.Path)) + ",format=" + escapeOpt(format) + ",if=none,id=" + img
 		if d.ReadOnly {
 			spec += ",readonly=on"
 		}
-		argv = append(argv, "-drive", spec, "-device", "virtio-blk-device,drive="+id)
+		argv = append(argv, "-drive", spec)
+		if c.RR != nil {
+			// blkreplay makes the order of the drive's completions part
+			// of the log.
+			argv = append(argv, "-drive", "driver=blkreplay,if=none,image="+img+",id="+id+",readonly=on")
+		}
+		argv = append(argv, "-device", "virtio-blk-device,drive="+id)
 	}
 	for i, sh := range c.Shares {
 		id := "fs" + strconv.Itoa(i)
@@ -458,14 +501,26 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	if c.VNC && c.vncSocket != "" {
 		argv = append(argv, "-vnc", "unix:"+escapeOpt(c.vncSocket))
 	}
+	serial := "pipe,id=serial0,path=" + escapeOpt(serialBase)
+	if c.ConsoleFile != "" {
+		serial = "file,id=serial0,append=on,path=" + escapeOpt(c.ConsoleFile)
+	}
 	argv = append(argv,
-		"-chardev", "pipe,id=serial0,path="+escapeOpt(serialBase),
+		"-chardev", serial,
 		"-serial", "chardev:serial0",
 		"-chardev", "socket,id=qmp0,fd="+strconv.Itoa(qmpFD)+",server=on,wait=off",
 		"-mon", "chardev=qmp0,mode=control",
 	)
 	if c.gdbFD > 0 {
 		argv = append(argv, "-chardev", "socket,id=gdb0,fd="+strconv.Itoa(c.gdbFD)+",server=on,wait=off", "-gdb", "chardev:gdb0")
+	}
+	if rr := c.RR; rr != nil {
+		mode := "record"
+		if rr.Replay {
+			mode = "replay"
+		}
+		argv = append(argv, "-icount", "shift=auto,rr="+mode+",rrfile="+escapeOpt(rr.Log)+",rrsnapshot="+RRSnapshot,
+			"-drive", "file="+escapeOpt(rr.Image)+",format=qcow2,if=none,id=rr,node-name="+RRNode)
 	}
 	if l := c.LoadVM; l != nil {
 		// The copy is thrown away after the load: QEMU's flush of the

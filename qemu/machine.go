@@ -118,6 +118,9 @@ type Runtime struct {
 	// BeforeCont, if set, runs once QMP is connected and before the guest
 	// is resumed; an error fails the start.
 	BeforeCont func(ctx context.Context, m *Machine) error
+	// Paused leaves the guest stopped where it starts (a replay is halted
+	// at its first instruction until the debugger runs it).
+	Paused bool
 }
 
 // maxSocketPath is sun_path's size less its terminating NUL.
@@ -304,6 +307,9 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 		if err := rt.BeforeCont(cctx, m); err != nil {
 			return m.startError("prepare the guest", err)
 		}
+	}
+	if rt.Paused {
+		return nil
 	}
 	if _, err := m.mon.Execute(cctx, "cont", nil); err != nil {
 		return m.startError("resume guest", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/profile"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
@@ -54,6 +55,8 @@ type BootInput struct {
 	GDB         bool         `json:"gdb,omitempty" jsonschema:"start QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
 	Symbols     string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default: the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
 	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
+	Record      string       `json:"record,omitempty" max:"64" jsonschema:"record the run deterministically as this recording of the project (typing is paced by the guest's echo)"`
+	Replay      string       `json:"replay,omitempty" max:"64" jsonschema:"replay this recording instead, halted at its start, with the debugger (it can go back: reverse, icount, debug_last_write)"`
 	Target
 	WaitOptions
 }
@@ -96,6 +99,8 @@ type BootOutput struct {
 	Symbols string `json:"symbols,omitempty" jsonschema:"the ELF the debugger names addresses by"`
 	// Shares are the directories the guest can mount, with the command.
 	Shares []ShareInfo `json:"shares,omitempty"`
+	// Recording is the recording the guest records into or replays.
+	Recording *RecordingInfo `json:"recording,omitempty"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -132,6 +137,24 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	prof, err := applyProfile(root, &in)
 	if err != nil {
 		return nil, BootOutput{}, err
+	}
+	var rec *recording.Meta
+	if in.Replay != "" {
+		if in.Record != "" || in.Snapshot != "" {
+			return nil, BootOutput{}, errors.New("replay boots the recording's machine: record and snapshot do not go with it")
+		}
+		m, err := s.recordings().Get(root, in.Replay)
+		if err != nil {
+			return nil, BootOutput{}, fmt.Errorf("%w: qemu_recordings lists the project's recordings", err)
+		}
+		if !givenMachine(&in) {
+			s.fillMachine(&in, m.Machine)
+		}
+		rec = &m
+		in.GDB = true
+		// A replay is halted at its start: it prints nothing until the
+		// debugger runs it.
+		in.WaitFor = nil
 	}
 	var snaps []snapshot.Meta
 	if in.Snapshot != "" {
@@ -187,6 +210,20 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 				in.Snapshot, strings.Join(diffs, " | "))
 		}
 	}
+	switch {
+	case rec != nil:
+		mach, err := snapshot.Describe(cfg)
+		if err != nil {
+			return nil, BootOutput{}, err
+		}
+		if mach.Hash() != rec.Machine.Hash() {
+			return nil, BootOutput{}, fmt.Errorf("recording %q was made on another machine than these arguments give: %s; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)",
+				in.Replay, strings.Join(snapshot.Diff(rec.Machine, mach), "; "))
+		}
+		spec.Replay = &instance.ReplaySpec{Meta: *rec}
+	case in.Record != "":
+		spec.Record = &instance.RecordSpec{Name: in.Record}
+	}
 	var symbols string
 	if in.GDB || in.Symbols != "" {
 		d, path, err := s.openSymbols(scope, in, cfg.Kernel)
@@ -232,6 +269,13 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		out.PCAPPath = st.Path
 	}
 	out.VNC = m.Paths().VNCSocket
+	if meta, ok := inst.Recording(); ok {
+		out.Recording = recordingInfo(meta)
+	}
+	if meta, ok := inst.Replaying(); ok {
+		out.Recording = recordingInfo(meta)
+		out.Recording.Replaying = true
+	}
 	if p.active() {
 		w, err := s.wait(ctx, req, inst, 0, p)
 		if err != nil {
@@ -267,6 +311,13 @@ func bootText(o BootOutput, waitFor string) string {
 		fmt.Fprintf(&b, "reaped %d dead server(s)\n", len(o.Reaped.DeadServers))
 	}
 	fmt.Fprintf(&b, "booted %q: qemu pid %d in %d ms\n", o.Instance, o.PID, o.ElapsedMS)
+	if r := o.Recording; r != nil && r.Replaying {
+		fmt.Fprintf(&b, "replaying recording %q, halted at instruction 0 of %d: debug_continue runs it (reverse: true goes back)\n", r.Name, r.Instructions)
+		return b.String()
+	}
+	if r := o.Recording; r != nil {
+		fmt.Fprintf(&b, "recording as %q\n", r.Name)
+	}
 	if waitFor != "" {
 		b.WriteString(o.WaitResult.summary(waitFor))
 	} else {
@@ -286,15 +337,25 @@ func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, err
 	if len(metas) == 0 {
 		return nil, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", in.Snapshot, root)
 	}
-	given := in.Kernel != "" || in.Initrd != "" || in.DTB != "" || in.BIOS != "" || in.Memory != "" || in.SMP != 0 ||
-		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != "" || in.Shares != nil
-	if given {
+	if givenMachine(in) {
 		return metas, nil
 	}
 	if len(metas) > 1 {
 		return nil, fmt.Errorf("project %s has %d snapshots called %q, of different machines: give the machine arguments (kernel, memory ...) of the one to boot", root, len(metas), in.Snapshot)
 	}
-	m := metas[0].Machine
+	s.fillMachine(in, metas[0].Machine)
+	return metas, nil
+}
+
+// givenMachine says whether the call gives any machine argument.
+func givenMachine(in *BootInput) bool {
+	return in.Kernel != "" || in.Initrd != "" || in.DTB != "" || in.BIOS != "" || in.Memory != "" || in.SMP != 0 ||
+		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != "" || in.Shares != nil
+}
+
+// fillMachine sets the machine arguments to m's (a snapshot's or a
+// recording's).
+func (s *Server) fillMachine(in *BootInput, m snapshot.Machine) {
 	builtin := sha256.Sum256(s.cfg.BuiltinKernel)
 	if k := m.Kernel; k != nil && k.SHA256 != hex.EncodeToString(builtin[:]) {
 		in.Kernel = k.Path
@@ -313,7 +374,6 @@ func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, err
 	for _, sh := range m.Shares {
 		in.Shares = append(in.Shares, ShareArg{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
 	}
-	return metas, nil
 }
 
 // openSymbols opens the debugger's symbols: in.Symbols under the host-path

@@ -62,6 +62,11 @@ func (s *Server) qmpCommand(ctx context.Context, req *mcp.CallToolRequest, in QM
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
+	if rm, ok := inst.Replaying(); ok && !strings.HasPrefix(in.Command, "query-") {
+		// The replay's run state, breaks and snapshots are the
+		// debugger's: a change behind its back would lose its place.
+		return nil, QMPOutput{}, fmt.Errorf("guest %q replays recording %q: qmp_command runs only query-* commands on it (the debug_* tools move the replay)", inst.Name(), rm.Name)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var args any

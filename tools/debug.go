@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -102,10 +103,23 @@ func (s *Server) debugBreak(ctx context.Context, _ *mcp.CallToolRequest, in Brea
 // ContinueInput is debug_continue's arguments.
 type ContinueInput struct {
 	Timeout float64 `json:"timeout,omitempty" default:"10" jsonschema:"seconds to wait for the next stop; the guest keeps running past it"`
+	Reverse bool    `json:"reverse,omitempty" jsonschema:"replay: back to the previous hit, or the start"`
+	ICount  *uint64 `json:"icount,omitempty" jsonschema:"replay: go to this instruction count instead"`
 	Target
 }
 
 func stopText(st debugger.StopInfo) string {
+	t := stopWhat(st)
+	if st.ICount != nil {
+		t += fmt.Sprintf(" [icount %d]", *st.ICount)
+	}
+	if st.Note != "" {
+		t += "; " + st.Note
+	}
+	return t
+}
+
+func stopWhat(st debugger.StopInfo) string {
 	switch {
 	case st.Exited:
 		return "QEMU exited"
@@ -144,7 +158,18 @@ func (s *Server) debugContinue(ctx context.Context, req *mcp.CallToolRequest, in
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(inst.Context(), cancel)()
-	st, err := d.Continue(ctx, timeout)
+	ctx = s.debugProgress(ctx, req)
+	var st debugger.StopInfo
+	switch {
+	case in.Reverse && in.ICount != nil:
+		return nil, debugger.StopInfo{}, errors.New("reverse and icount: give one (icount goes to a count, back or forward)")
+	case in.Reverse:
+		st, err = d.ReverseContinue(ctx)
+	case in.ICount != nil:
+		st, err = d.GoTo(ctx, *in.ICount)
+	default:
+		st, err = d.Continue(ctx, timeout)
+	}
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
 	}
@@ -169,12 +194,13 @@ func (s *Server) debugPause(ctx context.Context, _ *mcp.CallToolRequest, in Targ
 type StepInput struct {
 	Count   int     `json:"count,omitempty" default:"1" jsonschema:"instructions to execute (1 to 10000)"`
 	Over    bool    `json:"over,omitempty" jsonschema:"step over calls: a call and all it does counts as one"`
+	Reverse bool    `json:"reverse,omitempty" jsonschema:"replay: back count instructions"`
 	Timeout float64 `json:"timeout,omitempty" default:"5" jsonschema:"seconds before an unfinished step is stopped"`
 	HartArg
 	Target
 }
 
-func (s *Server) debugStep(ctx context.Context, _ *mcp.CallToolRequest, in StepInput) (*mcp.CallToolResult, debugger.StopInfo, error) {
+func (s *Server) debugStep(ctx context.Context, req *mcp.CallToolRequest, in StepInput) (*mcp.CallToolResult, debugger.StopInfo, error) {
 	_, d, err := s.debugger(in.Target)
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
@@ -189,6 +215,16 @@ func (s *Server) debugStep(ctx context.Context, _ *mcp.CallToolRequest, in StepI
 	timeout, err := seconds("timeout", in.Timeout, 5*time.Second)
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
+	}
+	if in.Reverse {
+		if in.Over || in.Hart != nil {
+			return nil, debugger.StopInfo{}, errors.New("reverse goes back count instructions of the replay: over and hart do not go with it")
+		}
+		st, err := d.ReverseStep(s.debugProgress(ctx, req), in.Count)
+		if err != nil {
+			return nil, debugger.StopInfo{}, err
+		}
+		return textResult(stopText(st)), st, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+debugTimeout)
 	defer cancel()
@@ -562,7 +598,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	}, s.debugBreak)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_continue",
-		Description: "Resume every hart and wait for the next stop (breakpoint, watchpoint): hart, reason, pc, function+offset, file:line, instruction. On timeout the guest runs on and running is true.",
+		Description: "Resume every hart and wait for the next stop (breakpoint, watchpoint): hart, reason, pc, function+offset, file:line, instruction, and on a replay icount. On timeout the guest runs on and running is true.",
 		Annotations: ann(mutating, "Continue"),
 	}, s.debugContinue)
 	add(s, ms, &mcp.Tool{
@@ -600,6 +636,11 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 		Description: "Set or remove a data watchpoint (write, read or access) on a symbol or address; debug_continue reports the accessing hart, instruction and line, old and new value, a backtrace.",
 		Annotations: ann(mutating, "Watchpoint"),
 	}, s.debugWatch)
+	add(s, ms, &mcp.Tool{
+		Name:        "debug_last_write",
+		Description: "On a replay (qemu_boot replay): the last write that changed a location before the current position or before an instruction count: old and new value, the instruction, function, file:line, backtrace, icount; or plainly none. The replay stays where it is.",
+		Annotations: ann(reading, "Last write"),
+	}, s.debugLastWrite)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_translate",
 		Description: "Walk the page table for a virtual address as a hart's MMU does (Sv39/48/57): each level's PTE and flags, then the physical address and page size, or why the walk stops.",

@@ -544,6 +544,9 @@ type SendInput struct {
 // SendOutput is serial_send's result.
 type SendOutput struct {
 	Written int `json:"written" jsonschema:"bytes written to the console"`
+	// Paced says the guest records: the data went a few bytes at a time,
+	// each after the guest echoed the last, and written is what it took.
+	Paced bool `json:"paced,omitempty"`
 	WaitResult
 }
 
@@ -552,6 +555,9 @@ var newlines = map[string]string{"": "\r", "cr": "\r", "lf": "\n", "crlf": "\r\n
 func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, SendOutput, error) {
 	inst, m, err := s.running(in.Target)
 	if err != nil {
+		return nil, SendOutput{}, err
+	}
+	if err := inst.Input(); err != nil {
 		return nil, SendOutput{}, err
 	}
 	spec := inst.Spec()
@@ -587,19 +593,18 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	// hold the call.
 	wctx, cancel := context.WithTimeout(ctx, p.spec.Timeout)
 	defer cancel()
-	var n int
-	if in.CharDelayMS > 0 {
-		n, err = m.Console().WriteSlow(wctx, []byte(data), time.Duration(in.CharDelayMS)*time.Millisecond)
-	} else {
-		n, err = m.Console().Write(wctx, []byte(data))
-	}
+	n, err := inst.Type(wctx, []byte(data), time.Duration(in.CharDelayMS)*time.Millisecond)
 	if err != nil {
+		if errors.Is(err, instance.ErrNoEcho) {
+			return nil, SendOutput{}, fmt.Errorf("write to serial console: the guest took %d of %d bytes: %w; output from cursor %d on shows what it did with them", n, len(data), err, from)
+		}
 		if ctx.Err() == nil && (wctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
 			return nil, SendOutput{}, fmt.Errorf("write to serial console: the guest took %d of %d bytes within the timeout of %v (it is not reading its console fast enough); output from cursor %d on shows what it did with them", n, len(data), p.spec.Timeout, from)
 		}
 		return nil, SendOutput{}, fmt.Errorf("write to serial console: %w (wrote %d of %d bytes)", err, n, len(data))
 	}
-	out := SendOutput{Written: n}
+	_, paced := inst.Recording()
+	out := SendOutput{Written: n, Paced: paced && in.CharDelayMS == 0}
 	if !p.active() {
 		out.Cursor, out.OutputStart = from, from
 		setExit(&out.WaitResult, m)

@@ -70,8 +70,9 @@ type Config struct {
 	Captures string
 	KeepCap  int64
 	// Snapshots is where saved guest states are kept; empty means beside
-	// Captures (kept.Snapshots).
-	Snapshots string
+	// Captures (kept.Snapshots). Recordings likewise (kept.Recordings).
+	Snapshots  string
+	Recordings string
 	// GDBTCP also serves gdbstubs on this loopback TCP address, to the
 	// server's own user (see instance.Config).
 	GDBTCP string
@@ -200,6 +201,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Snapshots == "" {
 		cfg.Snapshots = kept.Snapshots(cfg.Captures)
 	}
+	if cfg.Recordings == "" {
+		cfg.Recordings = kept.Recordings(cfg.Captures)
+	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = caps.DefaultCacheDir()
 	}
@@ -237,7 +241,7 @@ func newManager(cfg Config) (*instance.Manager, error) {
 	}
 	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
-		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots,
+		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots, Recordings: cfg.Recordings,
 		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
@@ -376,7 +380,7 @@ func (s *Server) NewMCPServer() *mcp.Server {
 // registerAll adds every tool and resource, the groups side by side.
 func (s *Server) registerAll(ms *mcp.Server) {
 	var wg sync.WaitGroup
-	for _, reg := range []func(*mcp.Server){s.register, s.registerExec, s.registerDebug, s.registerSnapshots, s.registerNetwork, s.registerResources} {
+	for _, reg := range []func(*mcp.Server){s.register, s.registerExec, s.registerDebug, s.registerSnapshots, s.registerRecordings, s.registerNetwork, s.registerResources} {
 		wg.Go(func() { reg(ms) })
 	}
 	wg.Wait()

@@ -60,6 +60,13 @@ func Captures(dir string) string { return runtimedir.CapturesDir(dir) }
 // captures: they count towards the cap but are never removed for it.
 func Snapshots(captures string) string { return filepath.Join(filepath.Dir(captures), "snapshots") }
 
+// Recordings is where deterministic recordings of guests go (package
+// recording), beside captures: they count towards the cap and are never
+// removed for it (their checkpoints, a cache, are).
+func Recordings(captures string) string {
+	return filepath.Join(filepath.Dir(captures), "recordings")
+}
+
 // File is one kept file.
 type File struct {
 	Path    string    `json:"path"`

@@ -101,6 +101,8 @@ const (
 	VNCSocket          // vnc-<tag>-<instance>.sock: unix socket (QEMU's VNC server)
 	CaptureFIFO        // pcap-<tag>-<instance>.fifo: FIFO (QEMU's filter-dump writes a capture into it)
 	ProbeDir           // probe-<tag>-<digits>: directory (a QEMU capability probe's guests, package qemu/caps)
+	ReplayStage        // rrinit-<tag>-<instance>.qcow2: regular file (the copy of a recording's image a replay loads)
+	ReplayConsole      // rrcon-<tag>-<instance>.log: regular file (what a replaying guest prints)
 )
 
 func (k Kind) String() string {
@@ -125,6 +127,10 @@ func (k Kind) String() string {
 		return "capture-fifo"
 	case ProbeDir:
 		return "probe-dir"
+	case ReplayStage:
+		return "replay-stage"
+	case ReplayConsole:
+		return "replay-console"
 	}
 	return "unknown"
 }
@@ -135,7 +141,7 @@ func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 // UnmarshalText reads what MarshalText wrote; anything else is Unknown.
 func (k *Kind) UnmarshalText(b []byte) error {
 	*k = Unknown
-	for c := SerialIn; c <= ProbeDir; c++ {
+	for c := SerialIn; c <= ReplayConsole; c++ {
 		if c.String() == string(b) {
 			*k = c
 		}
@@ -188,6 +194,16 @@ func Name(k Kind, o Owner, instance string) string {
 			return ""
 		}
 		return "pcap-" + t + ".fifo"
+	case ReplayStage:
+		if o.Legacy() {
+			return ""
+		}
+		return "rrinit-" + t + ".qcow2"
+	case ReplayConsole:
+		if o.Legacy() {
+			return ""
+		}
+		return "rrcon-" + t + ".log"
 	case Record:
 		return "server-" + o.Tag() + ".json"
 	}
@@ -280,6 +296,18 @@ func Classify(name string) (Entry, bool) {
 	case strings.HasPrefix(name, "snapload-"):
 		if s, ok := strings.CutSuffix(name[len("snapload-"):], ".qcow2"); ok {
 			if e, ok := instanceEntry(s, SnapshotStage); ok && !e.Owner.Legacy() {
+				return e, true
+			}
+		}
+	case strings.HasPrefix(name, "rrinit-"):
+		if s, ok := strings.CutSuffix(name[len("rrinit-"):], ".qcow2"); ok {
+			if e, ok := instanceEntry(s, ReplayStage); ok && !e.Owner.Legacy() {
+				return e, true
+			}
+		}
+	case strings.HasPrefix(name, "rrcon-"):
+		if s, ok := strings.CutSuffix(name[len("rrcon-"):], ".log"); ok {
+			if e, ok := instanceEntry(s, ReplayConsole); ok && !e.Owner.Legacy() {
 				return e, true
 			}
 		}

@@ -22,7 +22,7 @@ func Want(k names.Kind) FileType {
 		return TypeFIFO
 	case names.QMPSocket, names.GDBSocket, names.VNCSocket:
 		return TypeSocket
-	case names.Record, names.RecordTemp, names.SnapshotStage:
+	case names.Record, names.RecordTemp, names.SnapshotStage, names.ReplayStage, names.ReplayConsole:
 		return TypeRegular
 	case names.ProbeDir:
 		return TypeDir

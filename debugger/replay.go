@@ -1,0 +1,777 @@
+package debugger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/gdb"
+)
+
+// Timeline is the recording a replaying guest runs through (its host
+// provides it): where the replay is and ends, breaks at an instruction
+// count, and the faithful points a replay can start from. Going back is
+// one mechanism: back to a start point at or before the place wanted,
+// then forward with breakpoints or watchpoints, keeping the last hit.
+type Timeline interface {
+	// Position is the replay's instruction count.
+	Position(ctx context.Context) (uint64, error)
+	// End is the last instruction count the replay can stop at.
+	End() uint64
+	// StopAt makes the replay stop when it reaches instruction n; the
+	// stub reports that stop as a pause.
+	StopAt(ctx context.Context, n uint64) error
+	// InPlace says whether Load works: the QEMU reloads a start point
+	// faithfully into the process that replays (the double load). Without
+	// it, going back is Restart.
+	InPlace() bool
+	// Starts lists the start points at or before n, latest first; the
+	// last is 0, the recording's start.
+	Starts(n uint64) []uint64
+	// Load puts the stopped guest's state back to start point n in
+	// place. The load is faithful only as the double load: load, run one
+	// instruction, load again; a run that makes no progress means the
+	// point is bad (Failed).
+	Load(ctx context.Context, n uint64) error
+	// Failed says start point n did not load faithfully: it is not
+	// offered again.
+	Failed(n uint64, why string)
+	// Restart replays again from instruction 0 in a new QEMU, stopped
+	// there (the stub's connection goes with the old one).
+	Restart(ctx context.Context) error
+	// Spacing is how far apart, in replay time, the timeline wants start
+	// points; 0: it keeps none.
+	Spacing() time.Duration
+	// Checkpoint offers a start point at the guest's position n, reached
+	// after spent of replay since the last start point; the timeline
+	// keeps it if it wants one there.
+	Checkpoint(ctx context.Context, n uint64, spent time.Duration) error
+	// Sync brings the console up to what the guest printed so far.
+	Sync()
+}
+
+// ErrAtEnd is a forward step or continue at the end of the recording.
+var ErrAtEnd = errors.New("the replay is at the end of its recording")
+
+// Replay stop reasons.
+const (
+	// ReasonEnd: the replay reached the end of its recording.
+	ReasonEnd = "end"
+	// ReasonStart: going back found no earlier hit and stopped at the
+	// start of the recording.
+	ReasonStart = "start"
+	// ReasonICount: the replay went to the instruction count asked for.
+	ReasonICount = "icount"
+)
+
+// Progress reports how far a long operation got; done and total are
+// instruction counts of the replay (or 0 when unknown).
+type Progress func(msg string, done, total uint64)
+
+type progressKey struct{}
+
+// WithProgress has the debugger report the progress of long operations
+// (going back and forth through a recording) to f.
+func WithProgress(ctx context.Context, f Progress) context.Context {
+	return context.WithValue(ctx, progressKey{}, f)
+}
+
+func progressOf(ctx context.Context) Progress {
+	if f, ok := ctx.Value(progressKey{}).(Progress); ok {
+		return f
+	}
+	return func(string, uint64, uint64) {}
+}
+
+// Replaying says whether the guest replays a recording.
+func (s *Session) Replaying() bool { return s.cfg.Timeline != nil }
+
+func (s *Session) timeline() (Timeline, error) {
+	if s.cfg.Timeline == nil {
+		return nil, errors.New("going back needs a recording: boot one with qemu_boot record: NAME, then replay it with qemu_boot replay: NAME")
+	}
+	return s.cfg.Timeline, nil
+}
+
+// Tick is how often a running replay reports its progress (and is checked
+// for progress at all).
+const tick = 500 * time.Millisecond
+
+// stall is how long a replay may make no progress before it is stopped and
+// reported: a guest idle in wfi replays as slowly as it was recorded.
+const stall = 60 * time.Second
+
+// verifyWait bounds the one-instruction run of a double load.
+const verifyWait = 3 * time.Second
+
+// runTo resumes the replay and waits for its next stop, at instruction
+// limit at the latest, offering the timeline a start point every Spacing
+// of replay on the way. pos is where it stopped; a stop before limit is a
+// breakpoint or watchpoint (or a pause from outside: SIGINT).
+func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.Stop, uint64, error) {
+	tl := s.cfg.Timeline
+	if pos, err := tl.Position(ctx); err != nil || pos >= limit {
+		// A break behind the replay never comes: it would run on.
+		return gdb.Stop{Signal: gdb.SIGINT, Reason: gdb.ReasonSignal}, pos, err
+	}
+	if err := tl.StopAt(ctx, limit); err != nil {
+		return gdb.Stop{}, 0, fmt.Errorf("debugger: break the replay at %d: %w", limit, err)
+	}
+	progress := progressOf(ctx)
+	spacing := tl.Spacing()
+	every := tick
+	if spacing > 0 && spacing < every {
+		every = spacing
+	}
+	lastPos, _ := tl.Position(ctx)
+	lastMove := time.Now()
+	var sinceCk time.Duration
+	stopped := func(st gdb.Stop) (gdb.Stop, uint64, error) {
+		tl.Sync()
+		pos, err := tl.Position(ctx)
+		return st, pos, err
+	}
+	for {
+		if err := c.Continue(ctx); err != nil {
+			return gdb.Stop{}, 0, err
+		}
+		for {
+			t0 := time.Now()
+			wctx, cancel := context.WithTimeout(ctx, every)
+			st, err := c.Wait(wctx)
+			cancel()
+			sinceCk += time.Since(t0)
+			if err == nil {
+				return stopped(st)
+			}
+			if ctx.Err() != nil {
+				c.Interrupt(context.WithoutCancel(ctx))
+				return gdb.Stop{}, 0, ctx.Err()
+			}
+			if wctx.Err() == nil {
+				return gdb.Stop{}, 0, err
+			}
+			pos, err := tl.Position(ctx)
+			if err != nil {
+				return gdb.Stop{}, 0, err
+			}
+			progress(fmt.Sprintf("replaying: instruction %d of %d", pos, limit), pos, limit)
+			if pos != lastPos {
+				lastPos, lastMove = pos, time.Now()
+			} else if time.Since(lastMove) > stall {
+				c.Interrupt(context.WithoutCancel(ctx))
+				return gdb.Stop{}, pos, fmt.Errorf("debugger: the replay made no progress for %v at instruction %d: stopped there", stall, pos)
+			}
+			if spacing == 0 || sinceCk < spacing {
+				continue
+			}
+			st, err = c.Interrupt(ctx)
+			if err != nil {
+				return gdb.Stop{}, 0, err
+			}
+			st, pos, err = stopped(st)
+			if err != nil || st.Signal != gdb.SIGINT || pos >= limit {
+				return st, pos, err // a hit (or the limit) came first
+			}
+			if s.armedAtPC(ctx, c) {
+				// Stopped on an armed breakpoint before reporting it: it
+				// is this hit.
+				st.Signal, st.Reason = gdb.SIGTRAP, gdb.ReasonBreakpoint
+				return st, pos, nil
+			}
+			if err := tl.Checkpoint(ctx, pos, sinceCk); err != nil {
+				s.cfg.Logger.Warn("debugger: keep a replay checkpoint", "icount", pos, "err", err)
+			}
+			sinceCk = 0
+			break // resume
+		}
+	}
+}
+
+// armedAtPC says whether the stub holds a breakpoint at the stopped
+// hart's pc.
+func (s *Session) armedAtPC(ctx context.Context, c *gdb.Client) bool {
+	have, err := armed(ctx, c)
+	if err != nil {
+		return false
+	}
+	pc, err := c.ReadRegister(ctx, "pc")
+	if err != nil {
+		return false
+	}
+	for _, b := range have {
+		if b.Kind <= gdb.Hardware && b.Addr == pc {
+			return true
+		}
+	}
+	return false
+}
+
+// armed is what the stub holds now, through c.
+func armed(ctx context.Context, c *gdb.Client) ([]gdb.Breakpoint, error) {
+	return c.Breakpoints(ctx)
+}
+
+// arm makes the stub hold exactly want (every other breakpoint and
+// watchpoint lifted).
+func (s *Session) arm(ctx context.Context, c *gdb.Client, want []gdb.Breakpoint) error {
+	have, err := armed(ctx, c)
+	if err != nil {
+		return err
+	}
+	for _, b := range have {
+		if !slices.Contains(want, b) {
+			if err := c.ClearBreakpoint(ctx, b.Kind, b.Addr, b.Length); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range want {
+		if !slices.Contains(have, b) {
+			if err := c.SetBreakpoint(ctx, b.Kind, b.Addr, b.Length); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// userSet is what the agent set: every breakpoint and watchpoint.
+func (s *Session) userSet() []gdb.Breakpoint {
+	var out []gdb.Breakpoint
+	for a, b := range s.breaks {
+		out = append(out, gdb.Breakpoint{Kind: b.kind, Addr: a, Length: bpLength(b.Length)})
+	}
+	for a, w := range s.watches {
+		out = append(out, gdb.Breakpoint{Kind: w.kind, Addr: a, Length: w.Length})
+	}
+	return out
+}
+
+func bpLength(n int) int {
+	if n == 0 {
+		return 4
+	}
+	return n
+}
+
+// refreshWatches reads the watched values where the replay is now: after
+// a jump in time, the next write's old value is the value here.
+func (s *Session) refreshWatches(ctx context.Context, c *gdb.Client, extra ...*watch) {
+	all := extra
+	for _, w := range s.watches {
+		all = append(all, w)
+	}
+	for _, w := range all {
+		a, _ := parseAddr(w.Addr)
+		if v, err := c.ReadMemory(ctx, a, w.Length); err == nil {
+			w.value = v
+		}
+	}
+}
+
+// rewind puts the guest at the latest faithful start point at or before
+// target, stopped, with nothing armed; it returns the client (a new one
+// when the replay restarted) and the start point.
+func (s *Session) rewind(ctx context.Context, c *gdb.Client, target uint64) (*gdb.Client, uint64, error) {
+	tl := s.cfg.Timeline
+	progressOf(ctx)(fmt.Sprintf("going back to a start point before instruction %d", target), 0, 0)
+	if tl.InPlace() && c != nil {
+		if err := s.arm(ctx, c, nil); err != nil {
+			return nil, 0, err
+		}
+		for _, st := range tl.Starts(target) {
+			ok, stuck, why, err := s.doubleLoad(ctx, c, st)
+			if err != nil {
+				return nil, 0, err
+			}
+			if ok {
+				return c, st, nil
+			}
+			tl.Failed(st, why)
+			s.cfg.Logger.Warn("debugger: a replay start point did not load faithfully; an earlier one is used", "icount", st, "why", why)
+			if stuck {
+				break
+			}
+		}
+	}
+	if c != nil {
+		c.Close()
+	}
+	s.c = nil
+	if err := tl.Restart(ctx); err != nil {
+		return nil, 0, fmt.Errorf("debugger: replay again from the start: %w", err)
+	}
+	c, err := s.client(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := s.arm(ctx, c, nil); err != nil {
+		return nil, 0, err
+	}
+	return c, 0, nil
+}
+
+// doubleLoad loads start point n, runs one instruction and loads it
+// again: the first load sets the replay's clock, the second its timers
+// against it. ok says the guest is at n; otherwise why says what went
+// wrong, and stuck that the guest could not even be stopped.
+func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok, stuck bool, why string, err error) {
+	tl := s.cfg.Timeline
+	load := func() error {
+		if err := tl.Load(ctx, n); err != nil {
+			return err
+		}
+		c.StateReplaced()
+		return nil
+	}
+	if err := load(); err != nil {
+		return false, false, err.Error(), nil
+	}
+	if err := tl.StopAt(ctx, n+1); err != nil {
+		return false, false, "", err
+	}
+	if err := c.Continue(ctx); err != nil {
+		return false, false, "", err
+	}
+	wctx, cancel := context.WithTimeout(ctx, verifyWait)
+	_, werr := c.Wait(wctx)
+	cancel()
+	if werr != nil {
+		if ctx.Err() != nil {
+			return false, false, "", ctx.Err()
+		}
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, ierr := c.Interrupt(ictx)
+		cancel()
+		return false, ierr != nil, fmt.Sprintf("the replay made no progress for %v after loading it", verifyWait), nil
+	}
+	if pos, err := tl.Position(ctx); err != nil || pos != n+1 {
+		return false, false, fmt.Sprintf("one instruction after loading it the replay was at %d, not %d", pos, n+1), nil
+	}
+	if err := load(); err != nil {
+		return false, false, err.Error(), nil
+	}
+	if pos, err := tl.Position(ctx); err != nil || pos != n {
+		return false, false, fmt.Sprintf("the second load put the replay at %d, not %d", pos, n), nil
+	}
+	return true, false, "", nil
+}
+
+// goTo puts the replay at instruction n: back to a start point if n is
+// behind it, then forward with nothing armed.
+func (s *Session) goTo(ctx context.Context, c *gdb.Client, n uint64) (*gdb.Client, error) {
+	tl := s.cfg.Timeline
+	pos, err := tl.Position(ctx)
+	if err != nil {
+		return c, err
+	}
+	if pos == n {
+		return c, nil
+	}
+	if pos > n {
+		if c, _, err = s.rewind(ctx, c, n); err != nil {
+			return c, err
+		}
+	} else if err := s.arm(ctx, c, nil); err != nil {
+		return c, err
+	}
+	for {
+		_, at, err := s.runTo(ctx, c, n)
+		if err != nil {
+			return c, err
+		}
+		if at >= n {
+			break
+		}
+	}
+	s.refreshWatches(ctx, c)
+	return c, nil
+}
+
+// replayClient is the client of a replaying guest, stopped, with a stop
+// not yet reported consumed.
+func (s *Session) replayClient(ctx context.Context) (Timeline, *gdb.Client, error) {
+	tl, err := s.timeline()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := s.client(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.Running() {
+		if _, err := c.Interrupt(ctx); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		s.pending(ctx, c)
+	}
+	return tl, c, nil
+}
+
+// restoreArmed puts the agent's breakpoints and watchpoints back.
+func (s *Session) restoreArmed(ctx context.Context) {
+	if s.c == nil {
+		return
+	}
+	if err := s.arm(context.WithoutCancel(ctx), s.c, s.userSet()); err != nil {
+		s.cfg.Logger.Warn("debugger: put the breakpoints back", "err", err)
+	}
+}
+
+// here reports the replay stopped where it is, for reason.
+func (s *Session) here(ctx context.Context, c *gdb.Client, reason string) (StopInfo, error) {
+	s.lastReason = reason
+	info := StopInfo{Stopped: true, Reason: reason}
+	th, hart, err := s.on(ctx, c, LastHart)
+	if err != nil {
+		return info, err
+	}
+	return info, s.locate(ctx, c, th, hart, &info)
+}
+
+// GoTo puts the replay at instruction n, back or forward, and says where
+// the guest is.
+func (s *Session) GoTo(ctx context.Context, n uint64) (StopInfo, error) {
+	defer s.begin()()
+	tl, c, err := s.replayClient(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	if end := tl.End(); n > end {
+		return StopInfo{}, fmt.Errorf("instruction %d is past the end of the recording (%d)", n, end)
+	}
+	defer s.restoreArmed(ctx)
+	if c, err = s.goTo(ctx, c, n); err != nil {
+		return StopInfo{}, err
+	}
+	return s.here(ctx, c, ReasonICount)
+}
+
+// ReverseStep goes back count instructions.
+func (s *Session) ReverseStep(ctx context.Context, count int) (StopInfo, error) {
+	if count <= 0 || count > 10000 {
+		return StopInfo{}, fmt.Errorf("count %d: want 1 to 10000", count)
+	}
+	defer s.begin()()
+	tl, c, err := s.replayClient(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	pos, err := tl.Position(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	if pos < uint64(count) {
+		return StopInfo{}, fmt.Errorf("the replay is at instruction %d: it cannot go back %d", pos, count)
+	}
+	defer s.restoreArmed(ctx)
+	if c, err = s.goTo(ctx, c, pos-uint64(count)); err != nil {
+		return StopInfo{}, err
+	}
+	return s.here(ctx, c, gdb.ReasonStep)
+}
+
+// hit is a breakpoint or watchpoint stop a search met.
+type hit struct {
+	pos    uint64
+	stop   gdb.Stop
+	access *Access
+}
+
+// ReverseContinue goes back to the last breakpoint or watchpoint hit
+// before the current position, or, if there is none, to the start of
+// the recording.
+func (s *Session) ReverseContinue(ctx context.Context) (StopInfo, error) {
+	defer s.begin()()
+	tl, c, err := s.replayClient(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	defer s.restoreArmed(ctx)
+	hi, err := tl.Position(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	set := s.userSet()
+	for hi > 0 && len(set) > 0 {
+		var start uint64
+		if c, start, err = s.rewind(ctx, c, hi-1); err != nil {
+			return StopInfo{}, err
+		}
+		s.refreshWatches(ctx, c)
+		var last *hit
+		err = s.scan(ctx, c, hi, set, func(st gdb.Stop, pos uint64) error {
+			h := &hit{pos: pos, stop: st}
+			if st.Reason == gdb.ReasonWatch || st.Reason == gdb.ReasonRWatch || st.Reason == gdb.ReasonAWatch {
+				th, _, err := s.stoppedHart(ctx, c, st)
+				if err != nil {
+					return err
+				}
+				if h.access, err = s.watchStop(ctx, th, st); err != nil {
+					return err
+				}
+				if h.pos, err = tl.Position(ctx); err != nil {
+					return err
+				}
+			}
+			if h.pos < hi {
+				last = h
+			}
+			return nil
+		})
+		if err != nil {
+			return StopInfo{}, err
+		}
+		if last != nil {
+			if c, err = s.goTo(ctx, c, last.pos); err != nil {
+				return StopInfo{}, err
+			}
+			info, err := s.here(ctx, c, last.stop.Reason)
+			if last.access != nil {
+				info.WatchAddr, info.Access = hex(last.stop.Addr), last.access
+				if th, _, err := s.on(ctx, c, LastHart); err == nil {
+					if regs, err := th.ReadRegisters(ctx); err == nil {
+						bt := s.unwind(ctx, th, regs, watchFrames)
+						info.Backtrace = &bt
+					}
+				}
+			}
+			return info, err
+		}
+		hi = start
+	}
+	if c, err = s.goTo(ctx, c, 0); err != nil {
+		return StopInfo{}, err
+	}
+	info, err := s.here(ctx, c, ReasonStart)
+	info.Note = "no earlier breakpoint or watchpoint hit: at the start of the recording"
+	if len(set) == 0 {
+		info.Note = "no breakpoint or watchpoint is set: at the start of the recording"
+	}
+	return info, err
+}
+
+// scan replays forward to limit with the stub holding set (and nothing
+// else), calling f for each stop before it.
+func (s *Session) scan(ctx context.Context, c *gdb.Client, limit uint64, set []gdb.Breakpoint, f func(gdb.Stop, uint64) error) error {
+	if err := s.arm(ctx, c, set); err != nil {
+		return err
+	}
+	for {
+		st, pos, err := s.runTo(ctx, c, limit)
+		if err != nil {
+			return err
+		}
+		if st.Reason == gdb.ReasonExited || st.Reason == gdb.ReasonTerminated {
+			return fmt.Errorf("debugger: QEMU exited while it replayed (%s)", st)
+		}
+		if pos >= limit {
+			return nil
+		}
+		if st.Signal == gdb.SIGINT {
+			continue // a pause that is no hit
+		}
+		if err := f(st, pos); err != nil {
+			return err
+		}
+	}
+}
+
+// LastWrite is the last write that changed a location before an
+// instruction count.
+type LastWrite struct {
+	// Found says there is one; Note says so plainly when not.
+	Found bool   `json:"found"`
+	Note  string `json:"note,omitempty"`
+	// Data is the location's address, Symbol what the symbols say of it,
+	// Length the bytes compared.
+	Data   string `json:"data"`
+	Symbol string `json:"symbol,omitempty"`
+	Length int    `json:"length"`
+	// Before is the instruction count searched before.
+	Before uint64 `json:"before"`
+	// ICount is the instruction count right after the write; Hart the
+	// hart that wrote.
+	ICount *uint64 `json:"icount,omitempty"`
+	Hart   *int    `json:"hart,omitempty"`
+	// Access is the write: the instruction (function+offset, file:line),
+	// the value before and after.
+	Access    *Access    `json:"access,omitempty"`
+	Backtrace *Backtrace `json:"backtrace,omitempty"`
+	// Value is the location's value at Before, when nothing changed it.
+	Value string `json:"value,omitempty"`
+}
+
+// LastWrite finds the last write that changed loc (length bytes; 0: the
+// symbol's size, up to 8) before instruction before (0: the replay's
+// position). As gdb's watch does, a write that leaves the value as it was
+// does not count. The replay is back where it was afterwards.
+func (s *Session) LastWrite(ctx context.Context, loc string, length int, before uint64) (res LastWrite, err error) {
+	addrs, _, err := s.Resolve(loc)
+	if err != nil {
+		return LastWrite{}, err
+	}
+	a := addrs[0]
+	if length == 0 {
+		length = s.dataSize(a)
+	}
+	if length < 1 || length > 8 {
+		return LastWrite{}, fmt.Errorf("length %d: want 1 to 8 bytes", length)
+	}
+	defer s.begin()()
+	tl, c, err := s.replayClient(ctx)
+	if err != nil {
+		return LastWrite{}, err
+	}
+	here, err := tl.Position(ctx)
+	if err != nil {
+		return LastWrite{}, err
+	}
+	if before == 0 {
+		before = here
+	}
+	if end := tl.End(); before > end {
+		return LastWrite{}, fmt.Errorf("before %d is past the end of the recording (%d)", before, end)
+	}
+	w := &watch{Breakpoint: Breakpoint{Where: s.Where(a), Kind: "write", Length: length, kind: gdb.WatchWrite}}
+	res = LastWrite{Data: hex(a), Length: length, Before: before}
+	if w.Function != "" {
+		res.Symbol = w.Where.String()
+	}
+	defer s.restoreArmed(ctx)
+	defer func() {
+		// Back where the agent was.
+		if s.c != nil {
+			if _, gerr := s.goTo(context.WithoutCancel(ctx), s.c, here); gerr != nil && err == nil {
+				err = gerr
+			}
+		}
+	}()
+	set := []gdb.Breakpoint{{Kind: gdb.WatchWrite, Addr: a, Length: length}}
+	hi := before
+	var vHi []byte // the value at hi, once known
+	if hi == 0 {
+		if vHi, err = c.ReadMemory(ctx, a, length); err != nil {
+			return res, err
+		}
+	}
+	for hi > 0 {
+		var start uint64
+		if c, start, err = s.rewind(ctx, c, hi-1); err != nil {
+			return res, err
+		}
+		// Unreadable (not mapped yet, early in boot): nothing to compare,
+		// the interval is searched.
+		v, _ := c.ReadMemory(ctx, a, length)
+		w.value = v
+		if vHi != nil && len(v) == length && string(v) == string(vHi) && start > 0 {
+			// The same value at both ends: the interval is skipped (a
+			// value changed and changed back within it is not seen).
+			hi = start
+			continue
+		}
+		var last *LastWrite
+		progressOf(ctx)(fmt.Sprintf("looking for writes to %s between instructions %d and %d", hex(a), start, hi), start, hi)
+		err = s.scan(ctx, c, hi, set, func(st gdb.Stop, pos uint64) error {
+			th, hart, err := s.stoppedHart(ctx, c, st)
+			if err != nil {
+				return err
+			}
+			acc, err := s.accessOf(ctx, th, w)
+			if err != nil {
+				return err
+			}
+			if acc.Old == acc.New {
+				return nil
+			}
+			at, err := tl.Position(ctx)
+			if err != nil || at >= hi {
+				return err
+			}
+			lw := res
+			lw.Found, lw.ICount, lw.Hart, lw.Access = true, &at, &hart, acc
+			if regs, err := th.ReadRegisters(ctx); err == nil {
+				bt := s.unwind(ctx, th, regs, watchFrames)
+				lw.Backtrace = &bt
+			}
+			last = &lw
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+		if last != nil {
+			return *last, nil
+		}
+		if vHi == nil || len(w.value) == length {
+			vHi = w.value
+		}
+		hi = start
+	}
+	res.Value = number(vHi)
+	res.Note = fmt.Sprintf("no earlier write changed it: it held %s from the start of the recording to instruction %d", res.Value, before)
+	return res, nil
+}
+
+// dataSize is the size of the symbol at a (up to 8), else 8.
+func (s *Session) dataSize(a uint64) int {
+	if syms := s.cfg.Symbols; syms != nil {
+		if l, ok := syms.Symbolize(a); ok && l.Offset == 0 {
+			if sym, err := syms.Lookup(l.Function); err == nil && sym.Addr == a && sym.Size > 0 {
+				return int(min(sym.Size, 8))
+			}
+		}
+	}
+	return 8
+}
+
+// icountText is n for messages.
+func icountText(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// continueReplay runs the replay forward to the next breakpoint or
+// watchpoint hit, or to the end of the recording; past timeout it pauses
+// the replay where it got to.
+func (s *Session) continueReplay(ctx context.Context, c *gdb.Client, timeout time.Duration) (StopInfo, error) {
+	tl := s.cfg.Timeline
+	if c.Running() {
+		if _, err := c.Interrupt(ctx); err != nil {
+			return StopInfo{}, err
+		}
+	} else if st, ok := s.pending(ctx, c); ok {
+		return s.stopInfo(ctx, c, st)
+	}
+	pos, err := tl.Position(ctx)
+	if err != nil {
+		return StopInfo{}, err
+	}
+	end := tl.End()
+	if pos >= end {
+		info, err := s.here(ctx, c, ReasonEnd)
+		info.Note = fmt.Sprintf("already at the end of the recording (instruction %d): debug_continue reverse: true goes back", end)
+		return info, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, at, err := s.runTo(wctx, c, end)
+	if err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			info, err := s.here(ctx, c, "paused")
+			if info.ICount != nil {
+				info.Note = fmt.Sprintf("no stop within the timeout: the replay paused at instruction %d of %d; debug_continue goes on", *info.ICount, end)
+			}
+			return info, err
+		}
+		return StopInfo{}, err
+	}
+	if at >= end {
+		info, err := s.here(ctx, c, ReasonEnd)
+		info.Note = "the end of the recording"
+		return info, err
+	}
+	return s.stopInfo(ctx, c, st)
+}

@@ -1,0 +1,132 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/recording"
+)
+
+func (s *Server) recordings() recording.Store {
+	return recording.Store{Dir: s.cfg.Recordings, Logger: s.log}
+}
+
+// RecordingInfo is a recording as the tools show it.
+type RecordingInfo struct {
+	Name string `json:"name"`
+	// Replaying says the guest replays it (else it records into it).
+	Replaying bool   `json:"replaying,omitempty"`
+	State     string `json:"state,omitempty" jsonschema:"recording, complete, or cut (its QEMU or server was killed: it replays up to where it was cut)"`
+	// Instructions is its length; 0 while unknown.
+	Instructions uint64    `json:"instructions,omitempty"`
+	Ended        string    `json:"ended,omitempty"`
+	Created      time.Time `json:"created,omitempty"`
+	Size         int64     `json:"size,omitempty"`
+	Checkpoints  int64     `json:"checkpoints,omitempty" jsonschema:"bytes of its size that are replay checkpoints (a cache, removed first when the kept files pass their cap)"`
+	ConsoleBytes int64     `json:"console_bytes,omitempty"`
+	QEMU         string    `json:"qemu,omitempty"`
+	Unreadable   string    `json:"unreadable,omitempty"`
+}
+
+func recordingInfo(m recording.Meta) *RecordingInfo {
+	return &RecordingInfo{Name: m.Name, State: m.Status(), Instructions: m.Instructions, Ended: m.Ended}
+}
+
+func recordingListed(m recording.Meta) RecordingInfo {
+	if u := m.Unreadable(); u != "" {
+		return RecordingInfo{Name: m.Name, Unreadable: u}
+	}
+	size, cks := m.Size()
+	n := m.Instructions
+	if n == 0 {
+		n = m.Seen
+	}
+	return RecordingInfo{Name: m.Name, State: m.Status(), Instructions: n, Ended: m.Ended, Created: m.Created,
+		Size: size, Checkpoints: cks, ConsoleBytes: m.ConsoleBytes, QEMU: m.QEMU}
+}
+
+// RecordingsInput is qemu_recordings' arguments.
+type RecordingsInput struct {
+	Delete      string `json:"delete,omitempty" max:"64" jsonschema:"delete this recording (and its checkpoints) instead of listing"`
+	ProjectRoot string `json:"project_root,omitempty" jsonschema:"the project; default the guest's, or the server's working directory"`
+	Target
+}
+
+// RecordingsOutput is qemu_recordings' result.
+type RecordingsOutput struct {
+	Project    string          `json:"project"`
+	Recordings []RecordingInfo `json:"recordings"`
+	Deleted    string          `json:"deleted,omitempty"`
+	// Total is every project's recordings together, against the cap.
+	Total int64 `json:"total" jsonschema:"bytes all recordings (every project) take"`
+	Cap   int64 `json:"cap"`
+}
+
+func (s *Server) recordingsTool(ctx context.Context, _ *mcp.CallToolRequest, in RecordingsInput) (*mcp.CallToolResult, RecordingsOutput, error) {
+	root, _, err := s.snapshotProject(in.ProjectRoot, in.Target)
+	if err != nil {
+		return nil, RecordingsOutput{}, err
+	}
+	store := s.recordings()
+	out := RecordingsOutput{Project: root, Recordings: []RecordingInfo{}, Cap: s.cfg.KeepCap}
+	if in.Delete != "" {
+		m, err := store.Get(root, in.Delete)
+		if err != nil {
+			return nil, out, err
+		}
+		if mgr, err := s.manager(); err == nil {
+			if who := mgr.RecordingUser(root, in.Delete); who != "" {
+				return nil, out, fmt.Errorf("recording %q is being replayed by guest %q: shut it down first", in.Delete, who)
+			}
+			for _, inst := range mgr.List() {
+				if rm, ok := inst.Recording(); ok && rm.Dir == m.Dir && inst.State() != "stopped" {
+					return nil, out, fmt.Errorf("recording %q is being recorded by guest %q: shut it down first", in.Delete, inst.Name())
+				}
+			}
+		}
+		if err := store.Delete(m); err != nil {
+			return nil, out, err
+		}
+		out.Deleted = in.Delete
+	}
+	metas, err := store.List(root)
+	if err != nil {
+		return nil, out, err
+	}
+	out.Total, _ = store.Total()
+	var lines []string
+	for _, m := range metas {
+		ri := recordingListed(m)
+		out.Recordings = append(out.Recordings, ri)
+		line := fmt.Sprintf("%s (%s, %d instructions, %s", ri.Name, ri.State, ri.Instructions, size(ri.Size))
+		if ri.Ended != "" {
+			line += ", " + ri.Ended
+		}
+		if ri.Unreadable != "" {
+			line = ri.Name + " (UNREADABLE: " + ri.Unreadable
+		}
+		lines = append(lines, line+")")
+	}
+	text := fmt.Sprintf("%d recordings in %s", len(lines), root)
+	if out.Deleted != "" {
+		text = fmt.Sprintf("deleted recording %q; ", out.Deleted) + text
+	}
+	if len(lines) > 0 {
+		text += ": " + strings.Join(lines, "; ")
+	}
+	return textResult(text), out, nil
+}
+
+func (s *Server) registerRecordings(ms *mcp.Server) {
+	f := false
+	t := true
+	add(s, ms, &mcp.Tool{
+		Name:        "qemu_recordings",
+		Description: "List a project's recordings (qemu_boot record: NAME): state (complete, or cut by a kill), instructions, how the run ended, size; or delete one.",
+		Annotations: &mcp.ToolAnnotations{Title: "Recordings", DestructiveHint: &t, OpenWorldHint: &f},
+	}, s.recordingsTool)
+}

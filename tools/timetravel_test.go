@@ -1,0 +1,265 @@
+package tools_test
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/recording"
+	"github.com/qemu-mcp/qemu-mcp/tools"
+)
+
+type replayStopOut struct {
+	stopOut
+	ICount *uint64 `json:"icount"`
+	Note   string  `json:"note"`
+	Access *struct {
+		Old string `json:"old"`
+		New string `json:"new"`
+	} `json:"access"`
+}
+
+type lastWriteOut struct {
+	Found  bool    `json:"found"`
+	Note   string  `json:"note"`
+	ICount *uint64 `json:"icount"`
+	Access *struct {
+		Old  string   `json:"old"`
+		New  string   `json:"new"`
+		Insn whereOut `json:"insn_at"`
+		Text string   `json:"insn"`
+	} `json:"access"`
+	Backtrace *backtraceOut `json:"backtrace"`
+}
+
+type recordingsOut struct {
+	Recordings []struct {
+		Name         string `json:"name"`
+		State        string `json:"state"`
+		Instructions uint64 `json:"instructions"`
+		Ended        string `json:"ended"`
+		Size         int64  `json:"size"`
+		Checkpoints  int64  `json:"checkpoints"`
+	} `json:"recordings"`
+	Deleted string `json:"deleted"`
+	Total   int64  `json:"total"`
+}
+
+// consoleBytes reads a guest's whole console, as the guest printed it.
+func consoleBytes(t *testing.T, s *session) []byte {
+	t.Helper()
+	var out []byte
+	since := int64(0)
+	for {
+		var r struct {
+			Output    string `json:"output"`
+			Encoding  string `json:"encoding"`
+			Cursor    int64  `json:"cursor"`
+			Truncated bool   `json:"truncated"`
+		}
+		s.mustCall("serial_read", map[string]any{"since": since, "raw": true, "max_bytes": 32768}, &r)
+		b := []byte(r.Output)
+		if r.Encoding == "base64" {
+			var err error
+			if b, err = base64.StdEncoding.DecodeString(r.Output); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out = append(out, b...)
+		if !r.Truncated || r.Cursor == since {
+			return out
+		}
+		since = r.Cursor
+	}
+}
+
+// linuxRecordSession starts a server for the Linux guest with its own
+// state directory.
+func linuxRecordSession(t *testing.T) (*session, testguest.Linux, string) {
+	lin := testguest.LinuxGuest(t)
+	state := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir = lin.Dir
+		c.Captures = filepath.Join(state, "captures")
+		os.MkdirAll(c.Captures, 0o700)
+	}, nil)
+	return s, lin, filepath.Join(state, "recordings")
+}
+
+func bootLinux(t *testing.T, s *session, extra map[string]any) bootOut {
+	t.Helper()
+	args := map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,
+		"memory": "256M", "wait_for": testguest.LinuxPrompt, "timeout": 60, "restart": true}
+	for k, v := range extra {
+		args[k] = v
+	}
+	var b bootOut
+	res := s.call("qemu_boot", args, &b)
+	if res.IsError || !b.Matched {
+		t.Fatalf("boot %v: %s %+v", extra, text(res), b)
+	}
+	return b
+}
+
+// The Linux guest recorded through boot, two sysctl writes, uname and a
+// sysrq crash, then replayed: its console is the recording's; from the
+// crash, the last write to panic_timeout is the 7 -> 9 write in
+// do_proc_dointvec_conv, and before it the 0 -> 7; going back to a
+// breakpoint, one instruction back, and to an instruction count all land
+// where they should; crash triage works on the replay. On a QEMU that
+// reloads replay checkpoints, the same questions asked again once
+// checkpoints exist get the same answers at the same counts.
+func TestTimeTravelLinux(t *testing.T) {
+	s, lin, recDir := linuxRecordSession(t)
+	t0 := time.Now()
+	bootLinux(t, s, map[string]any{"record": "crash", "gdb": true})
+	t.Logf("recorded boot in %v", time.Since(t0))
+	for _, cmd := range []string{"echo 7 > /proc/sys/kernel/panic", "echo 9 > /proc/sys/kernel/panic", "uname -a"} {
+		var w struct {
+			waitOut
+			Paced bool `json:"paced"`
+		}
+		res := s.call("serial_send", map[string]any{"data": cmd, "wait_for": testguest.LinuxPrompt}, &w)
+		if res.IsError || !w.Matched || !w.Paced || w.Written != len(cmd)+1 {
+			t.Fatalf("%s: %s %+v", cmd, text(res), w)
+		}
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo c > /proc/sysrq-trigger", "wait_for": "Kernel panic", "timeout": 20}, &w)
+	if !w.Matched {
+		t.Fatalf("no panic: %+v", w)
+	}
+	s.mustCall("qemu_shutdown", nil, nil)
+	recorded := consoleBytes(t, s)
+
+	var list recordingsOut
+	s.mustCall("qemu_recordings", nil, &list)
+	if len(list.Recordings) != 1 || list.Recordings[0].Name != "crash" || list.Recordings[0].State != "complete" || list.Recordings[0].Instructions < 1e8 {
+		t.Fatalf("recordings: %+v", list)
+	}
+	end := list.Recordings[0].Instructions - 1
+	t.Logf("recording: %+v (%d console bytes)", list.Recordings[0], len(recorded))
+
+	var b struct {
+		bootOut
+		Recording struct {
+			Name         string `json:"name"`
+			Replaying    bool   `json:"replaying"`
+			Instructions uint64 `json:"instructions"`
+		} `json:"recording"`
+	}
+	res := s.call("qemu_boot", map[string]any{"replay": "crash", "restart": true}, &b)
+	if res.IsError || !b.Recording.Replaying {
+		t.Fatalf("replay boot: %s", text(res))
+	}
+	t.Logf("replay boot: %s", text(res))
+
+	var st replayStopOut
+	t0 = time.Now()
+	res = s.call("debug_continue", map[string]any{"timeout": 120}, &st)
+	t.Logf("to the end in %v: %s", time.Since(t0), text(res))
+	if st.Reason != "end" || st.ICount == nil || *st.ICount != end {
+		t.Fatalf("continue to the end: %s", text(res))
+	}
+	if got := consoleBytes(t, s); string(got) != string(recorded) {
+		t.Errorf("the replay's console (%d bytes) is not the recording's (%d bytes)", len(got), len(recorded))
+	}
+	// The recording's own copy of its console is the same.
+	m, err := recording.Store{Dir: recDir}.Get(lin.Dir, "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(m.Console()); err != nil || string(b) != string(recorded) {
+		t.Errorf("the recording's console.log (%d bytes, %v) is not what the guest printed (%d bytes)", len(b), err, len(recorded))
+	}
+
+	lastWrite := func(before uint64) lastWriteOut {
+		t.Helper()
+		args := map[string]any{"location": "panic_timeout"}
+		if before > 0 {
+			args["before"] = before
+		}
+		var lw lastWriteOut
+		t0 := time.Now()
+		res := s.call("debug_last_write", args, &lw)
+		t.Logf("last write before %d in %v: %s", before, time.Since(t0), text(res))
+		if res.IsError || !lw.Found || lw.Access == nil || lw.ICount == nil {
+			t.Fatalf("last write: %s", text(res))
+		}
+		if fn := lw.Access.Insn.Function; fn != "do_proc_dointvec_conv" || !strings.HasSuffix(lw.Access.Insn.File, "kernel/sysctl.c") || lw.Access.Insn.Line == 0 {
+			t.Errorf("last write: by %+v, want do_proc_dointvec_conv at kernel/sysctl.c:N", lw.Access.Insn)
+		}
+		return lw
+	}
+	second := lastWrite(0)
+	if second.Access.Old != "0x7" || second.Access.New != "0x9" {
+		t.Errorf("last write from the crash: %s -> %s, want 0x7 -> 0x9", second.Access.Old, second.Access.New)
+	}
+	first := lastWrite(*second.ICount)
+	if first.Access.Old != "0x0" || first.Access.New != "0x7" || *first.ICount >= *second.ICount {
+		t.Errorf("last write before %d: %s -> %s at %d, want 0x0 -> 0x7 earlier", *second.ICount, first.Access.Old, first.Access.New, *first.ICount)
+	}
+	var here replayStopOut
+	s.mustCall("debug_pause", nil, &here)
+	if here.ICount == nil || *here.ICount != end {
+		t.Errorf("after debug_last_write the replay is at %v, want %d (where it was)", here.ICount, end)
+	}
+
+	// A breakpoint hit earlier: uname's system call.
+	s.mustCall("debug_break", map[string]any{"location": "sys_newuname"}, nil)
+	t0 = time.Now()
+	res = s.call("debug_continue", map[string]any{"reverse": true}, &st)
+	t.Logf("reverse continue in %v: %s", time.Since(t0), text(res))
+	if res.IsError || st.Reason != "breakpoint" || st.Function != "sys_newuname" || st.ICount == nil || *st.ICount >= end || *st.ICount <= *second.ICount {
+		t.Fatalf("reverse continue: %s", text(res))
+	}
+	hitAt := *st.ICount
+	t0 = time.Now()
+	res = s.call("debug_step", map[string]any{"reverse": true}, &st)
+	t.Logf("reverse step in %v: %s", time.Since(t0), text(res))
+	if res.IsError || st.ICount == nil || *st.ICount != hitAt-1 {
+		t.Fatalf("reverse step from %d: %s", hitAt, text(res))
+	}
+	s.mustCall("debug_break", map[string]any{"location": "sys_newuname", "remove": true}, nil)
+	target := *first.ICount - 1000
+	res = s.call("debug_continue", map[string]any{"icount": target}, &st)
+	if res.IsError || st.ICount == nil || *st.ICount != target {
+		t.Fatalf("go to %d: %s", target, text(res))
+	}
+
+	// Crash triage on the replay, as on a live guest.
+	s.mustCall("debug_continue", map[string]any{"icount": end}, &st)
+	var tw struct {
+		waitOut
+		Panicked bool `json:"panicked"`
+		Triage   *struct {
+			Culprit *whereOut `json:"culprit"`
+		} `json:"triage"`
+	}
+	res = s.call("serial_read", map[string]any{"since": 0, "wait_for": "never printed", "max_bytes": 1024}, &tw)
+	if !tw.Panicked || tw.Triage == nil || tw.Triage.Culprit == nil || tw.Triage.Culprit.Function != "sysrq_handle_crash" {
+		t.Errorf("triage on the replay: %s", text(res))
+	}
+
+	// On a QEMU that reloads checkpoints, the forward runs left some: the
+	// same questions get the same answers at the same counts.
+	s.mustCall("qemu_recordings", nil, &list)
+	t.Logf("after the replay: %+v", list.Recordings)
+	if list.Recordings[0].Checkpoints > 0 {
+		again := lastWrite(0)
+		if *again.ICount != *second.ICount || again.Access.Old != "0x7" || again.Access.New != "0x9" {
+			t.Errorf("with checkpoints: %+v at %d, before %+v at %d", again.Access, *again.ICount, second.Access, *second.ICount)
+		}
+		again = lastWrite(*second.ICount)
+		if *again.ICount != *first.ICount || again.Access.New != "0x7" {
+			t.Errorf("with checkpoints: %+v at %d, before %+v at %d", again.Access, *again.ICount, first.Access, *first.ICount)
+		}
+	}
+
+	// Input to a replay is refused, plainly.
+	s.wantError("serial_send", map[string]any{"data": "ls"}, "replays a recording")
+}
