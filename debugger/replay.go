@@ -128,7 +128,14 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 	}
 	lastPos, _ := tl.Position(ctx)
 	lastMove := time.Now()
+	from, began := lastPos, time.Now()
+	spent := func(time.Time) time.Duration { return max(time.Since(began), time.Millisecond) }
 	var sinceCk time.Duration
+	// ckAt is a break set ahead to save a checkpoint at: a checkpoint is
+	// taken where a replay break stopped the replay (one taken where an
+	// interrupt stopped it does not reload: its first instruction never
+	// comes).
+	var ckAt uint64
 	stopped := func(st gdb.Stop) (gdb.Stop, uint64, error) {
 		tl.Sync()
 		pos, err := tl.Position(ctx)
@@ -145,7 +152,23 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 			cancel()
 			sinceCk += time.Since(t0)
 			if err == nil {
-				return stopped(st)
+				st, pos, err := stopped(st)
+				if err != nil || ckAt == 0 || pos != ckAt || st.Signal != gdb.SIGINT {
+					return st, pos, err
+				}
+				if s.armedAtPC(ctx, c) {
+					// A breakpoint at the very place: it is this hit.
+					st.Signal, st.Reason = gdb.SIGTRAP, gdb.ReasonBreakpoint
+					return st, pos, nil
+				}
+				if err := tl.Checkpoint(ctx, pos, sinceCk); err != nil {
+					s.cfg.Logger.Warn("debugger: keep a replay checkpoint", "icount", pos, "err", err)
+				}
+				ckAt, sinceCk = 0, 0
+				if err := tl.StopAt(ctx, limit); err != nil {
+					return gdb.Stop{}, 0, err
+				}
+				break // resume
 			}
 			if ctx.Err() != nil {
 				c.Interrupt(context.WithoutCancel(ctx))
@@ -165,31 +188,21 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 				c.Interrupt(context.WithoutCancel(ctx))
 				return gdb.Stop{}, pos, fmt.Errorf("debugger: the replay made no progress for %v at instruction %d: stopped there", stall, pos)
 			}
-			if spacing == 0 || sinceCk < spacing {
-				continue
+			if spacing > 0 && sinceCk >= spacing && ckAt == 0 {
+				// Far enough ahead that the replay has not passed it by
+				// the time the break is set: what it replays in 20 ms.
+				ahead := max(uint64(float64(pos-from)/spent(t0).Seconds()*0.02), minAhead)
+				if at := pos + ahead; at < limit && tl.StopAt(ctx, at) == nil {
+					ckAt = at
+				}
 			}
-			st, err = c.Interrupt(ctx)
-			if err != nil {
-				return gdb.Stop{}, 0, err
-			}
-			st, pos, err = stopped(st)
-			if err != nil || st.Signal != gdb.SIGINT || pos >= limit {
-				return st, pos, err // a hit (or the limit) came first
-			}
-			if s.armedAtPC(ctx, c) {
-				// Stopped on an armed breakpoint before reporting it: it
-				// is this hit.
-				st.Signal, st.Reason = gdb.SIGTRAP, gdb.ReasonBreakpoint
-				return st, pos, nil
-			}
-			if err := tl.Checkpoint(ctx, pos, sinceCk); err != nil {
-				s.cfg.Logger.Warn("debugger: keep a replay checkpoint", "icount", pos, "err", err)
-			}
-			sinceCk = 0
-			break // resume
 		}
 	}
 }
+
+// minAhead is the least distance ahead of the replay a checkpoint's break
+// is set at.
+const minAhead = 100_000
 
 // armedAtPC says whether the stub holds a breakpoint at the stopped
 // hart's pc.
@@ -283,8 +296,12 @@ func (s *Session) rewind(ctx context.Context, c *gdb.Client, target uint64) (*gd
 		if err := s.arm(ctx, c, nil); err != nil {
 			return nil, 0, err
 		}
-		for _, st := range tl.Starts(target) {
-			ok, stuck, why, err := s.doubleLoad(ctx, c, st)
+		if starts := tl.Starts(target); len(starts) > 0 {
+			// The latest start point; if it does not load faithfully,
+			// a new QEMU from the start (a load after a load that ran
+			// nothing crashes QEMU).
+			st := starts[0]
+			ok, why, err := s.doubleLoad(ctx, c, st)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -292,10 +309,7 @@ func (s *Session) rewind(ctx context.Context, c *gdb.Client, target uint64) (*gd
 				return c, st, nil
 			}
 			tl.Failed(st, why)
-			s.cfg.Logger.Warn("debugger: a replay start point did not load faithfully; an earlier one is used", "icount", st, "why", why)
-			if stuck {
-				break
-			}
+			s.cfg.Logger.Warn("debugger: a replay start point did not load faithfully; the replay starts over", "icount", st, "why", why)
 		}
 	}
 	if c != nil {
@@ -318,8 +332,8 @@ func (s *Session) rewind(ctx context.Context, c *gdb.Client, target uint64) (*gd
 // doubleLoad loads start point n, runs one instruction and loads it
 // again: the first load sets the replay's clock, the second its timers
 // against it. ok says the guest is at n; otherwise why says what went
-// wrong, and stuck that the guest could not even be stopped.
-func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok, stuck bool, why string, err error) {
+// wrong.
+func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok bool, why string, err error) {
 	tl := s.cfg.Timeline
 	load := func() error {
 		if err := tl.Load(ctx, n); err != nil {
@@ -329,36 +343,36 @@ func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok, 
 		return nil
 	}
 	if err := load(); err != nil {
-		return false, false, err.Error(), nil
+		return false, err.Error(), nil
 	}
 	if err := tl.StopAt(ctx, n+1); err != nil {
-		return false, false, "", err
+		return false, "", err
 	}
 	if err := c.Continue(ctx); err != nil {
-		return false, false, "", err
+		return false, "", err
 	}
 	wctx, cancel := context.WithTimeout(ctx, verifyWait)
 	_, werr := c.Wait(wctx)
 	cancel()
 	if werr != nil {
 		if ctx.Err() != nil {
-			return false, false, "", ctx.Err()
+			return false, "", ctx.Err()
 		}
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, ierr := c.Interrupt(ictx)
+		c.Interrupt(ictx)
 		cancel()
-		return false, ierr != nil, fmt.Sprintf("the replay made no progress for %v after loading it", verifyWait), nil
+		return false, fmt.Sprintf("the replay made no progress for %v after loading it", verifyWait), nil
 	}
 	if pos, err := tl.Position(ctx); err != nil || pos != n+1 {
-		return false, false, fmt.Sprintf("one instruction after loading it the replay was at %d, not %d", pos, n+1), nil
+		return false, fmt.Sprintf("one instruction after loading it the replay was at %d, not %d", pos, n+1), nil
 	}
 	if err := load(); err != nil {
-		return false, false, err.Error(), nil
+		return false, err.Error(), nil
 	}
 	if pos, err := tl.Position(ctx); err != nil || pos != n {
-		return false, false, fmt.Sprintf("the second load put the replay at %d, not %d", pos, n), nil
+		return false, fmt.Sprintf("the second load put the replay at %d, not %d", pos, n), nil
 	}
-	return true, false, "", nil
+	return true, "", nil
 }
 
 // goTo puts the replay at instruction n: back to a start point if n is
