@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -262,4 +265,105 @@ func TestTimeTravelLinux(t *testing.T) {
 
 	// Input to a replay is refused, plainly.
 	s.wantError("serial_send", map[string]any{"data": "ls"}, "replays a recording")
+}
+
+// A recording whose QEMU is killed mid-run is kept and listed as cut; its
+// replay runs to where it was cut and stops there, its console a prefix of
+// what the guest printed. A recording being replayed cannot be deleted;
+// then it can, with its files.
+func TestRecordingCut(t *testing.T) {
+	s, lin, recDir := linuxRecordSession(t)
+	b := bootLinux(t, s, map[string]any{"record": "cut"})
+	s.mustCall("serial_send", map[string]any{"data": "echo before-the-cut", "wait_for": testguest.LinuxPrompt}, nil)
+	st, err := proc.Stat(b.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Signal(proc.Identity{PID: st.PID, StartTime: st.StartTime}, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var w waitOut
+	s.mustCall("serial_read", map[string]any{"wait_for": "never printed", "timeout": 5}, &w)
+	if !w.Exited {
+		t.Fatalf("QEMU killed, the guest still runs: %+v", w)
+	}
+	recorded := consoleBytes(t, s)
+	var list recordingsOut
+	// The guest's cleanup, which writes how the recording ended, runs
+	// as QEMU's exit is noticed.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s.mustCall("qemu_recordings", nil, &list)
+		if len(list.Recordings) != 1 || list.Recordings[0].State != "recording" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(list.Recordings) != 1 || list.Recordings[0].State != "cut" || !strings.Contains(list.Recordings[0].Ended, "SIGKILL") {
+		t.Fatalf("recordings after the kill: %+v", list)
+	}
+	t.Logf("cut recording: %+v", list.Recordings[0])
+
+	res := s.call("qemu_boot", map[string]any{"replay": "cut", "restart": true}, nil)
+	if res.IsError {
+		t.Fatalf("replay of a cut recording: %s", text(res))
+	}
+	var stop replayStopOut
+	res = s.call("debug_continue", map[string]any{"timeout": 120}, &stop)
+	t.Logf("continue: %s", text(res))
+	if stop.Reason != "end" || stop.ICount == nil {
+		t.Fatalf("the replay of a cut recording did not stop at its end: %s", text(res))
+	}
+	got := consoleBytes(t, s)
+	if len(got) < len(recorded)/2 || string(got) != string(recorded[:len(got)]) {
+		t.Errorf("the replay's console (%d bytes) is not a prefix of the recording's (%d bytes)", len(got), len(recorded))
+	}
+	s.mustCall("qemu_recordings", nil, &list)
+	if r := list.Recordings[0]; r.State != "cut" || r.Instructions != *stop.ICount {
+		t.Errorf("after the replay found its end: %+v, want instructions %d", r, *stop.ICount)
+	}
+	s.wantError("qemu_recordings", map[string]any{"delete": "cut"}, "being replayed")
+	s.mustCall("qemu_shutdown", nil, nil)
+	s.mustCall("qemu_recordings", map[string]any{"delete": "cut"}, &list)
+	if list.Deleted != "cut" || len(list.Recordings) != 0 {
+		t.Fatalf("delete: %+v", list)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(recDir)); len(ents) > 0 {
+		for _, e := range ents {
+			sub, _ := os.ReadDir(filepath.Join(recDir, e.Name()))
+			if len(sub) > 0 {
+				t.Errorf("left in the store after delete: %s/%v", e.Name(), sub)
+			}
+		}
+	}
+	_ = lin
+}
+
+// What QEMU cannot record so that it replays faithfully is refused before
+// anything starts, naming it.
+func TestRecordRefused(t *testing.T) {
+	s := newSession(t)
+	for _, c := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"smp": 2}, "smp 2"},
+		{map[string]any{"network": "user"}, "a network"},
+		{map[string]any{"gpu": true}, "gpu"},
+	} {
+		args := map[string]any{"record": "r"}
+		for k, v := range c.args {
+			args[k] = v
+		}
+		s.wantError("qemu_boot", args, "cannot be recorded", c.want)
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	s2 := newSessionWith(t, func(c *tools.Config) { c.WorkDir = dir }, nil)
+	s2.wantError("qemu_boot", map[string]any{"record": "r", "drives": []map[string]any{{"path": "disk.img"}}}, "writable", "readonly: true")
+	s2.wantError("qemu_boot", map[string]any{"record": "r", "shares": []map[string]any{{"path": "."}}}, "shares")
+	var list recordingsOut
+	s2.mustCall("qemu_recordings", nil, &list)
+	if len(list.Recordings) != 0 {
+		t.Errorf("a refused recording is listed: %+v", list)
+	}
 }
