@@ -43,6 +43,7 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	opts := doctor.Options{
 		Kept:             kept.Captures(kept.Dir(dir)),
 		Snapshots:        kept.Snapshots(kept.Captures(kept.Dir(dir))),
+		Recordings:       kept.Recordings(kept.Captures(kept.Dir(dir))),
 		Cleanup:          *cleanup,
 		TerminateOrphans: *terminate,
 		JSON:             *asJSON,

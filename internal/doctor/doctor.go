@@ -23,6 +23,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,11 @@ type Options struct {
 	// Snapshots is the snapshot store whose leftovers of killed saves to
 	// report (and reap, with Cleanup); empty omits it.
 	Snapshots string
+	// Recordings is the recording store whose leftovers of killed
+	// recording starts and checkpoint saves to report (and reap, with
+	// Cleanup, which also marks recordings whose server died while they
+	// recorded as cut); empty omits it.
+	Recordings string
 }
 
 // Result is everything the doctor found and did.
@@ -79,6 +85,10 @@ type Result struct {
 	// intents, tags in drives) and snapshots with a part gone; with
 	// Cleanup, what was removed and what stays (a drive a QEMU holds).
 	Snapshots *snapshot.ReapReport `json:"snapshot_leftovers,omitempty"`
+	// Recordings lists what killed recording starts and checkpoint saves
+	// left; with Cleanup, what was removed and which recordings were
+	// marked cut.
+	Recordings *recording.ReapReport `json:"recording_leftovers,omitempty"`
 }
 
 // Kept is the kept-files section: how much, and the files, oldest first.
@@ -215,6 +225,21 @@ func Collect(dir string, opts Options) (Result, error) {
 		}
 		if len(sr.Removed)+len(sr.Left)+len(sr.Errors)+len(sr.Broken) > 0 {
 			res.Snapshots = &sr
+		}
+	}
+
+	if opts.Recordings != "" {
+		st := recording.Store{Dir: opts.Recordings, Owner: names.Owner{PID: opts.self()}, Logger: opts.Logger}
+		sweep := st.Leftovers
+		if opts.Cleanup {
+			sweep = st.Reap
+		}
+		rr, err := sweep()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if len(rr.Removed)+len(rr.Cut)+len(rr.Errors) > 0 {
+			res.Recordings = &rr
 		}
 	}
 
@@ -359,6 +384,25 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 		}
 		for _, e := range sr.Errors {
 			p.f("\nsnapshot store: %s\n", e)
+		}
+	}
+
+	if rr := res.Recordings; rr != nil {
+		verb := "left by killed recordings and checkpoint saves (doctor --cleanup removes them)"
+		if res.Cleanup != nil {
+			verb = "left by killed recordings and checkpoint saves, removed"
+		}
+		if len(rr.Removed) > 0 {
+			p.f("\n%s:\n", verb)
+			for _, l := range rr.Removed {
+				p.f("  %s\n", l.String())
+			}
+		}
+		for _, n := range rr.Cut {
+			p.f("\nrecording %s: its server was killed while it recorded; marked cut (it replays up to there)\n", n)
+		}
+		for _, e := range rr.Errors {
+			p.f("\nrecording store: %s\n", e)
 		}
 	}
 
