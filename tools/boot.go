@@ -30,10 +30,10 @@ import (
 
 // BootInput is qemu_boot's arguments.
 type BootInput struct {
-	Kernel      string       `json:"kernel,omitempty" jsonschema:"kernel image path, relative to project_root; omitted: the built-in tiny kernel (prompt 'tiny> ')"`
-	Initrd      string       `json:"initrd,omitempty" jsonschema:"initramfs image (-initrd), relative to project_root"`
-	DTB         string       `json:"dtb,omitempty" jsonschema:"device tree blob (-dtb) replacing QEMU's own, relative to project_root"`
-	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (QEMU's OpenSBI, the default), 'none', or a path relative to project_root"`
+	Kernel      string       `json:"kernel,omitempty" jsonschema:"kernel image, relative to project_root; default the built-in tiny kernel (prompt 'tiny> ')"`
+	Initrd      string       `json:"initrd,omitempty" jsonschema:"initramfs (-initrd)"`
+	DTB         string       `json:"dtb,omitempty" jsonschema:"device tree blob replacing QEMU's (-dtb)"`
+	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (OpenSBI), 'none' or a path"`
 	Memory      string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
 	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
 	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
@@ -46,17 +46,17 @@ type BootInput struct {
 	GPU         bool         `json:"gpu,omitempty" jsonschema:"virtio display (headless), keyboard and tablet, for the screenshot, key, text and mouse tools"`
 	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on a unix socket only you can open (reported as vnc)"`
 	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP of the guest's own; made by the server with CAP_NET_ADMIN, else give tap)"`
-	Tap         string       `json:"tap,omitempty" jsonschema:"with network tap: use this existing persistent TAP of yours as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
+	Tap         string       `json:"tap,omitempty" jsonschema:"with network tap: your persistent TAP, used as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
 	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
 	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
 	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
 	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
-	Snapshot    string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot straight into this saved snapshot of the project (qemu_snapshot_save); machine arguments not given are the snapshot's, and given ones must match it"`
-	GDB         bool         `json:"gdb,omitempty" jsonschema:"start QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
-	Symbols     string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default: the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
-	Profile     string       `json:"profile,omitempty" jsonschema:"boot profile from project_root/.qemu-mcp.json; omitted: its default profile, if any. Explicit arguments override the profile's fields"`
-	Record      string       `json:"record,omitempty" max:"64" jsonschema:"record the run deterministically as this recording of the project (typing is paced by the guest's echo)"`
-	Replay      string       `json:"replay,omitempty" max:"64" jsonschema:"replay this recording instead, halted at its start, with the debugger (it can go back: reverse, icount, debug_last_write)"`
+	Snapshot    string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot into this snapshot of the project; machine arguments not given are the snapshot's, given ones must match"`
+	GDB         bool         `json:"gdb,omitempty" jsonschema:"QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
+	Symbols     string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
+	Profile     string       `json:"profile,omitempty" jsonschema:"profile from project_root/.qemu-mcp.json (default: its default); explicit arguments override it"`
+	Record      string       `json:"record,omitempty" max:"64" jsonschema:"record the run as this recording of the project (input paced by the guest's echo)"`
+	Replay      string       `json:"replay,omitempty" max:"64" jsonschema:"replay this recording, halted at its start, with the debugger (it goes back too)"`
 	Target
 	WaitOptions
 }

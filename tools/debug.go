@@ -103,8 +103,8 @@ func (s *Server) debugBreak(ctx context.Context, _ *mcp.CallToolRequest, in Brea
 // ContinueInput is debug_continue's arguments.
 type ContinueInput struct {
 	Timeout float64 `json:"timeout,omitempty" default:"10" jsonschema:"seconds to wait for the next stop; the guest keeps running past it"`
-	Reverse bool    `json:"reverse,omitempty" jsonschema:"replay: back to the previous hit, or the start"`
-	ICount  *uint64 `json:"icount,omitempty" jsonschema:"replay: go to this instruction count instead"`
+	Reverse bool    `json:"reverse,omitempty" jsonschema:"replay: back to the previous hit (or the start)"`
+	ICount  *uint64 `json:"icount,omitempty" jsonschema:"replay: go to this instruction count"`
 	Target
 }
 
@@ -638,7 +638,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	}, s.debugWatch)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_last_write",
-		Description: "On a replay (qemu_boot replay): the last write that changed a location before the current position or before an instruction count: old and new value, the instruction, function, file:line, backtrace, icount; or plainly none. The replay stays where it is.",
+		Description: "Replays only: the last write that changed a location before now (or before an icount): old and new value, instruction, function, file:line, backtrace, icount; or that none did.",
 		Annotations: ann(reading, "Last write"),
 	}, s.debugLastWrite)
 	add(s, ms, &mcp.Tool{

@@ -51,8 +51,8 @@ func recordingListed(m recording.Meta) RecordingInfo {
 
 // RecordingsInput is qemu_recordings' arguments.
 type RecordingsInput struct {
-	Delete      string `json:"delete,omitempty" max:"64" jsonschema:"delete this recording (and its checkpoints) instead of listing"`
-	ProjectRoot string `json:"project_root,omitempty" jsonschema:"the project; default the guest's, or the server's working directory"`
+	Delete      string `json:"delete,omitempty" max:"64" jsonschema:"delete this recording"`
+	ProjectRoot string `json:"project_root,omitempty" jsonschema:"default the guest's project"`
 	Target
 }
 
@@ -126,7 +126,7 @@ func (s *Server) registerRecordings(ms *mcp.Server) {
 	t := true
 	add(s, ms, &mcp.Tool{
 		Name:        "qemu_recordings",
-		Description: "List a project's recordings (qemu_boot record: NAME): state (complete, or cut by a kill), instructions, how the run ended, size; or delete one.",
+		Description: "List a project's recordings: state (complete, or cut by a kill), instructions, how the run ended, size; or delete one.",
 		Annotations: &mcp.ToolAnnotations{Title: "Recordings", DestructiveHint: &t, OpenWorldHint: &f},
 	}, s.recordingsTool)
 }

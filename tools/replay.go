@@ -37,7 +37,7 @@ func (s *Server) debugProgress(ctx context.Context, req *mcp.CallToolRequest) co
 type LastWriteInput struct {
 	Location string  `json:"location" max:"512" jsonschema:"symbol, symbol+0xOFFSET or 0xADDRESS of the data"`
 	Length   int     `json:"length,omitempty" jsonschema:"bytes, 1 to 8; default the symbol's size"`
-	Before   *uint64 `json:"before,omitempty" jsonschema:"instruction count to search before; default the replay's position"`
+	Before   *uint64 `json:"before,omitempty" jsonschema:"icount to search before; default now"`
 	Target
 }
 

@@ -23,10 +23,10 @@ import (
 // WaitOptions are the wait and text arguments that qemu_boot, serial_send
 // and serial_read share.
 type WaitOptions struct {
-	WaitFor       any      `json:"wait_for,omitempty" anyof:"string,[]string" jsonschema:"regex (Go RE2), or a list of them, to wait for on the console; they match the bytes as sent, lines ending in \\r\\n: write \\r?\\n, or $ for the end so far"`
+	WaitFor       any      `json:"wait_for,omitempty" anyof:"string,[]string" jsonschema:"regex (Go RE2), or a list of them, to wait for on the console, matching the bytes as sent (lines end in \\r\\n: write \\r?\\n; $ is the end so far)"`
 	IdleMS        int      `json:"idle_ms,omitempty" jsonschema:"also end the wait after this many ms of quiet (idle: true)"`
-	PanicPatterns []string `json:"panic_patterns,omitempty" maxitems:"64" jsonschema:"regexes ending a wait with panicked: true; default: kernel panics, Oops, OpenSBI/U-Boot traps, the profile's; [] disables"`
-	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most output bytes returned, a longer output being its start and end (middle in elided); default 16384 (qemu_boot 640), max 32768"`
+	PanicPatterns []string `json:"panic_patterns,omitempty" maxitems:"64" jsonschema:"regexes ending a wait with panicked: true; default kernel panics, Oops, OpenSBI/U-Boot traps, the profile's; [] for none"`
+	MaxBytes      int      `json:"max_bytes,omitempty" jsonschema:"most output bytes (a longer output: its start and end, the middle in elided); default 16384 (qemu_boot 640), max 32768"`
 	Raw           bool     `json:"raw,omitempty" jsonschema:"bytes as sent (base64 if not UTF-8), not cleaned text"`
 }
 
