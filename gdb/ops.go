@@ -778,3 +778,28 @@ func (c *Client) StateReplaced() {
 	c.consumed = true
 	c.replaced = true
 }
+
+// ReverseContinue runs a replaying target backwards ("bc", which a QEMU
+// that replays a recording announces as ReverseContinue+) to the previous
+// breakpoint or watchpoint hit, or to the recording's start; Wait
+// reports the stop.
+func (c *Client) ReverseContinue(ctx context.Context) error {
+	return c.command(ctx, func() error {
+		_, err := c.resume(ctx, []byte("bc"), "")
+		return err
+	})
+}
+
+// ReverseStep steps a replaying target one instruction back ("bs") and
+// returns the stop.
+func (c *Client) ReverseStep(ctx context.Context) (Stop, error) {
+	var gen uint64
+	err := c.command(ctx, func() (err error) {
+		gen, err = c.resume(ctx, []byte("bs"), "")
+		return err
+	})
+	if err != nil {
+		return Stop{}, fmt.Errorf("gdb: reverse step: %w", err)
+	}
+	return c.waitGen(ctx, gen, true)
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -46,8 +47,10 @@ type replayer struct {
 	// writes into it); conFile where QEMU writes the console.
 	staged, conFile string
 	// inPlace: this QEMU reloads a checkpoint taken during a replay
-	// faithfully with the double load (probed); version is its version,
-	// whose checkpoints it loads.
+	// faithfully with the double load (probed: until it is known, the
+	// replay goes back by starting over); version is its version, whose
+	// checkpoints it loads.
+	bin     string
 	inPlace bool
 	version string
 	pump    *pump
@@ -138,9 +141,12 @@ func (i *Instance) prepareReplay(ctx context.Context, cfg *qemu.Config, rt *qemu
 	cfg.RR = &qemu.RR{Replay: true, Log: meta.Log(), Image: r.staged}
 	cfg.ConsoleFile = r.conFile
 	rt.Paused = true
-	if st, c, _ := m.QEMUCaps(cfg.Binary); st == caps.Probed && c != nil {
-		r.inPlace = c.ReplayCheckpoint.Yes()
+	r.bin = cfg.Binary
+	if r.bin == "" {
+		r.bin = qemu.DefaultBinary
 	}
+	// Reads what an earlier run probed of the binary, if anything.
+	m.QEMUCaps(r.bin)
 	switch {
 	case meta.State == recording.Complete && meta.Instructions > 0:
 		// It stopped at Instructions, and QEMU replays its quit there.
@@ -273,20 +279,30 @@ func (r *replayer) StopAt(ctx context.Context, n uint64) error {
 	return err
 }
 
-func (r *replayer) InPlace() bool { return r.inPlace }
+func (r *replayer) InPlace() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.inPlace {
+		if p, err := exec.LookPath(r.bin); err == nil {
+			c, ok := caps.Known(p)
+			r.inPlace = ok && c.ReplayCheckpoint.Yes()
+		}
+	}
+	return r.inPlace
+}
 
 func (r *replayer) checkpoints() []recording.Checkpoint {
-	if !r.inPlace || r.version == "" {
+	if !r.InPlace() || r.version == "" {
 		return nil
 	}
 	return r.meta.Checkpoints(r.version)
 }
 
 func (r *replayer) Starts(n uint64) []uint64 {
+	cks := r.checkpoints()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []uint64
-	cks := r.checkpoints()
 	for k := len(cks) - 1; k >= 0; k-- {
 		if c := cks[k].ICount; c <= n && c > 0 && !r.failed[c] && !slices.Contains(out, c) {
 			out = append(out, c)
@@ -371,7 +387,7 @@ func (r *replayer) Restart(ctx context.Context) error { return r.i.restartReplay
 const checkpointSpacing = 300 * time.Millisecond
 
 func (r *replayer) Spacing() time.Duration {
-	if !r.inPlace || r.version == "" || r.i.mgr.cfg.Recordings == "" {
+	if !r.InPlace() || r.version == "" || r.i.mgr.cfg.Recordings == "" {
 		return 0
 	}
 	return checkpointSpacing

@@ -74,6 +74,15 @@ func main() {
 		printTable(rows)
 		return
 	}
+	if *ttOnly {
+		rows, err := timeTravelRows(ctx, *ttRuns)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		printTable(rows)
+		return
+	}
 	if *startOnly {
 		ours, ref, list, refList, _, err := measureStart(ctx, *starts)
 		if err != nil {
