@@ -69,6 +69,16 @@ type Session struct {
 	// threads are the stub's threads (one a hart) for client threadsOf.
 	threads   []string
 	threadsOf *gdb.Client
+	// values are what a replay's memory held at its start points, by
+	// start point and location: a replay is deterministic, so what was
+	// read there once holds for every later search.
+	values map[valueAt][]byte
+}
+
+// valueAt is a location's bytes at a replay's instruction count.
+type valueAt struct {
+	icount, addr uint64
+	length       int
 }
 
 // New returns a session that connects on first use.
@@ -76,7 +86,7 @@ func New(cfg Config) *Session {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}, watches: map[uint64]*watch{}}
+	return &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}, watches: map[uint64]*watch{}, values: map[valueAt][]byte{}}
 }
 
 // begin starts an operation; the function it returns ends it.

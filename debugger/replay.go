@@ -42,6 +42,10 @@ type Timeline interface {
 	// Restart replays again from instruction 0 in a new QEMU, stopped
 	// there (the stub's connection goes with the old one).
 	Restart(ctx context.Context) error
+	// Guard holds the QEMU's exit until release: a load can crash QEMU,
+	// which is then a failed load (Restart replaces it), not the guest's
+	// end.
+	Guard() (release func())
 	// Spacing is how far apart, in replay time, the timeline wants start
 	// points; 0: it keeps none.
 	Spacing() time.Duration
@@ -288,34 +292,73 @@ func (s *Session) refreshWatches(ctx context.Context, c *gdb.Client, extra ...*w
 
 // rewind puts the guest at the latest faithful start point at or before
 // target, stopped, with nothing armed; it returns the client (a new one
-// when the replay restarted) and the start point.
+// when the replay restarted) and the start point. A start point that does
+// not load faithfully is dropped and the replay starts over in a new QEMU
+// (after a failed load the old one is not to be trusted, and a load after
+// a load that ran nothing crashes QEMU 11), which then loads the next
+// earlier point once it has run one instruction.
 func (s *Session) rewind(ctx context.Context, c *gdb.Client, target uint64) (*gdb.Client, uint64, error) {
 	tl := s.cfg.Timeline
 	progressOf(ctx)(fmt.Sprintf("going back to a start point before instruction %d", target), 0, 0)
-	if tl.InPlace() && c != nil {
-		if err := s.arm(ctx, c, nil); err != nil {
-			return nil, 0, err
+	if !tl.InPlace() || c == nil {
+		return s.restart(ctx, c, target)
+	}
+	if err := s.arm(ctx, c, nil); err != nil {
+		return nil, 0, err
+	}
+	fresh := false // a new QEMU at instruction 0
+	for {
+		starts := tl.Starts(target)
+		if len(starts) == 0 || fresh && starts[0] == 0 {
+			if fresh {
+				return c, 0, nil
+			}
+			return s.restart(ctx, c, target)
 		}
-		if starts := tl.Starts(target); len(starts) > 0 {
-			// The latest start point; if it does not load faithfully,
-			// a new QEMU from the start (a load after a load that ran
-			// nothing crashes QEMU).
-			st := starts[0]
-			ok, why, err := s.doubleLoad(ctx, c, st)
-			if err != nil {
+		st := starts[0]
+		if fresh {
+			// A load right after the start's own ran nothing: one
+			// instruction first.
+			if err := s.stepFresh(ctx, c); err != nil {
 				return nil, 0, err
 			}
-			if ok {
-				return c, st, nil
-			}
-			tl.Failed(st, why)
-			s.cfg.Logger.Warn("debugger: a replay start point did not load faithfully; the replay starts over", "icount", st, "why", why)
 		}
+		t0 := time.Now()
+		release := tl.Guard()
+		ok, why, err := s.doubleLoad(ctx, c, st)
+		if ok && err == nil {
+			release()
+			s.cfg.Logger.Debug("debugger: back to a replay checkpoint", "icount", st, "target", target, "took", time.Since(t0))
+			return c, st, nil
+		}
+		if err != nil {
+			why = err.Error()
+		}
+		tl.Failed(st, why)
+		s.cfg.Logger.Warn("debugger: a replay start point did not load faithfully; the replay starts over in a new QEMU", "icount", st, "why", why)
+		// Whatever happened to the call, the replay must be left whole.
+		c, _, err = s.restart(context.WithoutCancel(ctx), c, target)
+		release()
+		if err != nil {
+			return nil, 0, err
+		}
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		fresh = true
 	}
+}
+
+// restart replays again from the start in a new QEMU, stopped there with
+// nothing armed.
+func (s *Session) restart(ctx context.Context, c *gdb.Client, target uint64) (*gdb.Client, uint64, error) {
+	tl := s.cfg.Timeline
 	if c != nil {
 		c.Close()
 	}
 	s.c = nil
+	t0 := time.Now()
+	defer func() { s.cfg.Logger.Debug("debugger: replay started over", "target", target, "took", time.Since(t0)) }()
 	if err := tl.Restart(ctx); err != nil {
 		return nil, 0, fmt.Errorf("debugger: replay again from the start: %w", err)
 	}
@@ -327,6 +370,23 @@ func (s *Session) rewind(ctx context.Context, c *gdb.Client, target uint64) (*gd
 		return nil, 0, err
 	}
 	return c, 0, nil
+}
+
+// stepFresh runs a new replay's first instruction.
+func (s *Session) stepFresh(ctx context.Context, c *gdb.Client) error {
+	tl := s.cfg.Timeline
+	if err := tl.StopAt(ctx, 1); err != nil {
+		return err
+	}
+	if err := c.Continue(ctx); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, verifyWait)
+	defer cancel()
+	if _, err := c.Wait(wctx); err != nil {
+		return fmt.Errorf("debugger: a new replay did not run its first instruction: %w", err)
+	}
+	return nil
 }
 
 // doubleLoad loads start point n, runs one instruction and loads it
@@ -342,9 +402,11 @@ func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok b
 		c.StateReplaced()
 		return nil
 	}
+	t0 := time.Now()
 	if err := load(); err != nil {
 		return false, err.Error(), nil
 	}
+	t1 := time.Now()
 	if err := tl.StopAt(ctx, n+1); err != nil {
 		return false, "", err
 	}
@@ -358,20 +420,25 @@ func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok b
 		if ctx.Err() != nil {
 			return false, "", ctx.Err()
 		}
+		if wctx.Err() == nil {
+			return false, fmt.Sprintf("the one-instruction run after loading it failed: %v", werr), nil
+		}
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		c.Interrupt(ictx)
 		cancel()
-		return false, fmt.Sprintf("the replay made no progress for %v after loading it", verifyWait), nil
+		return false, fmt.Sprintf("the replay made no progress in %v after loading it (%v)", time.Since(t1).Round(time.Millisecond), werr), nil
 	}
 	if pos, err := tl.Position(ctx); err != nil || pos != n+1 {
 		return false, fmt.Sprintf("one instruction after loading it the replay was at %d, not %d", pos, n+1), nil
 	}
+	t2 := time.Now()
 	if err := load(); err != nil {
 		return false, err.Error(), nil
 	}
 	if pos, err := tl.Position(ctx); err != nil || pos != n {
 		return false, fmt.Sprintf("the second load put the replay at %d, not %d", pos, n), nil
 	}
+	s.cfg.Logger.Debug("debugger: double load", "icount", n, "load", t1.Sub(t0), "step", t2.Sub(t1), "again", time.Since(t2))
 	return true, "", nil
 }
 
@@ -393,6 +460,7 @@ func (s *Session) goTo(ctx context.Context, c *gdb.Client, n uint64) (*gdb.Clien
 	} else if err := s.arm(ctx, c, nil); err != nil {
 		return c, err
 	}
+	t0 := time.Now()
 	for {
 		_, at, err := s.runTo(ctx, c, n)
 		if err != nil {
@@ -402,6 +470,7 @@ func (s *Session) goTo(ctx context.Context, c *gdb.Client, n uint64) (*gdb.Clien
 			break
 		}
 	}
+	s.cfg.Logger.Debug("debugger: replayed to", "icount", n, "took", time.Since(t0))
 	s.refreshWatches(ctx, c)
 	return c, nil
 }
@@ -576,6 +645,8 @@ func (s *Session) scan(ctx context.Context, c *gdb.Client, limit uint64, set []g
 	if err := s.arm(ctx, c, set); err != nil {
 		return err
 	}
+	t0 := time.Now()
+	defer func() { s.cfg.Logger.Debug("debugger: replayed forward", "to", limit, "took", time.Since(t0)) }()
 	for {
 		st, pos, err := s.runTo(ctx, c, limit)
 		if err != nil {
@@ -637,7 +708,30 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 	if length < 1 || length > 8 {
 		return LastWrite{}, fmt.Errorf("length %d: want 1 to 8 bytes", length)
 	}
-	defer s.begin()()
+	// The session stays held until the replay is back where the agent
+	// left it: after the answer, in the background (the next operation
+	// waits for it).
+	s.mu.Lock()
+	back := uint64(0)
+	goBack := false
+	defer func() {
+		if !goBack || s.c == nil {
+			s.restoreArmed(ctx)
+			s.releaseIdle()
+			s.mu.Unlock()
+			return
+		}
+		go func() {
+			bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			if _, err := s.goTo(bctx, s.c, back); err != nil {
+				s.cfg.Logger.Warn("debugger: back to where the replay was after debug_last_write", "icount", back, "err", err)
+			}
+			s.restoreArmed(bctx)
+			s.releaseIdle()
+			s.mu.Unlock()
+		}()
+	}()
 	tl, c, err := s.replayClient(ctx)
 	if err != nil {
 		return LastWrite{}, err
@@ -657,24 +751,28 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 	if w.Function != "" {
 		res.Symbol = w.Where.String()
 	}
-	defer s.restoreArmed(ctx)
-	defer func() {
-		// Back where the agent was.
-		if s.c != nil {
-			if _, gerr := s.goTo(context.WithoutCancel(ctx), s.c, here); gerr != nil && err == nil {
-				err = gerr
-			}
-		}
-	}()
+	back, goBack = here, true
 	set := []gdb.Breakpoint{{Kind: gdb.WatchWrite, Addr: a, Length: length}}
 	hi := before
-	var vHi []byte // the value at hi, once known
-	if hi == 0 {
-		if vHi, err = c.ReadMemory(ctx, a, length); err != nil {
-			return res, err
+	// vHi is the value at hi, once known: here it is read as it is.
+	var vHi []byte
+	if hi == here {
+		if v, err := c.ReadMemory(ctx, a, length); err == nil && len(v) == length {
+			vHi = v
 		}
 	}
 	for hi > 0 {
+		// What the location held at the start point this interval
+		// begins at, if an earlier search read it: an interval whose
+		// ends hold the same value is skipped without going there (a
+		// value changed and changed back within it is not seen).
+		if starts := tl.Starts(hi - 1); len(starts) > 0 && starts[0] > 0 && vHi != nil {
+			if v, ok := s.values[valueAt{starts[0], a, length}]; ok && string(v) == string(vHi) {
+				s.cfg.Logger.Debug("debugger: the same value at both ends of an interval (read before): skipped", "from", starts[0], "to", hi)
+				hi = starts[0]
+				continue
+			}
+		}
 		var start uint64
 		if c, start, err = s.rewind(ctx, c, hi-1); err != nil {
 			return res, err
@@ -683,9 +781,11 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 		// the interval is searched.
 		v, _ := c.ReadMemory(ctx, a, length)
 		w.value = v
+		if len(v) == length {
+			s.values[valueAt{start, a, length}] = v
+		}
 		if vHi != nil && len(v) == length && string(v) == string(vHi) && start > 0 {
-			// The same value at both ends: the interval is skipped (a
-			// value changed and changed back within it is not seen).
+			s.cfg.Logger.Debug("debugger: the same value at both ends of an interval: skipped", "from", start, "to", hi)
 			hi = start
 			continue
 		}

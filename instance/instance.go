@@ -164,6 +164,9 @@ type Instance struct {
 	// replacing is set while a restore swaps QEMU: the exit of the old
 	// one is not the guest's end.
 	replacing bool
+	// guarded counts the debugger's guards on a replay's QEMU (see
+	// replayer.Guard): its exit meanwhile is not the guest's end.
+	guarded   int
 	restoreMu sync.Mutex // one save or restore at a time
 
 	// consoleSem (capacity 1) is held by the call typing on the console;
@@ -511,7 +514,7 @@ func (i *Instance) Debugger() *debugger.Session {
 func (i *Instance) watch(mch *qemu.Machine, followed <-chan struct{}) {
 	<-mch.Done()
 	i.mu.Lock()
-	replaced := i.replacing || i.machine != mch
+	replaced := i.replacing || i.guarded > 0 || i.machine != mch
 	con := i.console
 	byItself := i.state == Running
 	i.mu.Unlock()

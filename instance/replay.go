@@ -382,6 +382,31 @@ func (r *replayer) Failed(n uint64, why string) {
 
 func (r *replayer) Restart(ctx context.Context) error { return r.i.restartReplay(ctx) }
 
+// Guard holds the replaying QEMU's exit for the debugger until release:
+// QEMU 11 can crash loading a checkpoint (SIGSEGV), and that is not the
+// guest's end but a failed load, after which the debugger starts a new
+// QEMU (Restart). A QEMU that died under the guard and was not replaced
+// ends the guest when the guard is released.
+func (r *replayer) Guard() (release func()) {
+	i := r.i
+	i.mu.Lock()
+	mch := i.machine
+	i.guarded++
+	i.mu.Unlock()
+	return func() {
+		i.mu.Lock()
+		i.guarded--
+		dead := i.guarded == 0 && !i.replacing && i.machine == mch && mch != nil
+		i.mu.Unlock()
+		if !dead {
+			return
+		}
+		if exit, ok := mch.Exited(); ok {
+			i.lost(fmt.Errorf("QEMU %s while it loaded a replay checkpoint", exit))
+		}
+	}
+}
+
 // checkpointSpacing is how much replay time apart checkpoints are kept:
 // going back costs at most about that, plus a load.
 const checkpointSpacing = 300 * time.Millisecond
@@ -446,6 +471,16 @@ func (i *Instance) restartReplay(ctx context.Context) error {
 	i.restoreMu.Lock()
 	defer i.restoreMu.Unlock()
 	old, err := i.Running()
+	if errors.Is(err, ErrExited) {
+		// Under a guard (a checkpoint load it crashed in): replaced.
+		i.mu.Lock()
+		guarded := i.guarded > 0
+		old = i.machine
+		i.mu.Unlock()
+		if guarded {
+			err = nil
+		}
+	}
 	if err != nil {
 		return err
 	}

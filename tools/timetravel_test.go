@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,7 @@ type recordingsOut struct {
 	} `json:"recordings"`
 	Deleted string `json:"deleted"`
 	Total   int64  `json:"total"`
+	Cap     int64  `json:"cap"`
 }
 
 // consoleBytes reads a guest's whole console, as the guest printed it.
@@ -146,6 +148,9 @@ func TestTimeTravelLinux(t *testing.T) {
 	}
 	end := list.Recordings[0].Instructions - 1
 	t.Logf("recording: %+v (%d console bytes)", list.Recordings[0], len(recorded))
+	// Whether this QEMU reloads replay checkpoints is probed after the
+	// first boot; the replay below takes them if it does.
+	inPlace := replayCheckpoints(t, s)
 
 	var b struct {
 		bootOut
@@ -252,7 +257,10 @@ func TestTimeTravelLinux(t *testing.T) {
 	// same questions get the same answers at the same counts.
 	s.mustCall("qemu_recordings", nil, &list)
 	t.Logf("after the replay: %+v", list.Recordings)
-	if list.Recordings[0].Checkpoints > 0 {
+	if inPlace != (list.Recordings[0].Checkpoints > 0) {
+		t.Fatalf("QEMU reloads replay checkpoints: %v; the replay left %d bytes of them", inPlace, list.Recordings[0].Checkpoints)
+	}
+	if inPlace {
 		again := lastWrite(0)
 		if *again.ICount != *second.ICount || again.Access.Old != "0x7" || again.Access.New != "0x9" {
 			t.Errorf("with checkpoints: %+v at %d, before %+v at %d", again.Access, *again.ICount, second.Access, *second.ICount)
@@ -365,5 +373,102 @@ func TestRecordRefused(t *testing.T) {
 	s2.mustCall("qemu_recordings", nil, &list)
 	if len(list.Recordings) != 0 {
 		t.Errorf("a refused recording is listed: %+v", list)
+	}
+}
+
+// replayCheckpoints waits for the server's QEMU to be probed and says
+// whether it reloads replay checkpoints: QEMU 11 does, 7.2 does not.
+func replayCheckpoints(t *testing.T, s *session) bool {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var info capsInfo
+		s.mustCall("server_info", nil, &info)
+		if info.QEMUCaps.State == "probed" {
+			yes := info.QEMUCaps.Replay != nil && info.QEMUCaps.Replay.Answer == "yes"
+			if want := strings.Contains(qemuVersionOf(t, s), " 11."); yes != want {
+				t.Fatalf("replay checkpoints %v on %s", yes, qemuVersionOf(t, s))
+			}
+			return yes
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMU not probed: %+v", info.QEMUCaps)
+		}
+	}
+}
+
+// Recordings count towards the cap on kept files: past it, the oldest
+// kept file goes (never a recording), and replay checkpoints, a cache,
+// go before anything kept. Deleting a recording frees its space.
+func TestRecordingCap(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	state := t.TempDir()
+	captures := filepath.Join(state, "captures")
+	os.MkdirAll(captures, 0o700)
+	// A kept file from long ago, big enough that with a recording the
+	// kept files pass the cap.
+	old := filepath.Join(captures, "old-capture.pcap")
+	if err := os.WriteFile(old, make([]byte, 20<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-24 * time.Hour)
+	os.Chtimes(old, long, long)
+	const capBytes = 24 << 20
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir, c.Captures, c.KeepCap = lin.Dir, captures, capBytes
+	}, nil)
+	bootLinux(t, s, map[string]any{"record": "big"})
+	s.mustCall("qemu_shutdown", nil, nil)
+	var list recordingsOut
+	s.mustCall("qemu_recordings", nil, &list)
+	if len(list.Recordings) != 1 || list.Recordings[0].Size < 1<<20 || list.Total != list.Recordings[0].Size {
+		t.Fatalf("recordings: %+v", list)
+	}
+	size := list.Recordings[0].Size
+	if _, err := os.Stat(old); err != nil {
+		t.Fatalf("the old kept file went before the recording passed the cap: %v", err)
+	}
+	inPlace := replayCheckpoints(t, s)
+
+	// The next boot finds the kept files past the cap: the old file goes,
+	// the recording stays.
+	var b struct {
+		bootOut
+		KeptRemoved []string `json:"kept_removed"`
+	}
+	res := s.call("qemu_boot", map[string]any{"replay": "big", "restart": true}, &b)
+	if res.IsError {
+		t.Fatalf("replay: %s", text(res))
+	}
+	if _, err := os.Stat(old); err == nil || !slices.Contains(b.KeptRemoved, old) {
+		t.Errorf("past the cap with a recording, the old kept file stays: removed %v", b.KeptRemoved)
+	}
+	var st replayStopOut
+	s.mustCall("debug_continue", map[string]any{"timeout": 120}, &st)
+	if st.Reason != "end" {
+		t.Fatalf("replay to the end: %+v", st)
+	}
+	// Checkpoints (16 MiB each on QEMU 11) are taken on the way and, past
+	// the cap, removed first: what is left fits beside the recording.
+	var kept int64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		s.mustCall("qemu_recordings", nil, &list)
+		kept = list.Recordings[0].Checkpoints
+		if list.Total <= capBytes || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("after the replay: %+v total %d cap %d", list.Recordings[0], list.Total, list.Cap)
+	if list.Cap != capBytes || list.Total > capBytes || list.Recordings[0].Size-kept != size {
+		t.Errorf("after the replay: %+v, total %d, cap %d: want the recording (%d bytes) and checkpoints within the cap", list.Recordings[0], list.Total, list.Cap, size)
+	}
+	if inPlace && kept == 0 {
+		// The replay was long enough to take several; the cap leaves
+		// room for one.
+		t.Errorf("no checkpoint kept within the cap")
+	}
+	s.mustCall("qemu_shutdown", nil, nil)
+	s.mustCall("qemu_recordings", map[string]any{"delete": "big"}, &list)
+	if list.Deleted != "big" || len(list.Recordings) != 0 || list.Total != 0 {
+		t.Errorf("after delete: %+v", list)
 	}
 }

@@ -86,7 +86,14 @@ func (s *ttServer) record(ctx context.Context, name string, cmds []string) (reco
 	if err := s.call(ctx, "qemu_shutdown", nil, nil); err != nil {
 		return recording.Meta{}, err
 	}
-	return recording.Store{Dir: filepath.Join(s.server.dir, "state", "recordings")}.Get(s.dir, name)
+	// The server's project is where it runs, which qemu_recordings names.
+	var list struct {
+		Project string `json:"project"`
+	}
+	if err := s.call(ctx, "qemu_recordings", nil, &list); err != nil {
+		return recording.Meta{}, err
+	}
+	return recording.Store{Dir: filepath.Join(s.server.dir, "state", "recordings")}.Get(list.Project, name)
 }
 
 type ttStop struct {
