@@ -73,6 +73,10 @@ type Session struct {
 	// start point and location: a replay is deterministic, so what was
 	// read there once holds for every later search.
 	values map[valueAt][]byte
+	// loaded is the start point the replay was last loaded at, until
+	// another load: QEMU 11 crashes on a run after two loads that ran
+	// nothing between them.
+	loaded *uint64
 }
 
 // valueAt is a location's bytes at a replay's instruction count.
@@ -86,7 +90,13 @@ func New(cfg Config) *Session {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}, watches: map[uint64]*watch{}, values: map[valueAt][]byte{}}
+	s := &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}, watches: map[uint64]*watch{}, values: map[valueAt][]byte{}}
+	if cfg.Timeline != nil {
+		// A replay starts loaded at instruction 0 (rrsnapshot).
+		var zero uint64
+		s.loaded = &zero
+	}
+	return s
 }
 
 // begin starts an operation; the function it returns ends it.

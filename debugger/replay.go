@@ -362,6 +362,9 @@ func (s *Session) restart(ctx context.Context, c *gdb.Client, target uint64) (*g
 	if err := tl.Restart(ctx); err != nil {
 		return nil, 0, fmt.Errorf("debugger: replay again from the start: %w", err)
 	}
+	// The new QEMU loaded the recording's start and ran nothing.
+	var zero uint64
+	s.loaded = &zero
 	c, err := s.client(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -374,8 +377,13 @@ func (s *Session) restart(ctx context.Context, c *gdb.Client, target uint64) (*g
 
 // stepFresh runs a new replay's first instruction.
 func (s *Session) stepFresh(ctx context.Context, c *gdb.Client) error {
+	return s.runOne(ctx, c, 0)
+}
+
+// runOne runs the replay, at instruction pos, one instruction on.
+func (s *Session) runOne(ctx context.Context, c *gdb.Client, pos uint64) error {
 	tl := s.cfg.Timeline
-	if err := tl.StopAt(ctx, 1); err != nil {
+	if err := tl.StopAt(ctx, pos+1); err != nil {
 		return err
 	}
 	if err := c.Continue(ctx); err != nil {
@@ -384,7 +392,7 @@ func (s *Session) stepFresh(ctx context.Context, c *gdb.Client) error {
 	wctx, cancel := context.WithTimeout(ctx, verifyWait)
 	defer cancel()
 	if _, err := c.Wait(wctx); err != nil {
-		return fmt.Errorf("debugger: a new replay did not run its first instruction: %w", err)
+		return fmt.Errorf("debugger: the replay did not run one instruction from %d: %w", pos, err)
 	}
 	return nil
 }
@@ -403,6 +411,16 @@ func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok b
 		return nil
 	}
 	t0 := time.Now()
+	if s.loaded != nil {
+		// Two loads with nothing run between them, then a run, crash
+		// QEMU 11 (SIGSEGV): one instruction first, here.
+		if pos, err := tl.Position(ctx); err == nil && pos == *s.loaded && pos < tl.End() {
+			if err := s.runOne(ctx, c, pos); err != nil {
+				return false, fmt.Sprintf("one instruction after the last load: %v", err), nil
+			}
+		}
+		s.loaded = nil
+	}
 	if err := load(); err != nil {
 		return false, err.Error(), nil
 	}
@@ -439,6 +457,7 @@ func (s *Session) doubleLoad(ctx context.Context, c *gdb.Client, n uint64) (ok b
 		return false, fmt.Sprintf("the second load put the replay at %d, not %d", pos, n), nil
 	}
 	s.cfg.Logger.Debug("debugger: double load", "icount", n, "load", t1.Sub(t0), "step", t2.Sub(t1), "again", time.Since(t2))
+	s.loaded = &n
 	return true, "", nil
 }
 
@@ -453,7 +472,15 @@ func (s *Session) goTo(ctx context.Context, c *gdb.Client, n uint64) (*gdb.Clien
 	if pos == n {
 		return c, nil
 	}
-	if pos > n {
+	// Back, or ahead to a start point past the replay (a load costs less
+	// than the replay time between start points).
+	ahead := false
+	if pos < n && tl.InPlace() {
+		if st := tl.Starts(n); len(st) > 0 && st[0] > pos {
+			ahead = true
+		}
+	}
+	if pos > n || ahead {
 		if c, _, err = s.rewind(ctx, c, n); err != nil {
 			return c, err
 		}
