@@ -284,7 +284,7 @@ func (s *Session) refreshWatches(ctx context.Context, c *gdb.Client, extra ...*w
 	}
 	for _, w := range all {
 		a, _ := parseAddr(w.Addr)
-		if v, err := c.ReadMemory(ctx, a, w.Length); err == nil {
+		if v, err := s.readLoc(ctx, c, a, w.Length); err == nil {
 			w.value = v
 		}
 	}
@@ -694,6 +694,31 @@ func (s *Session) scan(ctx context.Context, c *gdb.Client, limit uint64, set []g
 	}
 }
 
+// readLoc reads a location as the kernel sees it, wherever the replay
+// stopped: the stub reads through the hart's current mode, so a kernel
+// address read while the hart runs user code (a shell's loop) fails; it is
+// then read at the physical address the hart's page tables give it (the
+// kernel's half is in every process's tables).
+func (s *Session) readLoc(ctx context.Context, c *gdb.Client, a uint64, length int) ([]byte, error) {
+	v, err := c.ReadMemory(ctx, a, length)
+	if err == nil && len(v) == length {
+		return v, nil
+	}
+	th, _, terr := s.on(ctx, c, LastHart)
+	if terr != nil {
+		return nil, err
+	}
+	w, terr := s.translate(ctx, th, a, nil)
+	if terr != nil || w.PA == "" || w.Mode == "Bare" {
+		return nil, err
+	}
+	if perr := c.SetPhysicalMemory(ctx, true); perr != nil {
+		return nil, err
+	}
+	defer c.SetPhysicalMemory(context.WithoutCancel(ctx), false)
+	return c.ReadMemory(ctx, w.pa, length)
+}
+
 // LastWrite is the last write that changed a location before an
 // instruction count.
 type LastWrite struct {
@@ -784,7 +809,7 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 	// vHi is the value at hi, once known: here it is read as it is.
 	var vHi []byte
 	if hi == here {
-		if v, err := c.ReadMemory(ctx, a, length); err == nil && len(v) == length {
+		if v, err := s.readLoc(ctx, c, a, length); err == nil && len(v) == length {
 			vHi = v
 		}
 	}
@@ -806,7 +831,7 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 		}
 		// Unreadable (not mapped yet, early in boot): nothing to compare,
 		// the interval is searched.
-		v, _ := c.ReadMemory(ctx, a, length)
+		v, _ := s.readLoc(ctx, c, a, length)
 		w.value = v
 		if len(v) == length {
 			s.values[valueAt{start, a, length}] = v
