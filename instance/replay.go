@@ -352,7 +352,9 @@ func (r *replayer) Load(ctx context.Context, n uint64) error {
 // withImage runs f with the qcow2 at path attached as ckNode.
 func (r *replayer) withImage(ctx context.Context, m *qemu.Machine, path string, f func() error) error {
 	mon := m.Monitor()
-	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": ckNode,
+	// No flush at each stop and cont while it is attached: a save is
+	// synced when it is committed, a load only reads.
+	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": ckNode, "cache": qemu.SnapshotCache,
 		"file": map[string]any{"driver": "file", "filename": path}}); err != nil {
 		return err
 	}

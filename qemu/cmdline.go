@@ -519,8 +519,14 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		if rr.Replay {
 			mode = "replay"
 		}
-		argv = append(argv, "-icount", "shift=auto,rr="+mode+",rrfile="+escapeOpt(rr.Log)+",rrsnapshot="+RRSnapshot,
-			"-drive", "file="+escapeOpt(rr.Image)+",format=qcow2,if=none,id=rr,node-name="+RRNode)
+		drive := "file=" + escapeOpt(rr.Image) + ",format=qcow2,if=none,id=rr,node-name=" + RRNode
+		if rr.Replay {
+			// A replay's image is a copy thrown away after it: QEMU's
+			// flush of it at every stop and cont (each step of going
+			// back) is disk writes for nothing.
+			drive += ",cache.no-flush=on"
+		}
+		argv = append(argv, "-icount", "shift=auto,rr="+mode+",rrfile="+escapeOpt(rr.Log)+",rrsnapshot="+RRSnapshot, "-drive", drive)
 	}
 	if l := c.LoadVM; l != nil {
 		// The copy is thrown away after the load: QEMU's flush of the
