@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	goqemu "github.com/digitalocean/go-qemu/qemu"
 	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
@@ -73,7 +72,6 @@ type Machine struct {
 	// borrowed says console belongs to the caller (Runtime.Console).
 	borrowed bool
 	mon      *qmp.Monitor
-	domain   *goqemu.Domain
 
 	done chan struct{} // closed once QEMU exited and its output is drained
 	exit Exit
@@ -299,10 +297,6 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	if err := m.mon.ConnectContext(cctx); err != nil {
 		return m.startError("connect to QMP", err)
 	}
-	m.domain, err = goqemu.NewDomain(m.mon, "qemu-"+strconv.Itoa(m.ident.PID))
-	if err != nil {
-		return m.startError("attach QMP", err)
-	}
 	if rt.BeforeCont != nil {
 		if err := rt.BeforeCont(cctx, m); err != nil {
 			return m.startError("prepare the guest", err)
@@ -462,9 +456,6 @@ func (m *Machine) Console() *serial.Console { return m.console }
 
 // Monitor is the QMP connection.
 func (m *Machine) Monitor() *qmp.Monitor { return m.mon }
-
-// Domain gives go-qemu's typed helpers over the QMP connection.
-func (m *Machine) Domain() *goqemu.Domain { return m.domain }
 
 // Done is closed when QEMU has exited and its last output is in the buffer.
 func (m *Machine) Done() <-chan struct{} { return m.done }
