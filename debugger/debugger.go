@@ -169,9 +169,6 @@ func (s *Session) Close() error {
 	return errors.Join(errs...)
 }
 
-// Symbols are the session's symbols, nil when it has none.
-func (s *Session) Symbols() *debuginfo.File { return s.cfg.Symbols }
-
 // client connects on first use, resuming a guest the connection stopped.
 // s.mu must be held.
 func (s *Session) client(ctx context.Context) (*gdb.Client, error) {

@@ -136,19 +136,9 @@ func (t *Thread) ReadRegister(ctx context.Context, name string) (uint64, error) 
 	return t.c.readRegister(ctx, t.id, name)
 }
 
-// WriteRegister is Client.WriteRegister for this thread.
-func (t *Thread) WriteRegister(ctx context.Context, name string, v uint64) error {
-	return t.c.writeRegister(ctx, t.id, name, v)
-}
-
 // ReadMemory is Client.ReadMemory through this thread's MMU.
 func (t *Thread) ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, error) {
 	return t.c.readMemory(ctx, t.id, addr, n)
-}
-
-// WriteMemory is Client.WriteMemory through this thread's MMU.
-func (t *Thread) WriteMemory(ctx context.Context, addr uint64, data []byte) error {
-	return t.c.writeMemory(ctx, t.id, addr, data)
 }
 
 // Step executes one instruction of this thread alone (see Client.Step).

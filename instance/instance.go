@@ -753,16 +753,6 @@ func (i *Instance) LockPath() string {
 	return i.lockPath
 }
 
-// Ending says how QEMU stopped, once it has.
-func (i *Instance) Ending() (qemu.Ending, bool) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.ending == nil {
-		return qemu.Ending{}, false
-	}
-	return *i.ending, true
-}
-
 // Done is closed once the instance is stopped and every cleanup has run.
 func (i *Instance) Done() <-chan struct{} { return i.done }
 

@@ -253,9 +253,6 @@ func (m *Manager) probeQEMU(binary string) {
 // probeDelay is how long after its first boot a binary is probed.
 const probeDelay = 2 * time.Second
 
-// Captures is where transcripts and captures are kept.
-func (m *Manager) Captures() string { return m.cfg.Captures }
-
 // keepLoop holds the kept files to their cap while the server runs: a
 // flooding guest's transcript grows between boots too.
 func (m *Manager) keepLoop() {

@@ -128,14 +128,9 @@ func ReadSummariesFrom(f io.Reader, path string, from, max int) ([]Summary, int,
 	return out, next, nil
 }
 
-// Summarize decodes one frame into a Summary without Index, Time and
-// lengths; its Text has no timestamp.
-func Summarize(data []byte, link layers.LinkType) Summary {
-	return summarize(data, link, len(data))
-}
-
-// summarize is Summarize for a frame that was wire bytes long before the
-// snap length cut it to data: tcpdump's lengths are the wire's.
+// summarize decodes one frame that was wire bytes long before the snap
+// length cut it to data (tcpdump's lengths are the wire's) into a Summary
+// without Index and Time.
 func summarize(data []byte, link layers.LinkType, wire int) Summary {
 	pkt := gopacket.NewPacket(data, link, gopacket.DecodeOptions{Lazy: true, NoCopy: true})
 	var s Summary

@@ -70,12 +70,6 @@ func (c *console) send(s string) {
 	}
 }
 
-func (c *console) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.out.String()
-}
-
 // TestCaptureUBootPing boots Debian's U-Boot on a TAP in the test's
 // namespace, has it ping the host, and checks what three captures (all,
 // "icmp", "arp") and tcpdump make of the traffic.

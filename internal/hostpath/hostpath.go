@@ -163,9 +163,6 @@ func (p Policy) checkProject(real string) error {
 // Dir is the project root, symlinks resolved.
 func (s *Scope) Dir() string { return s.project }
 
-// Roots are the directories files may be used from.
-func (s *Scope) Roots() []Root { return slices.Clone(s.roots) }
-
 // Resolve makes a tool's path absolute: relative paths are relative to the
 // project root.
 func (s *Scope) Resolve(path string) string {

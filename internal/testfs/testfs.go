@@ -71,13 +71,3 @@ func Fill(t testing.TB, dir string, leave int64) (free func()) {
 		}
 	}
 }
-
-// Free is the space left on dir's file system.
-func Free(t testing.TB, dir string) int64 {
-	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	return int64(st.Bavail) * st.Bsize
-}

@@ -60,9 +60,6 @@ func Main(m *testing.M) {
 	os.Exit(runInNamespace())
 }
 
-// Namespace is the name of the namespace the tests run in ("" outside one).
-func Namespace() string { return os.Getenv(envNS) }
-
 // Require skips the test unless it runs inside the private namespace made
 // by Main.
 func Require(t testing.TB) {
