@@ -335,7 +335,7 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	}
 	i.files, i.cfg = files, cfg
 	i.cfg.Files = nil
-	i.push("host files", func() error { return closeFiles(files) })
+	i.push("host files", func() error { return qemu.CloseFiles(files) })
 
 	// A start from a snapshot needs the stub too (see resumeTimer).
 	rt := i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)

@@ -511,20 +511,12 @@ func dupFiles(files map[string]*os.File) (map[string]*os.File, error) {
 	for p, f := range files {
 		fd, err := dupCloexec(int(f.Fd()))
 		if err != nil {
-			closeFiles(out)
+			qemu.CloseFiles(out)
 			return nil, fmt.Errorf("keep %s open: %w", p, err)
 		}
 		out[p] = os.NewFile(uintptr(fd), f.Name())
 	}
 	return out, nil
-}
-
-func closeFiles(files map[string]*os.File) error {
-	var errs []error
-	for _, f := range files {
-		errs = append(errs, f.Close())
-	}
-	return errors.Join(errs...)
 }
 
 func dupCloexec(fd int) (int, error) {

@@ -134,11 +134,7 @@ const qmpFD = 3
 // closes cfg.Files, whatever happens.
 func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
 	// QEMU holds its own copies once it runs; the server needs none.
-	defer func() {
-		for _, f := range cfg.Files {
-			f.Close()
-		}
-	}()
+	defer CloseFiles(cfg.Files)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -160,6 +156,15 @@ func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// CloseFiles closes the host files of a configuration (Config.Files).
+func CloseFiles(files map[string]*os.File) error {
+	var errs []error
+	for _, f := range files {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string) (err error) {

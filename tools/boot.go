@@ -180,7 +180,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	// The instance hands the files to QEMU, which closes them; on every
 	// other way out they are closed here.
-	defer closeFiles(cfg.Files)
+	defer qemu.CloseFiles(cfg.Files)
 	if in.PCAP && in.Network != "tap" {
 		return nil, BootOutput{}, errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
 	}
@@ -519,7 +519,7 @@ func (s *Server) bootConfig(scope *hostpath.Scope, in BootInput) (cfg qemu.Confi
 	files := map[string]*os.File{}
 	defer func() {
 		if err != nil {
-			closeFiles(files)
+			qemu.CloseFiles(files)
 		}
 	}()
 	// open checks one file and names it by its real path, which is what
@@ -669,12 +669,6 @@ func defaultTag(dir string, taken map[string]bool) string {
 			return t
 		}
 		t = fmt.Sprintf("%s%d", tag, n)
-	}
-}
-
-func closeFiles(files map[string]*os.File) {
-	for _, f := range files {
-		f.Close()
 	}
 }
 

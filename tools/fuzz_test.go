@@ -67,7 +67,7 @@ func FuzzBootArguments(f *testing.F) {
 		if err != nil {
 			return
 		}
-		defer closeFiles(cfg.Files)
+		defer qemu.CloseFiles(cfg.Files)
 		// Every host file QEMU gets was opened and checked, and lies in
 		// the project or the server's images.
 		for _, p := range append([]string{cfg.Kernel}, drivePaths(cfg)...) {
