@@ -41,7 +41,7 @@ func inProcess() bool { return pcap.CanCapture() == nil }
 // file in the captures directory).
 func (i *Instance) startQEMUCapture(ctx context.Context, mch *qemu.Machine, f *os.File, filter string, snaplen int) (*pcap.Capture, error) {
 	m := i.mgr
-	opts := pcap.Options{Dir: m.cfg.Captures, Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot, Snaplen: snaplen, Filter: filter}
+	opts := pcap.Options{Dir: m.cfg.Captures, Prefix: names.Kept(names.KeptCapture, m.owner, i.name), Boot: i.boot, Snaplen: snaplen, Filter: filter}
 	if f != nil {
 		opts.File, opts.Path = f, f.Name()
 	}

@@ -885,7 +885,7 @@ func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.C
 		}
 	} else {
 		opts := pcap.Options{Dir: m.cfg.Captures,
-			Prefix: "capture-" + m.owner.Tag() + "-" + i.name, Boot: i.boot, Snaplen: snaplen, Filter: filter}
+			Prefix: names.Kept(names.KeptCapture, m.owner, i.name), Boot: i.boot, Snaplen: snaplen, Filter: filter}
 		if f != nil {
 			opts.File, opts.Path = f, f.Name()
 		}

@@ -137,7 +137,7 @@ func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset
 		return out, nil
 	}
 	// One large object: the whole of it in a file, nothing lost.
-	path := filepath.Join(s.cfg.Captures, fmt.Sprintf("answer-%s-%s-%d.json", s.Manager().Owner().Tag(), instance, s.seq.Add(1)))
+	path := filepath.Join(s.cfg.Captures, fmt.Sprintf("%s-%d.json", names.Kept(names.KeptAnswer, s.Manager().Owner(), instance), s.seq.Add(1)))
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		return QMPOutput{}, fmt.Errorf("qmp %s: the answer (%d bytes) is too large to return, and saving it failed: %w", command, len(raw), err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
@@ -41,7 +42,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	n := s.seq.Add(1)
 	// QEMU writes the file itself; a fresh name in our private directory
 	// means nothing else can be there.
-	path := filepath.Join(captures, fmt.Sprintf("screenshot-%s-%s-%d.png", s.Manager().Owner().Tag(), inst.Name(), n))
+	path := filepath.Join(captures, fmt.Sprintf("%s-%d.png", names.Kept(names.KeptScreenshot, s.Manager().Owner(), inst.Name()), n))
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if _, err := m.Monitor().Execute(qctx, "screendump", map[string]any{"filename": path, "format": "png"}); err != nil {

@@ -222,18 +222,33 @@ func TempName(o Owner, rnd string) string {
 	return TempPrefix + o.Tag() + ".json." + rnd + TempSuffix
 }
 
+// The kinds of files kept in the captures directory, each named
+// "<kind>-<pid>-<start>-<instance>-...": KeptOwner reads the server back
+// from the name.
+const (
+	KeptTranscript = "serial"     // the console log of one boot
+	KeptCapture    = "capture"    // a packet capture
+	KeptScreenshot = "screenshot" // a saved screenshot
+	KeptAnswer     = "answer"     // a QMP answer too large for a result
+)
+
+// Kept is the start of the name of a kept file of kind made for owner o's
+// instance; the caller adds what tells one file from another.
+func Kept(kind string, o Owner, instance string) string {
+	return kind + "-" + o.Tag() + "-" + instance
+}
+
 // Transcript is the file name, in the captures directory, of the complete
 // console log of boot number boot of owner o's instance.
 func Transcript(o Owner, instance string, boot int) string {
-	return "serial-" + o.Tag() + "-" + instance + "-" + strconv.Itoa(boot) + ".log"
+	return Kept(KeptTranscript, o, instance) + "-" + strconv.Itoa(boot) + ".log"
 }
 
-// KeptOwner returns the server whose kept file (transcript, capture,
-// screenshot, QMP answer: "<kind>-<pid>-<start>-...") base names, if it
+// KeptOwner returns the server whose kept file (see Kept) base names, if it
 // names one.
 func KeptOwner(base string) (Owner, bool) {
-	for _, prefix := range []string{"serial-", "capture-", "screenshot-", "answer-"} {
-		rest, ok := strings.CutPrefix(base, prefix)
+	for _, kind := range []string{KeptTranscript, KeptCapture, KeptScreenshot, KeptAnswer} {
+		rest, ok := strings.CutPrefix(base, kind+"-")
 		if !ok {
 			continue
 		}
