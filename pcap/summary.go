@@ -59,17 +59,11 @@ type Summary struct {
 // is simply not there yet. A file too short for its header (just created)
 // holds no packets.
 func ReadSummaries(path string, from, max int) ([]Summary, int, error) {
-	if from < 1 {
-		from = 1
-	}
-	if max <= 0 {
-		max = DefaultSummaries
-	}
-	if max > MaxSummaries {
-		max = MaxSummaries
-	}
 	f, err := os.Open(path)
 	if err != nil {
+		if from < 1 {
+			from = 1
+		}
 		return nil, from, fmt.Errorf("pcap: %w", err)
 	}
 	defer f.Close()
