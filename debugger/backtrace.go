@@ -34,13 +34,7 @@ func (s *Session) Backtrace(ctx context.Context, hart, max int) (bt Backtrace, o
 	if max <= 0 || max > 256 {
 		return Backtrace{}, 0, fmt.Errorf("max_frames %d: want 1 to 256", max)
 	}
-	defer s.begin()()
-	err = s.stopped(ctx, func(c *gdb.Client) error {
-		th, h, err := s.on(ctx, c, hart)
-		if err != nil {
-			return err
-		}
-		on = h
+	on, err = s.onHart(ctx, hart, func(th *gdb.Thread) error {
 		regs, err := th.ReadRegisters(ctx)
 		if err != nil {
 			return err

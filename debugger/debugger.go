@@ -768,13 +768,7 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 	if count <= 0 || count > 256 {
 		return nil, 0, 0, fmt.Errorf("count %d: want 1 to 256", count)
 	}
-	defer s.begin()()
-	err = s.stopped(ctx, func(c *gdb.Client) error {
-		th, h, err := s.on(ctx, c, hart)
-		if err != nil {
-			return err
-		}
-		on = h
+	on, err = s.onHart(ctx, hart, func(th *gdb.Thread) (err error) {
 		if pc, err = th.ReadRegister(ctx, "pc"); err != nil {
 			return err
 		}

@@ -58,6 +58,22 @@ func (s *Session) on(ctx context.Context, c *gdb.Client, hart int) (*gdb.Thread,
 	return nil, 0, fmt.Errorf("no hart %d: the guest has %s", hart, hartRange(ths))
 }
 
+// onHart runs f, as one operation, on hart (LastHart: the hart of the last
+// stop) with the guest stopped, and resumes it afterwards if it was
+// running; on is the hart f ran on.
+func (s *Session) onHart(ctx context.Context, hart int, f func(th *gdb.Thread) error) (on int, err error) {
+	defer s.begin()()
+	err = s.stopped(ctx, func(c *gdb.Client) error {
+		th, h, err := s.on(ctx, c, hart)
+		if err != nil {
+			return err
+		}
+		on = h
+		return f(th)
+	})
+	return on, err
+}
+
 func hartRange(ths []string) string {
 	if len(ths) == 1 {
 		return "one hart, 0"

@@ -64,13 +64,8 @@ func (s *Session) Memory(ctx context.Context, hart int, loc string, length int, 
 	if !physical {
 		m.Where = s.Where(m.Addr)
 	}
-	defer s.begin()()
-	err = s.stopped(ctx, func(c *gdb.Client) error {
-		th, h, err := s.on(ctx, c, hart)
-		if err != nil {
-			return err
-		}
-		m.Hart = h
+	m.Hart, err = s.onHart(ctx, hart, func(th *gdb.Thread) (err error) {
+		c := th.Client()
 		if physical {
 			if err := c.SetPhysicalMemory(ctx, true); err != nil {
 				if errors.Is(err, gdb.ErrUnsupported) {

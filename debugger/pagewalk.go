@@ -152,13 +152,7 @@ func (s *Session) Translate(ctx context.Context, hart int, loc string, satp *uin
 	if err != nil {
 		return Walk{}, 0, err
 	}
-	defer s.begin()()
-	err = s.stopped(ctx, func(c *gdb.Client) error {
-		th, h, err := s.on(ctx, c, hart)
-		if err != nil {
-			return err
-		}
-		on = h
+	on, err = s.onHart(ctx, hart, func(th *gdb.Thread) (err error) {
 		w, err = s.translate(ctx, th, addrs[0], satp)
 		return err
 	})

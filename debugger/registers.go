@@ -203,17 +203,12 @@ func decodeSatp(v uint64) string {
 // Registers reads pc, x1..x31, the privilege mode and the trap CSRs of
 // hart (LastHart: the hart of the last stop).
 func (s *Session) Registers(ctx context.Context, hart int) (Registers, error) {
-	defer s.begin()()
 	var r Registers
-	err := s.stopped(ctx, func(c *gdb.Client) error {
-		th, h, err := s.on(ctx, c, hart)
-		if err != nil {
-			return err
-		}
+	on, err := s.onHart(ctx, hart, func(th *gdb.Thread) (err error) {
 		r, err = s.readRegisters(ctx, th)
-		r.Hart = h
 		return err
 	})
+	r.Hart = on
 	return r, err
 }
 
