@@ -2,7 +2,6 @@ package pcap_test
 
 import (
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/qemu-mcp/qemu-mcp/internal/testusers"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 	"github.com/qemu-mcp/qemu-mcp/tap/taptest"
@@ -238,35 +238,13 @@ const helperEnv = "QMCP_PCAP_UNPRIVILEGED_HELPER"
 // TestNoPrivilege runs TestUnprivilegedHelper as nobody (uid 65534).
 func TestNoPrivilege(t *testing.T) {
 	taptest.Require(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "qmcp-pcap-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	// go test's build directory is private to root: the binary is
+	// copied where nobody can run it, and nobody writes its captures.
+	dir := testusers.Shared(t)
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "pcap.test")
-	in, err := os.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := os.OpenFile(bin, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = io.Copy(out, in)
-	in.Close()
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testusers.Binary(t, dir)
 	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHelper$", "-test.v", "-test.count=1")
 	cmd.Dir = dir
 	cmd.Env = []string{helperEnv + "=" + dir, "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + dir}
@@ -280,7 +258,7 @@ func TestNoPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
-	err = cmd.Wait()
+	err := cmd.Wait()
 	timer.Stop()
 	t.Logf("helper output:\n%s", buf.String())
 	if err != nil {

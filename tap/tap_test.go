@@ -2,17 +2,16 @@ package tap_test
 
 import (
 	"errors"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testusers"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 	"github.com/qemu-mcp/qemu-mcp/tap/taptest"
 	"github.com/vishvananda/netlink"
@@ -355,22 +354,10 @@ func TestNoPrivilege(t *testing.T) {
 	taptest.Require(t)
 	addDummy(t, "qmcpnopriv")
 
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// go test's build directory is private to root: copy the binary to a
 	// directory nobody can read.
-	dir, err := os.MkdirTemp("", "qmcp-tap-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "tap.test")
-	copyFile(t, exe, bin, 0o755)
+	dir := testusers.Shared(t)
+	bin := testusers.Binary(t, dir)
 
 	cmd := exec.Command(bin, "-test.run=^TestUnprivilegedHelper$", "-test.v", "-test.count=1")
 	cmd.Dir = dir
@@ -476,26 +463,6 @@ func readSys(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
-}
-
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // runTimeout runs cmd and kills it (that process only) after d.
