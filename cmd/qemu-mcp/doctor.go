@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/qemu-mcp/qemu-mcp/doctor"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/doctor"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/lock"

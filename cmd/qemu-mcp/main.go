@@ -21,13 +21,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
+	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/rpcframe"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
-	"github.com/qemu-mcp/qemu-mcp/internal/selftest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/selftest"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 

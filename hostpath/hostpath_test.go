@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/hostpath"
 )
 
 // tree is a server's working directory with a project in it, a captures

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/doctor"
+	"github.com/qemu-mcp/qemu-mcp/doctor"
 )
 
 // doctor lists what killed snapshot saves left, and --cleanup removes it;
