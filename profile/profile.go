@@ -119,7 +119,7 @@ func Parse(path string, b []byte) (*File, error) {
 		return nil, err
 	}
 	if err := rs.Validate(doc); err != nil {
-		return nil, fmt.Errorf("%s: does not match the schema (internal/profile/qemu-mcp.schema.json): %w", path, err)
+		return nil, fmt.Errorf("%s: does not match the schema (profile/qemu-mcp.schema.json): %w", path, err)
 	}
 	if f.Default != "" {
 		if _, ok := f.Profiles[f.Default]; !ok {
@@ -136,7 +136,7 @@ func fieldError(err error) string {
 		return fmt.Sprintf("field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
 	}
 	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
-		return "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + " (see internal/profile/qemu-mcp.schema.json)"
+		return "unknown field " + strings.TrimPrefix(msg, "json: unknown field ") + " (see profile/qemu-mcp.schema.json)"
 	}
 	return err.Error()
 }

@@ -72,12 +72,12 @@ func TestBadFiles(t *testing.T) {
 
 // The schema itself is valid and accepts the example in the README.
 func TestSchemaAcceptsREADMEExample(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(readme)
-	i := strings.Index(s, "```json\n{\n  \"$schema\": \"./internal/profile/qemu-mcp.schema.json\"")
+	i := strings.Index(s, "```json\n{\n  \"$schema\": \"./profile/qemu-mcp.schema.json\"")
 	if i < 0 {
 		t.Fatal("README has no profile example")
 	}

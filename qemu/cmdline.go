@@ -90,7 +90,7 @@ type Config struct {
 	// MAC is the guest NIC's address; empty lets QEMU choose.
 	MAC string
 	// Files are host files the server opened and checked itself (see
-	// package internal/hostpath), keyed by the path a field above uses:
+	// package hostpath), keyed by the path a field above uses:
 	// QEMU gets each through an inherited descriptor (/proc/self/fd/N), so
 	// it uses exactly the file that was checked, whatever happens to the
 	// path meanwhile. Start closes them once QEMU has its copies.

@@ -56,7 +56,7 @@ type Config struct {
 	// Older output is read back from the transcript.
 	RingSize int
 	// AllowHostAccess lifts the boundary that keeps qmp_command and
-	// extra_args inside the guest (see internal/boundary).
+	// extra_args inside the guest (see package boundary).
 	AllowHostAccess bool
 	// MaxInstances bounds the guests that run at once; 0 means
 	// instance.DefaultMaxInstances.

@@ -460,7 +460,7 @@ func measureStart(ctx context.Context, n int) (ours, ref, list, listRef time.Dur
 	return median(ds), median(rs), median(ls), median(lrs), rss, nil
 }
 
-var refBinary = flag.String("ref", "bin/refserver", "the reference server (internal/bench/refserver)")
+var refBinary = flag.String("ref", "bin/refserver", "the reference server (cmd/qemu-mcp-bench/refserver)")
 
 // startRef starts the reference server.
 func startRef(ctx context.Context) (*server, error) {
