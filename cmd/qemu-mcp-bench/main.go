@@ -1,4 +1,4 @@
-// Command bench measures qemu-mcp through its real MCP stdio path against
+// Command qemu-mcp-bench measures qemu-mcp through its real MCP stdio path against
 // the raw ceilings (QEMU alone, the bare FIFOs) in the same run, and prints
 // a table with the ratios. Run it with scripts/bench.
 package main

@@ -1,4 +1,4 @@
-// Command agents drives the real agent clients (Claude Code, Codex CLI,
+// Command qemu-mcp-clients drives the real agent clients (Claude Code, Codex CLI,
 // Gemini CLI, Copilot CLI) against qemu-mcp, each pointed at a fake of its
 // model API on loopback that calls the server's tools in a fixed order and
 // keeps what the client sends back: the tool list each model is given and

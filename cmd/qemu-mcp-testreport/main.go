@@ -1,4 +1,4 @@
-// Command testreport reads `go test -json` and reports a run of the suite
+// Command qemu-mcp-testreport reads `go test -json` and reports a run of the suite
 // against one QEMU the way scripts/test needs it: go test's usual short
 // output (a line per package, the whole log of each failing test, the
 // build errors), and a summary kept in a file: the QEMU's version, the
