@@ -39,7 +39,7 @@ func (i *Instance) AcquireConsole(ctx context.Context, what string, wait time.Du
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-i.ctx.Done():
-		return nil, fmt.Errorf("guest %q: %w while this call waited for the console", i.name, ErrStopped)
+		return nil, &StoppedError{Name: i.name, For: "the console"}
 	}
 	i.mu.Lock()
 	i.consoleUse = consoleUse{what: what, since: time.Now()}

@@ -693,19 +693,11 @@ func (i *Instance) Running() (*qemu.Machine, error) {
 	// How QEMU ended says more than the cleanup that is still running.
 	if mch != nil {
 		if exit, ok := mch.Exited(); ok {
-			return nil, fmt.Errorf("%w: guest %q %s; call qemu_boot to start it again, serial_read still returns its output", ErrExited, i.name, exit)
+			return nil, &NotRunningError{Name: i.name, State: st, Exit: exit.String()}
 		}
 	}
-	switch {
-	case st == Booting:
-		return nil, fmt.Errorf("guest %q is still booting: wait for its qemu_boot to return", i.name)
-	case st == Stopping:
-		return nil, fmt.Errorf("guest %q is stopping: call qemu_boot to start it again once qemu_shutdown returns", i.name)
-	case mch == nil:
-		return nil, fmt.Errorf("guest %q did not start: call qemu_boot again", i.name)
-	}
-	if st == Stopped {
-		return nil, fmt.Errorf("guest %q was stopped: call qemu_boot to start it again", i.name)
+	if st != Running || mch == nil {
+		return nil, &NotRunningError{Name: i.name, State: st, NoStart: mch == nil}
 	}
 	return mch, nil
 }
@@ -724,11 +716,11 @@ func (i *Instance) busyError() error {
 	i.mu.Lock()
 	st, mch := i.state, i.machine
 	i.mu.Unlock()
+	e := &BusyError{Name: i.name, State: st}
 	if mch != nil {
-		return fmt.Errorf("guest %q is already %s (qemu pid %d, up %s): call qemu_shutdown for it first, boot another instance name, or pass restart: true",
-			i.name, st, mch.PID(), time.Since(mch.Started()).Round(time.Second))
+		e.PID, e.Up = mch.PID(), time.Since(mch.Started())
 	}
-	return fmt.Errorf("guest %q is already %s: call qemu_shutdown for it first, boot another instance name, or pass restart: true", i.name, st)
+	return e
 }
 
 // Console is the serial console, nil until QEMU started.
@@ -778,7 +770,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 	res, err = con.Buffer().WaitFor(ctx, since, spec)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrStopped) {
-			return res, nil, fmt.Errorf("guest %q: %w (qemu_shutdown) while this call waited; its output stays readable with serial_read", i.name, ErrStopped)
+			return res, nil, &StoppedError{Name: i.name}
 		}
 		return res, nil, err
 	}
@@ -864,10 +856,10 @@ func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.C
 	dev, running := i.dev, i.capture
 	i.mu.Unlock()
 	if dev == nil {
-		return fail(fmt.Errorf(`guest %q has no TAP to capture on: boot it with network: "tap" (captures see the guest's own TAP from the host side)`, i.name))
+		return fail(fmt.Errorf("guest %q has %w", i.name, ErrNoTAP))
 	}
 	if running != nil {
-		return fail(fmt.Errorf("a capture of guest %q is already running into %s: call qemu_pcap_stop first", i.name, running.Path()))
+		return fail(&CaptureRunningError{Name: i.name, Path: running.Path()})
 	}
 	m := i.mgr
 	var c *pcap.Capture

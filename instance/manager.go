@@ -355,10 +355,7 @@ func (m *Manager) noSuchLocked(name string) error {
 		known = append(known, n)
 	}
 	slices.Sort(known)
-	if len(known) == 0 {
-		return fmt.Errorf("no guest named %q has been booted: call qemu_boot first", name)
-	}
-	return fmt.Errorf("no guest named %q has been booted (instances: %s): call qemu_boot with instance %q first", name, strings.Join(known, ", "), name)
+	return &NotFoundError{Name: name, Known: known}
 }
 
 // List returns every instance, ordered by name.
@@ -443,8 +440,7 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 		}
 		if live := m.liveLocked(); len(live) >= m.cfg.MaxInstances {
 			m.mu.Unlock()
-			return nil, fmt.Errorf("%d guests already run (%s), the most this server allows (--max-instances %d): stop one with qemu_shutdown and its instance, or reuse a name with restart: true",
-				len(live), strings.Join(live, ", "), m.cfg.MaxInstances)
+			return nil, &TooManyError{Live: live, Max: m.cfg.MaxInstances}
 		}
 		m.boots[spec.Name]++
 		i := newInstance(m, spec, m.boots[spec.Name])

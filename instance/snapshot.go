@@ -401,7 +401,7 @@ func (i *Instance) lost(err error) error {
 	con.Finish(ctx)
 	cancel()
 	i.teardown(nil)
-	return fmt.Errorf("%w; the guest is stopped: boot it again with qemu_boot", err)
+	return fmt.Errorf("%w; %w", err, ErrGuestLost)
 }
 
 // stage copies meta's image to the runtime directory for QEMU to load.

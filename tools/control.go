@@ -252,7 +252,7 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (
 	if err != nil {
 		// Asking about a guest that was never booted is a question with
 		// an answer, not a failure.
-		return textResult(err.Error()), StatusOutput{Instance: t.name(), State: "none"}, nil
+		return textResult(advise(err).Error()), StatusOutput{Instance: t.name(), State: "none"}, nil
 	}
 	info := inst.Info()
 	out := StatusOutput{Instance: inst.Name(), State: string(info.State), Boots: inst.Boot(), ReadCursor: s.cursor(req, inst),

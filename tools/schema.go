@@ -339,7 +339,7 @@ func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Con
 			if errors.As(err, &wire) {
 				return nil, wire
 			}
-			return errorResult(err), nil
+			return errorResult(advise(err)), nil
 		}
 		if res == nil {
 			res = &mcp.CallToolResult{}

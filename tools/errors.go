@@ -1,0 +1,86 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/instance"
+)
+
+// advise turns the domain's typed errors into the instructions an agent
+// reads: what to call next, in the names of this server's tools and
+// arguments. The domain packages know nothing of them; this is the one
+// place that does. Each piece of advice goes right after the text of the
+// error it is about, so an error wrapped in others keeps its context on
+// both sides.
+func advise(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	after := func(e error, tip string) {
+		t := e.Error()
+		if i := strings.Index(msg, t); i >= 0 {
+			msg = msg[:i+len(t)] + tip + msg[i+len(t):]
+			return
+		}
+		msg += tip
+	}
+	if e := (*instance.NotFoundError)(nil); errors.As(err, &e) {
+		if len(e.Known) == 0 {
+			after(e, ": call qemu_boot first")
+		} else {
+			after(e, fmt.Sprintf(": call qemu_boot with instance %q first", e.Name))
+		}
+	}
+	if e := (*instance.BusyError)(nil); errors.As(err, &e) {
+		after(e, ": call qemu_shutdown for it first, boot another instance name, or pass restart: true")
+	}
+	if e := (*instance.TooManyError)(nil); errors.As(err, &e) {
+		after(e, fmt.Sprintf(" (--max-instances %d): stop one with qemu_shutdown and its instance, or reuse a name with restart: true", e.Max))
+	}
+	if e := (*instance.NotRunningError)(nil); errors.As(err, &e) {
+		switch {
+		case e.Exit != "":
+			after(e, "; call qemu_boot to start it again, serial_read still returns its output")
+		case e.State == instance.Booting:
+			after(e, ": wait for its qemu_boot to return")
+		case e.State == instance.Stopping:
+			after(e, ": call qemu_boot to start it again once qemu_shutdown returns")
+		case e.NoStart:
+			after(e, ": call qemu_boot again")
+		default:
+			after(e, ": call qemu_boot to start it again")
+		}
+	}
+	if e := (*instance.StoppedError)(nil); errors.As(err, &e) {
+		if e.For == "" {
+			after(e, " (qemu_shutdown); its output stays readable with serial_read")
+		} else {
+			after(e, " (qemu_shutdown)")
+		}
+	}
+	if errors.Is(err, instance.ErrNoTAP) {
+		after(instance.ErrNoTAP, `: boot it with network: "tap" (captures see the guest's own TAP from the host side)`)
+	}
+	if e := (*instance.CaptureRunningError)(nil); errors.As(err, &e) {
+		after(e, ": call qemu_pcap_stop first")
+	}
+	if errors.Is(err, instance.ErrGuestLost) {
+		after(instance.ErrGuestLost, ": boot it again with qemu_boot")
+	}
+	if msg == err.Error() {
+		return err
+	}
+	return &advised{err: err, msg: msg}
+}
+
+// advised is a domain error with the advice for the agent in its text.
+type advised struct {
+	err error
+	msg string
+}
+
+func (a *advised) Error() string { return a.msg }
+func (a *advised) Unwrap() error { return a.err }
