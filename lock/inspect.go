@@ -65,9 +65,9 @@ func (s Status) String() string {
 	case Free:
 		return fmt.Sprintf("QEMU lock %s: free", s.Path)
 	case Stale:
-		return fmt.Sprintf("QEMU lock %s: stale (held, but its record names process %d, which is %v); the next qemu_boot will take it over", s.Path, s.Record.PID, s.Liveness)
+		return fmt.Sprintf("QEMU lock %s: stale (held, but its record names process %d, which is %v); the next boot will take it over", s.Path, s.Record.PID, s.Liveness)
 	case Foreign:
-		return fmt.Sprintf("QEMU lock %s: held only by other users' processes (%s) on a lock file anyone can open, left by an older version; the next qemu_boot replaces it by a private one", s.Path, s.HeldBy)
+		return fmt.Sprintf("QEMU lock %s: held only by other users' processes (%s) on a lock file anyone can open, left by an older version; the next boot replaces it by a private one", s.Path, s.HeldBy)
 	}
 	if s.Held != nil {
 		return s.Held.Error()

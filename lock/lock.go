@@ -258,7 +258,34 @@ func (e *HeldError) Error() string {
 			e.Path, e.Unidentified, strconv.Quote(e.Path), strconv.Quote(e.Path))
 	}
 	pid := e.Holder.PID
-	self := pid == os.Getpid()
+	b := e.Holding()
+	switch {
+	case e.Self():
+		return b + "; shut down the guests this server runs before booting again"
+	case e.other():
+		return b + fmt.Sprintf("; it is not yours to stop: ask %s to shut their guests down, or root to stop process %d", e.Owner(), pid)
+	}
+	return b + fmt.Sprintf("; stop its guests in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid)
+}
+
+// Self says the holder is this very process.
+func (e *HeldError) Self() bool { return e.Holder.PID == os.Getpid() }
+
+// Other says another user holds the lock: only they, or root, can stop
+// the holder.
+func (e *HeldError) Other() bool { return e.other() }
+
+// Owner names the user of the holder.
+func (e *HeldError) Owner() string { return userName(e.UID) }
+
+// Holding says who holds the lock, for what and since when, without what
+// to do about it (Error adds that); empty for an unidentified holder.
+func (e *HeldError) Holding() string {
+	if e.Holder.PID <= 0 {
+		return ""
+	}
+	pid := e.Holder.PID
+	self := e.Self()
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "QEMU lock %s is held by ", e.Path)
 	if self {
@@ -286,14 +313,6 @@ func (e *HeldError) Error() string {
 	}
 	if !e.Since.IsZero() {
 		fmt.Fprintf(&b, " since %s", e.Since.Format(time.RFC3339))
-	}
-	switch {
-	case self:
-		b.WriteString("; shut down the QEMU it runs (qemu_shutdown) before booting again")
-	case e.other():
-		fmt.Fprintf(&b, "; it is not yours to stop: ask %s to shut their guests down (qemu_shutdown), or root to stop process %d", userName(e.UID), pid)
-	default:
-		fmt.Fprintf(&b, "; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid)
 	}
 	return b.String()
 }

@@ -81,7 +81,7 @@ func TestHeldByLiveHelper(t *testing.T) {
 	held := mustHeld(t, err, h.pid)
 	msg := held.Error()
 	t.Log(msg)
-	for _, want := range []string{path, strconv.Itoa(h.pid), "helper", "kill -TERM " + strconv.Itoa(h.pid), "qemu_shutdown", "since"} {
+	for _, want := range []string{path, strconv.Itoa(h.pid), "helper", "kill -TERM " + strconv.Itoa(h.pid), "session that owns it", "since"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message lacks %q: %s", want, msg)
 		}

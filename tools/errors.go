@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/lock"
 )
 
 // advise turns the domain's typed errors into the instructions an agent
@@ -26,6 +27,14 @@ func advise(err error) error {
 			return
 		}
 		msg += tip
+	}
+	// replace puts text where e's own was, or at the end.
+	replace := func(e error, text string) {
+		if t := e.Error(); strings.Contains(msg, t) {
+			msg = strings.Replace(msg, t, text, 1)
+			return
+		}
+		msg += "; " + text
 	}
 	if e := (*instance.NotFoundError)(nil); errors.As(err, &e) {
 		if len(e.Known) == 0 {
@@ -69,6 +78,17 @@ func advise(err error) error {
 	}
 	if errors.Is(err, instance.ErrGuestLost) {
 		after(instance.ErrGuestLost, ": boot it again with qemu_boot")
+	}
+	if e := (*lock.HeldError)(nil); errors.As(err, &e) && e.Holding() != "" {
+		pid := e.Holder.PID
+		switch {
+		case e.Self():
+			replace(e, e.Holding()+"; shut down the QEMU it runs (qemu_shutdown) before booting again")
+		case e.Other():
+			replace(e, e.Holding()+fmt.Sprintf("; it is not yours to stop: ask %s to shut their guests down (qemu_shutdown), or root to stop process %d", e.Owner(), pid))
+		default:
+			replace(e, e.Holding()+fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid))
+		}
 	}
 	if msg == err.Error() {
 		return err

@@ -1,0 +1,57 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/lock"
+)
+
+// The domain's errors read as they did when the domain named the tools:
+// the advice comes right after the error it is about, inside whatever
+// wraps it, and the error still matches its sentinel.
+func TestAdviseDomainErrors(t *testing.T) {
+	held := &lock.HeldError{Path: "/r/.git/.qemu.lock", Holder: lock.Record{PID: os.Getpid() + 100000}, UID: os.Geteuid(), Comm: "qemu-mcp", Exe: "/bin/qemu-mcp"}
+	for _, c := range []struct {
+		err  error
+		want string
+		is   error
+	}{
+		{&instance.NotFoundError{Name: "a"}, `no guest named "a" has been booted: call qemu_boot first`, instance.ErrNotFound},
+		{fmt.Errorf("screenshot: %w", &instance.NotFoundError{Name: "b", Known: []string{"a"}}),
+			`screenshot: no guest named "b" has been booted (instances: a): call qemu_boot with instance "b" first`, instance.ErrNotFound},
+		{&instance.BusyError{Name: "a", State: instance.Running, PID: 7, Up: 3 * time.Second},
+			`guest "a" is already running (qemu pid 7, up 3s): call qemu_shutdown for it first, boot another instance name, or pass restart: true`, instance.ErrBusy},
+		{&instance.TooManyError{Live: []string{"a", "b"}, Max: 2},
+			"2 guests already run (a, b), the most this server allows (--max-instances 2): stop one with qemu_shutdown and its instance, or reuse a name with restart: true", instance.ErrTooMany},
+		{&instance.NotRunningError{Name: "a", State: instance.Stopping}, `guest "a" is stopping: call qemu_boot to start it again once qemu_shutdown returns`, instance.ErrNotRunning},
+		{fmt.Errorf("save snapshot: %w", &instance.NotRunningError{Name: "a", State: instance.Running, Exit: "exited with status 0"}),
+			`save snapshot: the guest has exited: guest "a" exited with status 0; call qemu_boot to start it again, serial_read still returns its output`, instance.ErrExited},
+		{&instance.StoppedError{Name: "a"}, `guest "a": the guest was stopped while this call waited (qemu_shutdown); its output stays readable with serial_read`, instance.ErrStopped},
+		{fmt.Errorf("guest %q has %w", "a", instance.ErrNoTAP),
+			`guest "a" has no TAP to capture on: boot it with network: "tap" (captures see the guest's own TAP from the host side)`, instance.ErrNoTAP},
+		{fmt.Errorf("restore snapshot %q: qemu died; %w", "s", instance.ErrGuestLost),
+			`restore snapshot "s": qemu died; the guest is stopped: boot it again with qemu_boot`, instance.ErrGuestLost},
+		{fmt.Errorf("boot: %w; nothing was started", held),
+			"boot: " + held.Holding() + fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d; nothing was started", held.Holder.PID), nil},
+	} {
+		got := advise(c.err)
+		if got.Error() != c.want {
+			t.Errorf("advise(%q)\n = %q\nwant %q", c.err, got, c.want)
+		}
+		if c.is != nil && !errors.Is(got, c.is) {
+			t.Errorf("advise(%q) does not match %v", c.err, c.is)
+		}
+		if !errors.Is(got, c.err) {
+			t.Errorf("advise(%q) lost the error it advises on", c.err)
+		}
+	}
+	plain := errors.New("something else")
+	if got := advise(plain); got != plain {
+		t.Errorf("advise(plain) = %v, want it unchanged", got)
+	}
+}
