@@ -365,7 +365,7 @@ func (s *Session) Break(ctx context.Context, loc string, hardware, remove bool) 
 			if remove {
 				old, ok := s.breaks[a]
 				if !ok {
-					return fmt.Errorf("no breakpoint at %s: debug_break sets one", b.Where)
+					return &NoBreakpointError{Where: b.Where.String()}
 				}
 				if err := c.ClearBreakpoint(ctx, old.kind, a, old.Length); err != nil {
 					return err
@@ -737,7 +737,7 @@ func (s *Session) stuck(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart
 	default:
 		why = fmt.Sprintf("hart %d did not complete the instruction", hart)
 	}
-	info.Incomplete = fmt.Sprintf("%s did not finish in %v: %s; debug_continue resumes every hart", what, timeout, why)
+	info.Incomplete = fmt.Sprintf("%s did not finish in %v: %s", what, timeout, why)
 	return info, nil
 }
 

@@ -69,7 +69,7 @@ func (s *Session) Memory(ctx context.Context, hart int, loc string, length int, 
 		if physical {
 			if err := c.SetPhysicalMemory(ctx, true); err != nil {
 				if errors.Is(err, gdb.ErrUnsupported) {
-					return errors.New("this QEMU's gdbstub cannot read physical memory (Qqemu.PhyMemMode): read the virtual address, or use qmp_command pmemsave")
+					return ErrNoPhysical
 				}
 				return err
 			}

@@ -72,7 +72,7 @@ func (s *Session) Watch(ctx context.Context, loc string, length int, kind string
 		if remove {
 			old, ok := s.watches[a]
 			if !ok {
-				return fmt.Errorf("no watchpoint at %s: debug_watch sets one", hex(a))
+				return &NoBreakpointError{Where: hex(a), Watch: true}
 			}
 			if err := c.ClearBreakpoint(ctx, old.kind, a, old.Length); err != nil {
 				return err
@@ -91,7 +91,7 @@ func (s *Session) Watch(ctx context.Context, loc string, length int, kind string
 		if err := c.SetBreakpoint(ctx, k, a, length); err != nil {
 			var se *gdb.StubError
 			if errors.As(err, &se) || errors.Is(err, gdb.ErrUnsupported) {
-				return fmt.Errorf("QEMU refused watchpoint %d at %s (%v): it has as many as it allows, or none of this kind; remove one with debug_watch remove: true", len(s.watches)+1, hex(a), err)
+				return &WatchRefusedError{N: len(s.watches) + 1, Where: hex(a), Err: err}
 			}
 			return err
 		}

@@ -98,8 +98,7 @@ func (i *Instance) CheckSnapshot(ctx context.Context, meta snapshot.Meta) error 
 		return err
 	}
 	if mach.Hash() != meta.Machine.Hash() {
-		return fmt.Errorf("snapshot %q was saved on another machine than guest %q runs: %s; boot with that configuration (qemu_boot snapshot: %q)",
-			meta.Name, i.name, strings.Join(snapshot.Diff(meta.Machine, mach), "; "), meta.Name)
+		return &snapshot.MachineError{Name: meta.Name, Guest: i.name, Diffs: []string{strings.Join(snapshot.Diff(meta.Machine, mach), "; ")}}
 	}
 	if mch := i.Machine(); mch != nil {
 		if ver, err := qemuVersion(ctx, mch); err == nil && ver != meta.QEMU {

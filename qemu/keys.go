@@ -95,7 +95,18 @@ func TypeText(text string) ([][]string, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, fmt.Errorf("cannot type %s on a US keyboard layout: nothing was typed (use qemu_send_key for special keys, or serial_send for text on the console)", strings.Join(names, ", "))
+		return nil, &LayoutError{Chars: names}
 	}
 	return out, nil
+}
+
+// LayoutError is text with characters a US keyboard layout cannot type;
+// nothing was typed.
+type LayoutError struct {
+	// Chars are the characters, named and sorted.
+	Chars []string
+}
+
+func (e *LayoutError) Error() string {
+	return fmt.Sprintf("cannot type %s on a US keyboard layout: nothing was typed", strings.Join(e.Chars, ", "))
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,8 @@ const stateImageSize = 64 << 20
 type Disk struct {
 	Device, Node, File, Format string
 	ReadOnly                   bool
+	// Tags are the internal snapshots the image holds now.
+	Tags []string
 }
 
 // Disks lists the guest's block devices (not the snapshot's own node).
@@ -47,6 +50,11 @@ func Disks(ctx context.Context, mon *qmp.Monitor) ([]Disk, error) {
 			File     string `json:"file"`
 			Drv      string `json:"drv"`
 			RO       bool   `json:"ro"`
+			Image    struct {
+				Snapshots []struct {
+					Name string `json:"name"`
+				} `json:"snapshots"`
+			} `json:"image"`
 		} `json:"inserted"`
 	}
 	if err := json.Unmarshal(raw, &blocks); err != nil {
@@ -57,7 +65,11 @@ func Disks(ctx context.Context, mon *qmp.Monitor) ([]Disk, error) {
 		if b.Inserted == nil {
 			continue
 		}
-		out = append(out, Disk{Device: b.Device, Node: b.Inserted.NodeName, File: b.Inserted.File, Format: b.Inserted.Drv, ReadOnly: b.Inserted.RO})
+		d := Disk{Device: b.Device, Node: b.Inserted.NodeName, File: b.Inserted.File, Format: b.Inserted.Drv, ReadOnly: b.Inserted.RO}
+		for _, sn := range b.Inserted.Image.Snapshots {
+			d.Tags = append(d.Tags, sn.Name)
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }
@@ -80,11 +92,23 @@ func DeleteTag(ctx context.Context, mon *qmp.Monitor, tag string) error {
 	if err != nil {
 		return err
 	}
-	nodes := driveNodes(disks)
-	if len(nodes) == 0 {
+	return deleteTagFrom(ctx, mon, tag, disks, driveNodes(disks))
+}
+
+// deleteTagFrom removes tag from those of nodes whose image holds it, as
+// disks say: QEMU fails a whole snapshot-delete for one node without the
+// tag, and says so only in words.
+func deleteTagFrom(ctx context.Context, mon *qmp.Monitor, tag string, disks []Disk, nodes []string) error {
+	var holding []string
+	for _, d := range disks {
+		if slices.Contains(nodes, d.Node) && slices.Contains(d.Tags, tag) {
+			holding = append(holding, d.Node)
+		}
+	}
+	if len(holding) == 0 {
 		return nil
 	}
-	return mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
+	return mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": holding})
 }
 
 // Save saves the running guest behind mon as the snapshot name of the
@@ -118,7 +142,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 			path = d.File
 		}
 		if d.Format != "qcow2" {
-			return Meta{}, fmt.Errorf("save snapshot: drive %s (%s) is writable %s, which cannot hold a snapshot of its contents: attach it with readonly: true, or convert it to qcow2 (qemu-img convert -O qcow2) and attach that", d.Device, path, d.Format)
+			return Meta{}, fmt.Errorf("save snapshot: %w", &DriveFormatError{Device: d.Device, Path: path, Format: d.Format})
 		}
 		nodes, kept = append(nodes, d.Node), append(kept, path)
 	}
@@ -138,7 +162,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	fail := func(step string, err error) (Meta, error) {
 		err = fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
 		if free, ok := freeSpace(dir); ok && free < 64<<20 {
-			err = fmt.Errorf("%w (the snapshot store %s has %d KiB free: free some space, or qemu_snapshot_delete older snapshots)", err, s.Dir, free>>10)
+			err = fmt.Errorf("%w (%w)", err, &LowSpaceError{Dir: s.Dir, Free: free})
 		}
 		if intent.Replaces != nil {
 			err = fmt.Errorf("%w; the snapshot %q saved before is unchanged", err, name)
@@ -304,20 +328,11 @@ func deleteTagIfPresent(ctx context.Context, mon *qmp.Monitor, tag string, nodes
 	if len(nodes) == 0 {
 		return nil
 	}
-	err := mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": nodes})
-	var je *qmp.JobError
-	if err != nil && errors.As(err, &je) && strings.Contains(je.Msg, "not") {
-		// Not in every drive (a save that failed early): one at a time.
-		var errs []error
-		for _, n := range nodes {
-			err := mon.RunJob(ctx, "snapshot-delete", map[string]any{"tag": tag, "devices": []string{n}})
-			if err != nil && !(errors.As(err, &je) && strings.Contains(je.Msg, "not")) {
-				errs = append(errs, err)
-			}
-		}
-		return errors.Join(errs...)
+	disks, err := Disks(ctx, mon)
+	if err != nil {
+		return err
 	}
-	return err
+	return deleteTagFrom(ctx, mon, tag, disks, nodes)
 }
 
 func (s Store) logger() *slog.Logger {

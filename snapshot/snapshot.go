@@ -373,9 +373,6 @@ func (s Store) recordPath(root, machineHash, name string) string {
 	return filepath.Join(s.dir(root, machineHash), name+".json")
 }
 
-// ErrNotFound is a snapshot name the project does not have.
-var ErrNotFound = errors.New("no such snapshot")
-
 // List returns the project's snapshots, newest first.
 func (s Store) List(root string) ([]Meta, error) {
 	pdir := filepath.Join(s.Dir, project(root))

@@ -206,8 +206,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 			diffs = append(diffs, strings.Join(snapshot.Diff(m.Machine, mach), "; "))
 		}
 		if spec.Snapshot == nil {
-			return nil, BootOutput{}, fmt.Errorf("snapshot %q was saved on another machine than these arguments give: %s; leave the machine arguments out to boot the snapshot's own",
-				in.Snapshot, strings.Join(diffs, " | "))
+			return nil, BootOutput{}, &snapshot.MachineError{Name: in.Snapshot, Diffs: diffs}
 		}
 	}
 	switch {
@@ -335,7 +334,7 @@ func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, err
 		return nil, err
 	}
 	if len(metas) == 0 {
-		return nil, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", in.Snapshot, root)
+		return nil, &snapshot.NotFoundError{Name: in.Snapshot, Root: root}
 	}
 	if givenMachine(in) {
 		return metas, nil

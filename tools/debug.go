@@ -229,6 +229,9 @@ func (s *Server) debugStep(ctx context.Context, req *mcp.CallToolRequest, in Ste
 	ctx, cancel := context.WithTimeout(ctx, timeout+debugTimeout)
 	defer cancel()
 	st, err := d.Step(ctx, hart, in.Count, in.Over, timeout)
+	if st.Incomplete != "" {
+		st.Incomplete += "; debug_continue resumes every hart"
+	}
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
 	}

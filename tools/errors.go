@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
 // advise turns the domain's typed errors into the instructions an agent
@@ -89,6 +92,38 @@ func advise(err error) error {
 		default:
 			replace(e, e.Holding()+fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid))
 		}
+	}
+	if e := (*snapshot.NotFoundError)(nil); errors.As(err, &e) {
+		after(e, ": qemu_snapshot_list shows the project's snapshots")
+	}
+	if e := (*snapshot.MachineError)(nil); errors.As(err, &e) {
+		if e.Guest == "" {
+			after(e, "; leave the machine arguments out to boot the snapshot's own")
+		} else {
+			after(e, fmt.Sprintf("; boot with that configuration (qemu_boot snapshot: %q)", e.Name))
+		}
+	}
+	if e := (*snapshot.DriveFormatError)(nil); errors.As(err, &e) {
+		after(e, ": attach it with readonly: true, or convert it to qcow2 (qemu-img convert -O qcow2) and attach that")
+	}
+	if e := (*snapshot.LowSpaceError)(nil); errors.As(err, &e) {
+		after(e, ", or qemu_snapshot_delete older snapshots")
+	}
+	if e := (*debugger.NoBreakpointError)(nil); errors.As(err, &e) {
+		if e.Watch {
+			after(e, ": debug_watch sets one")
+		} else {
+			after(e, ": debug_break sets one")
+		}
+	}
+	if e := (*debugger.WatchRefusedError)(nil); errors.As(err, &e) {
+		after(e, "; remove one with debug_watch remove: true")
+	}
+	if errors.Is(err, debugger.ErrNoPhysical) {
+		after(debugger.ErrNoPhysical, ": read the virtual address, or use qmp_command pmemsave")
+	}
+	if e := (*qemu.LayoutError)(nil); errors.As(err, &e) {
+		after(e, " (use qemu_send_key for special keys, or serial_send for text on the console)")
 	}
 	if msg == err.Error() {
 		return err

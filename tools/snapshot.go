@@ -155,7 +155,7 @@ func (s *Server) findFor(root, name string, check func(snapshot.Meta) error) (sn
 		return snapshot.Meta{}, err
 	}
 	if len(metas) == 0 {
-		return snapshot.Meta{}, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", name, root)
+		return snapshot.Meta{}, &snapshot.NotFoundError{Name: name, Root: root}
 	}
 	var errs []error
 	for _, m := range metas {
@@ -279,7 +279,7 @@ func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in 
 		return nil, SnapshotDeleteOutput{}, err
 	}
 	if len(metas) == 0 {
-		return nil, SnapshotDeleteOutput{}, fmt.Errorf("no snapshot %q in project %s: qemu_snapshot_list shows the project's snapshots", in.Name, root)
+		return nil, SnapshotDeleteOutput{}, &snapshot.NotFoundError{Name: in.Name, Root: root}
 	}
 	var out SnapshotDeleteOutput
 	for _, m := range metas {
