@@ -67,7 +67,8 @@ type Spec struct {
 	Prompt  string
 	Panics  []*regexp.Regexp
 	// Snapshot, if set, starts the guest from a saved state instead of a
-	// boot: Snapshot.Meta.Machine must be the machine of QEMU.
+	// boot: the project's snapshot of that name saved on the machine of
+	// QEMU.
 	Snapshot *SnapshotSpec
 	// Debug, if set, starts QEMU's gdbstub and gives the instance a
 	// debugger. The instance owns Debug.Symbols from Boot on, failed
@@ -341,15 +342,15 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	rt := i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
 	var staged string
 	if snap := i.spec.Snapshot; snap != nil {
-		if err := snapshot.Verify(snap.Meta); err != nil {
+		if err := snapshot.Verify(snap.meta); err != nil {
 			return rep, err
 		}
-		if staged, err = i.stage(snap.Store, snap.Meta); err != nil {
+		if staged, err = i.stage(m.Snapshots(), snap.meta); err != nil {
 			return rep, err
 		}
 		cfg.LoadVM = &qemu.LoadVM{Path: staged}
-		rt.BeforeCont = loadSnapshot(snap.Meta, func() {
-			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.Meta.Name, snap.Meta.Created.Format(time.RFC3339)))
+		rt.BeforeCont = loadSnapshot(snap.meta, func() {
+			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.meta.Name, snap.meta.Created.Format(time.RFC3339)))
 		})
 	}
 	rt.BeforeCont = thenCall(rt.BeforeCont, captureAtStart)

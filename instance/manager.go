@@ -388,6 +388,11 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Repor
 	if err := spec.check(); err != nil {
 		return nil, nil, err
 	}
+	if spec.Snapshot != nil {
+		if err := m.findBootSnapshot(&spec); err != nil {
+			return nil, nil, err
+		}
+	}
 	i, err := m.admit(ctx, spec)
 	if err != nil {
 		return nil, nil, err
@@ -696,7 +701,7 @@ func (m *Manager) precheck(spec Spec, prev *Instance) error {
 		}
 	}
 	if s := spec.Snapshot; s != nil {
-		if err := s.Store.CheckStage(s.Meta, m.cfg.RuntimeDir); err != nil {
+		if err := m.Snapshots().CheckStage(s.meta, m.cfg.RuntimeDir); err != nil {
 			return err
 		}
 	}

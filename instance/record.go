@@ -127,13 +127,10 @@ func (i *Instance) beginRecording(ctx context.Context, cfg *qemu.Config) error {
 // machine at its first instruction (before the guest ran).
 func (i *Instance) commitRecording(ctx context.Context, mch *qemu.Machine) error {
 	r := i.recorder()
-	ver, err := qemuVersion(ctx, mch)
-	if err != nil {
-		return fmt.Errorf("record: %w", err)
-	}
+	ver := mch.Version()
 	meta := r.begun.Meta
 	meta.QEMU, meta.Binary = ver, mch.Argv()[0]
-	meta, err = r.begun.Commit(meta)
+	meta, err := r.begun.Commit(meta)
 	if err != nil {
 		return err
 	}

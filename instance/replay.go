@@ -220,9 +220,7 @@ func (i *Instance) startReplay() error {
 	r.pump = p
 	i.push("replay console reader", func() error { p.close(); return nil })
 	if mch := i.Machine(); mch != nil {
-		if v, err := qemuVersion(context.Background(), mch); err == nil {
-			r.version = v
-		}
+		r.version = mch.Version()
 	}
 	return nil
 }

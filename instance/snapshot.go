@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,10 +21,103 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
-// SnapshotSpec is a saved state to boot into.
+// SnapshotSpec is a saved state to boot into: the project's snapshot of
+// that name saved on the machine the boot gives (Manager.Boot finds it).
 type SnapshotSpec struct {
-	Store snapshot.Store
-	Meta  snapshot.Meta
+	Name string
+	meta snapshot.Meta // found by Boot
+}
+
+// Snapshots is the server's snapshot store, the one every instance saves
+// into and loads from.
+func (m *Manager) Snapshots() snapshot.Store {
+	return snapshot.Store{Dir: m.cfg.Snapshots, Owner: m.owner, Logger: m.log}
+}
+
+// FindSnapshots returns the project root's snapshots called name (one a
+// machine they were saved on), or a *snapshot.NotFoundError.
+func (m *Manager) FindSnapshots(root, name string) ([]snapshot.Meta, error) {
+	if err := snapshot.CheckName(name); err != nil {
+		return nil, err
+	}
+	metas, err := m.Snapshots().Find(root, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(metas) == 0 {
+		return nil, &snapshot.NotFoundError{Name: name, Root: root}
+	}
+	return metas, nil
+}
+
+// SnapshotMachine is the machine the project root's snapshot name was
+// saved on, for a boot that gives none: a *snapshot.AmbiguousError if
+// several machines have a snapshot of that name.
+func (m *Manager) SnapshotMachine(root, name string) (snapshot.Machine, error) {
+	metas, err := m.FindSnapshots(root, name)
+	if err != nil {
+		return snapshot.Machine{}, err
+	}
+	if len(metas) > 1 {
+		return snapshot.Machine{}, &snapshot.AmbiguousError{Name: name, Root: root, N: len(metas)}
+	}
+	return metas[0].Machine, nil
+}
+
+// findBootSnapshot finds the snapshot spec.Snapshot names among those
+// saved on the machine spec.QEMU gives, or says how the machines differ.
+func (m *Manager) findBootSnapshot(spec *Spec) error {
+	name := spec.Snapshot.Name
+	metas, err := m.FindSnapshots(spec.Root, name)
+	if err != nil {
+		return err
+	}
+	mach, err := snapshot.Describe(spec.QEMU)
+	if err != nil {
+		return err
+	}
+	var diffs []string
+	for _, meta := range metas {
+		if meta.Machine.Hash() == mach.Hash() {
+			spec.Snapshot = &SnapshotSpec{Name: name, meta: meta}
+			return nil
+		}
+		diffs = append(diffs, strings.Join(snapshot.Diff(meta.Machine, mach), "; "))
+	}
+	return &snapshot.MachineError{Name: name, Diffs: diffs}
+}
+
+// SnapshotsOf lists the project root's snapshots, newest first.
+func (m *Manager) SnapshotsOf(root string) ([]snapshot.Meta, error) {
+	return m.Snapshots().List(root)
+}
+
+// DeleteSnapshot deletes the project root's snapshots called name (one a
+// machine). A snapshot's disk part is removed from its drives through
+// inst, if inst runs the machine it was saved on and has the drives
+// attached; left names the drives that keep it otherwise.
+func (m *Manager) DeleteSnapshot(ctx context.Context, root, name string, inst *Instance) (deleted []snapshot.Meta, left []string, err error) {
+	metas, err := m.FindSnapshots(root, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	store := m.Snapshots()
+	for _, meta := range metas {
+		if len(meta.Drives) > 0 {
+			// The disk part lives in the drives: a running guest that
+			// has them removes it through QEMU.
+			if inst == nil || inst.Machine() == nil || inst.CheckSnapshot(meta) != nil || inst.deleteSnapshotTag(ctx, meta.Tag) != nil {
+				for _, d := range meta.Drives {
+					left = append(left, d+" (tag "+meta.Tag+")")
+				}
+			}
+		}
+		if err := store.Delete(meta); err != nil {
+			return deleted, left, err
+		}
+		deleted = append(deleted, meta)
+	}
+	return deleted, left, nil
 }
 
 // describe is the instance's machine, as snapshots know it (its files'
@@ -36,25 +128,13 @@ func (i *Instance) describe() (snapshot.Machine, error) {
 	return snapshot.Describe(cfg)
 }
 
-// qemuVersion asks QEMU its version, "7.2.22".
-func qemuVersion(ctx context.Context, mch *qemu.Machine) (string, error) {
-	raw, err := mch.Monitor().Execute(ctx, "query-version", nil)
-	if err != nil {
-		return "", err
-	}
-	var v struct {
-		QEMU struct{ Major, Minor, Micro int } `json:"qemu"`
-	}
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", fmt.Errorf("query-version: %w", err)
-	}
-	return fmt.Sprintf("%d.%d.%d", v.QEMU.Major, v.QEMU.Minor, v.QEMU.Micro), nil
-}
-
 // SaveSnapshot saves the running guest as the snapshot name of its project
 // and machine (see snapshot.Store.Save). The guest pauses for the save and
 // runs on.
-func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name string) (snapshot.Meta, error) {
+func (i *Instance) SaveSnapshot(ctx context.Context, name string) (snapshot.Meta, error) {
+	if err := snapshot.CheckName(name); err != nil {
+		return snapshot.Meta{}, err
+	}
 	if err := i.notRecorded("save a snapshot of"); err != nil {
 		return snapshot.Meta{}, err
 	}
@@ -65,10 +145,6 @@ func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name 
 		return snapshot.Meta{}, err
 	}
 	mach, err := i.describe()
-	if err != nil {
-		return snapshot.Meta{}, fmt.Errorf("save snapshot: %w", err)
-	}
-	ver, err := qemuVersion(ctx, mch)
 	if err != nil {
 		return snapshot.Meta{}, fmt.Errorf("save snapshot: %w", err)
 	}
@@ -83,7 +159,7 @@ func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name 
 	for k, d := range i.cfg.Drives {
 		drives[fmt.Sprintf("drive%d", k)] = d.Path
 	}
-	meta, err := store.Save(ctx, mch.Monitor(), i.spec.Root, mach, name, ver, drives)
+	meta, err := i.mgr.Snapshots().Save(ctx, mch.Monitor(), i.spec.Root, mach, name, mch.Version(), drives)
 	if err != nil {
 		return snapshot.Meta{}, err
 	}
@@ -92,7 +168,8 @@ func (i *Instance) SaveSnapshot(ctx context.Context, store snapshot.Store, name 
 }
 
 // CheckSnapshot says why meta cannot be loaded into this instance, or nil.
-func (i *Instance) CheckSnapshot(ctx context.Context, meta snapshot.Meta) error {
+// It asks QEMU nothing: a snapshot list checks each snapshot with it.
+func (i *Instance) CheckSnapshot(meta snapshot.Meta) error {
 	mach, err := i.describe()
 	if err != nil {
 		return err
@@ -101,7 +178,7 @@ func (i *Instance) CheckSnapshot(ctx context.Context, meta snapshot.Meta) error 
 		return &snapshot.MachineError{Name: meta.Name, Guest: i.name, Diffs: []string{strings.Join(snapshot.Diff(meta.Machine, mach), "; ")}}
 	}
 	if mch := i.Machine(); mch != nil {
-		if ver, err := qemuVersion(ctx, mch); err == nil && ver != meta.QEMU {
+		if ver := mch.Version(); ver != meta.QEMU {
 			return fmt.Errorf("snapshot %q was saved by QEMU %s, and this is QEMU %s: a saved state loads into the QEMU that saved it", meta.Name, meta.QEMU, ver)
 		}
 	}
@@ -128,8 +205,8 @@ type Restored struct {
 // snapshot missing (snapshot.Verify: the record's image, the state in it,
 // each drive's tag). It touches nothing: every way of loading calls it
 // before the running guest is stopped.
-func (i *Instance) CheckLoad(ctx context.Context, meta snapshot.Meta) error {
-	if err := i.CheckSnapshot(ctx, meta); err != nil {
+func (i *Instance) CheckLoad(meta snapshot.Meta) error {
+	if err := i.CheckSnapshot(meta); err != nil {
 		return err
 	}
 	if err := snapshot.Verify(meta); err != nil {
@@ -163,13 +240,13 @@ func loadsInPlace(mch *qemu.Machine) bool {
 // load in place that fails once the guest is stopped gives way to a new
 // QEMU (the result's Note says why); if the new QEMU fails to start, the
 // guest is gone and the instance stopped; the error says which.
-func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, meta snapshot.Meta) (res Restored, err error) {
+func (i *Instance) RestoreSnapshot(ctx context.Context, meta snapshot.Meta) (res Restored, err error) {
 	if err := i.notRecorded("load a snapshot into"); err != nil {
 		return res, err
 	}
 	i.restoreMu.Lock()
 	defer i.restoreMu.Unlock()
-	res, err = i.restore(ctx, store, meta)
+	res, err = i.restore(ctx, i.mgr.Snapshots(), meta)
 	var gone *lostError
 	if errors.As(err, &gone) {
 		// After restore let go of the console and the debugger: the
@@ -177,6 +254,26 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, store snapshot.Store, me
 		return res, i.lost(gone.err)
 	}
 	return res, err
+}
+
+// LoadSnapshot restores the guest to its project's snapshot name saved on
+// the machine it runs (see RestoreSnapshot), and returns that snapshot.
+// If none of that name can load, the error says why for each.
+func (i *Instance) LoadSnapshot(ctx context.Context, name string) (snapshot.Meta, Restored, error) {
+	metas, err := i.mgr.FindSnapshots(i.spec.Root, name)
+	if err != nil {
+		return snapshot.Meta{}, Restored{}, err
+	}
+	var errs []error
+	for _, meta := range metas {
+		err := i.CheckSnapshot(meta)
+		if err == nil {
+			res, err := i.RestoreSnapshot(ctx, meta)
+			return meta, res, err
+		}
+		errs = append(errs, err)
+	}
+	return snapshot.Meta{}, Restored{}, errors.Join(errs...)
 }
 
 // lostError is a restore that left no guest: the instance is to stop.
@@ -192,7 +289,7 @@ func (i *Instance) restore(ctx context.Context, store snapshot.Store, meta snaps
 	}
 	// Every part is checked, and the image copied, before the running
 	// guest is touched: a snapshot that cannot load leaves it as it was.
-	if err := i.CheckLoad(ctx, meta); err != nil {
+	if err := i.CheckLoad(meta); err != nil {
 		return res, err
 	}
 	i.loadStep(meta, "checked")
@@ -522,9 +619,9 @@ func dupCloexec(fd int) (int, error) {
 	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 }
 
-// DeleteSnapshotTag removes a snapshot's part from the guest's writable
+// deleteSnapshotTag removes a snapshot's part from the guest's writable
 // qcow2 drives.
-func (i *Instance) DeleteSnapshotTag(ctx context.Context, tag string) error {
+func (i *Instance) deleteSnapshotTag(ctx context.Context, tag string) error {
 	mch, err := i.Running()
 	if err != nil {
 		return err

@@ -462,6 +462,13 @@ func (m *Machine) Console() *serial.Console { return m.console }
 // Monitor is the QMP connection.
 func (m *Machine) Monitor() *qmp.Monitor { return m.mon }
 
+// Version is QEMU's version, "7.2.22", as it announced on connect: asked
+// once per machine, and free to ask again.
+func (m *Machine) Version() string {
+	v := m.mon.Greeting().Version.QEMU
+	return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Micro)
+}
+
 // Done is closed when QEMU has exited and its last output is in the buffer.
 func (m *Machine) Done() <-chan struct{} { return m.done }
 

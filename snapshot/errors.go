@@ -21,6 +21,18 @@ func (e *NotFoundError) Error() string {
 
 func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
 
+// AmbiguousError is a snapshot name saved on several machines, for a boot
+// that does not say which.
+type AmbiguousError struct {
+	Name, Root string
+	// N is how many machines have one.
+	N int
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("project %s has %d snapshots called %q, of different machines", e.Root, e.N, e.Name)
+}
+
 // DriveFormatError is a writable drive whose format cannot hold a
 // snapshot of its contents (only qcow2 can).
 type DriveFormatError struct {

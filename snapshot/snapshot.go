@@ -104,6 +104,13 @@ type File struct {
 	SHA256 string `json:"sha256"`
 }
 
+// KernelIs says whether the machine boots the kernel image data (a
+// server's built-in kernel, which a boot names by omitting its path).
+func (m Machine) KernelIs(data []byte) bool {
+	sum := sha256.Sum256(data)
+	return m.Kernel != nil && m.Kernel.SHA256 == hex.EncodeToString(sum[:])
+}
+
 // Drive is a disk of the configuration.
 type Drive struct {
 	Path     string `json:"path"`

@@ -156,9 +156,8 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		// debugger runs it.
 		in.WaitFor = nil
 	}
-	var snaps []snapshot.Meta
 	if in.Snapshot != "" {
-		if snaps, err = s.bootSnapshots(root, &in); err != nil {
+		if err := s.bootSnapshot(root, &in); err != nil {
 			return nil, BootOutput{}, err
 		}
 		if !explicitWait {
@@ -193,21 +192,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	spec := instance.Spec{Name: name, Root: root, QEMU: cfg, Restart: in.Restart,
 		Profile: prof.name, Prompt: prof.Prompt, Panics: panics}
 	if in.Snapshot != "" {
-		mach, err := snapshot.Describe(cfg)
-		if err != nil {
-			return nil, BootOutput{}, err
-		}
-		var diffs []string
-		for _, m := range snaps {
-			if m.Machine.Hash() == mach.Hash() {
-				spec.Snapshot = &instance.SnapshotSpec{Store: s.snapshots(), Meta: m}
-				break
-			}
-			diffs = append(diffs, strings.Join(snapshot.Diff(m.Machine, mach), "; "))
-		}
-		if spec.Snapshot == nil {
-			return nil, BootOutput{}, &snapshot.MachineError{Name: in.Snapshot, Diffs: diffs}
-		}
+		spec.Snapshot = &instance.SnapshotSpec{Name: in.Snapshot}
 	}
 	switch {
 	case rec != nil:
@@ -325,25 +310,23 @@ func bootText(o BootOutput, waitFor string) string {
 	return b.String()
 }
 
-// bootSnapshots finds the snapshots called in.Snapshot in the project and,
-// when the call gives no machine arguments and the name is one snapshot's,
-// fills them from it.
-func (s *Server) bootSnapshots(root string, in *BootInput) ([]snapshot.Meta, error) {
-	metas, err := s.snapshots().Find(root, in.Snapshot)
-	if err != nil {
-		return nil, err
-	}
-	if len(metas) == 0 {
-		return nil, &snapshot.NotFoundError{Name: in.Snapshot, Root: root}
-	}
+// bootSnapshot fills the machine arguments of a boot into in.Snapshot from
+// the machine it was saved on, when the call gives none (the instance
+// finds the snapshot of the machine given, and checks it, at its boot).
+func (s *Server) bootSnapshot(root string, in *BootInput) error {
 	if givenMachine(in) {
-		return metas, nil
+		return nil
 	}
-	if len(metas) > 1 {
-		return nil, fmt.Errorf("project %s has %d snapshots called %q, of different machines: give the machine arguments (kernel, memory ...) of the one to boot", root, len(metas), in.Snapshot)
+	mgr, err := s.manager()
+	if err != nil {
+		return err
 	}
-	s.fillMachine(in, metas[0].Machine)
-	return metas, nil
+	m, err := mgr.SnapshotMachine(root, in.Snapshot)
+	if err != nil {
+		return err
+	}
+	s.fillMachine(in, m)
+	return nil
 }
 
 // givenMachine says whether the call gives any machine argument.

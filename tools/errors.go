@@ -82,6 +82,9 @@ func advise(err error) error {
 	if errors.Is(err, instance.ErrGuestLost) {
 		after(instance.ErrGuestLost, ": boot it again with qemu_boot")
 	}
+	if e := (*instance.NoDisplayError)(nil); errors.As(err, &e) {
+		after(e, ": boot with gpu: true")
+	}
 	if e := (*lock.HeldError)(nil); errors.As(err, &e) && e.Holding() != "" {
 		pid := e.Holder.PID
 		switch {
@@ -95,6 +98,9 @@ func advise(err error) error {
 	}
 	if e := (*snapshot.NotFoundError)(nil); errors.As(err, &e) {
 		after(e, ": qemu_snapshot_list shows the project's snapshots")
+	}
+	if e := (*snapshot.AmbiguousError)(nil); errors.As(err, &e) {
+		after(e, ": give the machine arguments (kernel, memory ...) of the one to boot")
 	}
 	if e := (*snapshot.MachineError)(nil); errors.As(err, &e) {
 		if e.Guest == "" {

@@ -67,7 +67,7 @@ type RecordingsOutput struct {
 }
 
 func (s *Server) recordingsTool(ctx context.Context, _ *mcp.CallToolRequest, in RecordingsInput) (*mcp.CallToolResult, RecordingsOutput, error) {
-	root, _, err := s.snapshotProject(in.ProjectRoot, in.Target)
+	root, _, _, err := s.snapshotProject(in.ProjectRoot, in.Target)
 	if err != nil {
 		return nil, RecordingsOutput{}, err
 	}

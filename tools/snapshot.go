@@ -14,10 +14,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
-func (s *Server) snapshots() snapshot.Store {
-	return snapshot.Store{Dir: s.cfg.Snapshots, Logger: s.log}
-}
-
 // SnapshotInput names a snapshot of a guest.
 type SnapshotInput struct {
 	Name string `json:"name" max:"64" jsonschema:"the snapshot's name: letters, digits, '.', '_', '-'"`
@@ -59,23 +55,24 @@ func info(m snapshot.Meta) SnapshotInfo {
 }
 
 func (s *Server) snapshotSave(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotInfo, error) {
-	if err := snapshot.CheckName(in.Name); err != nil {
+	inst, _, err := s.running(in.Target)
+	if err != nil {
 		return nil, SnapshotInfo{}, err
 	}
-	inst, _, err := s.running(in.Target)
+	mgr, err := s.manager()
 	if err != nil {
 		return nil, SnapshotInfo{}, err
 	}
 	t := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	meta, err := inst.SaveSnapshot(ctx, s.snapshots(), in.Name)
+	meta, err := inst.SaveSnapshot(ctx, in.Name)
 	if err != nil {
 		return nil, SnapshotInfo{}, err
 	}
 	out := info(meta)
 	text := fmt.Sprintf("saved snapshot %q of %q in %d ms: %s (%s)", meta.Name, inst.Name(), time.Since(t).Milliseconds(), size(meta.Size), out.Machine)
-	if total := s.snapshots().Total(); s.cfg.KeepCap > 0 && total > s.cfg.KeepCap {
+	if total := mgr.Snapshots().Total(); s.cfg.KeepCap > 0 && total > s.cfg.KeepCap {
 		text += fmt.Sprintf("; snapshots now take %s, over the %s the server keeps (--max-kept): delete some with qemu_snapshot_delete", size(total), size(s.cfg.KeepCap))
 	}
 	return textResult(text), out, nil
@@ -108,21 +105,14 @@ type SnapshotLoadOutput struct {
 }
 
 func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotLoadOutput, error) {
-	if err := snapshot.CheckName(in.Name); err != nil {
-		return nil, SnapshotLoadOutput{}, err
-	}
 	inst, _, err := s.running(in.Target)
-	if err != nil {
-		return nil, SnapshotLoadOutput{}, err
-	}
-	meta, err := s.findFor(inst.Spec().Root, in.Name, func(m snapshot.Meta) error { return inst.CheckSnapshot(ctx, m) })
 	if err != nil {
 		return nil, SnapshotLoadOutput{}, err
 	}
 	t := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	r, err := inst.RestoreSnapshot(ctx, s.snapshots(), meta)
+	meta, r, err := inst.LoadSnapshot(ctx, in.Name)
 	if err != nil {
 		return nil, SnapshotLoadOutput{}, err
 	}
@@ -147,27 +137,6 @@ func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in 
 	return textResult(text), out, nil
 }
 
-// findFor finds the snapshot name of the project that check accepts (the
-// one of the machine in use), or says why there is none.
-func (s *Server) findFor(root, name string, check func(snapshot.Meta) error) (snapshot.Meta, error) {
-	metas, err := s.snapshots().Find(root, name)
-	if err != nil {
-		return snapshot.Meta{}, err
-	}
-	if len(metas) == 0 {
-		return snapshot.Meta{}, &snapshot.NotFoundError{Name: name, Root: root}
-	}
-	var errs []error
-	for _, m := range metas {
-		err := check(m)
-		if err == nil {
-			return m, nil
-		}
-		errs = append(errs, err)
-	}
-	return snapshot.Meta{}, errors.Join(errs...)
-}
-
 // SnapshotListInput is qemu_snapshot_list's arguments.
 type SnapshotListInput struct {
 	ProjectRoot string `json:"project_root,omitempty" jsonschema:"the project whose snapshots to list; default the guest's, or the server's working directory"`
@@ -190,15 +159,15 @@ type SnapshotListOutput struct {
 const maxListed = 50
 
 func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotListInput) (*mcp.CallToolResult, SnapshotListOutput, error) {
-	root, inst, err := s.snapshotProject(in.ProjectRoot, in.Target)
+	root, inst, mgr, err := s.snapshotProject(in.ProjectRoot, in.Target)
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	metas, err := s.snapshots().List(root)
+	metas, err := mgr.SnapshotsOf(root)
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: s.snapshots().Total(), Cap: s.cfg.KeepCap}
+	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Total(), Cap: s.cfg.KeepCap}
 	running := inst != nil && inst.Machine() != nil && inst.Spec().Root == root
 	if len(metas) > maxListed {
 		out.More, metas = len(metas)-maxListed, metas[:maxListed]
@@ -210,7 +179,7 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 			si.Incomplete = inc.Reason()
 		}
 		if running {
-			ok := si.Incomplete == "" && inst.CheckSnapshot(ctx, m) == nil
+			ok := si.Incomplete == "" && inst.CheckSnapshot(m) == nil
 			si.Matches = &ok
 		}
 		out.Snapshots = append(out.Snapshots, si)
@@ -236,7 +205,10 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 // snapshotProject is the project whose snapshots a call means:
 // project_root, else the guest's, else the server's working directory,
 // checked by the host-path policy. inst is the named guest, if it exists.
-func (s *Server) snapshotProject(projectRoot string, t Target) (root string, inst *instance.Instance, err error) {
+func (s *Server) snapshotProject(projectRoot string, t Target) (root string, inst *instance.Instance, mgr *instance.Manager, err error) {
+	if mgr, err = s.manager(); err != nil {
+		return "", nil, nil, err
+	}
 	inst, _ = s.instance(t)
 	root = projectRoot
 	if root == "" && inst != nil {
@@ -247,9 +219,9 @@ func (s *Server) snapshotProject(projectRoot string, t Target) (root string, ins
 	}
 	scope, err := s.hostPolicy().Project(root)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return scope.Dir(), inst, nil
+	return scope.Dir(), inst, mgr, nil
 }
 
 // SnapshotDeleteInput is qemu_snapshot_delete's arguments.
@@ -267,35 +239,17 @@ type SnapshotDeleteOutput struct {
 }
 
 func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in SnapshotDeleteInput) (*mcp.CallToolResult, SnapshotDeleteOutput, error) {
-	if err := snapshot.CheckName(in.Name); err != nil {
-		return nil, SnapshotDeleteOutput{}, err
-	}
-	root, inst, err := s.snapshotProject(in.ProjectRoot, in.Target)
+	root, inst, mgr, err := s.snapshotProject(in.ProjectRoot, in.Target)
 	if err != nil {
 		return nil, SnapshotDeleteOutput{}, err
 	}
-	metas, err := s.snapshots().Find(root, in.Name)
-	if err != nil {
-		return nil, SnapshotDeleteOutput{}, err
-	}
-	if len(metas) == 0 {
-		return nil, SnapshotDeleteOutput{}, &snapshot.NotFoundError{Name: in.Name, Root: root}
-	}
-	var out SnapshotDeleteOutput
-	for _, m := range metas {
-		if len(m.Drives) > 0 {
-			// The disk part lives in the drives: a running guest that
-			// has them removes it through QEMU.
-			if inst == nil || inst.Machine() == nil || inst.CheckSnapshot(ctx, m) != nil || inst.DeleteSnapshotTag(ctx, m.Tag) != nil {
-				for _, d := range m.Drives {
-					out.Left = append(out.Left, d+" (tag "+m.Tag+")")
-				}
-			}
-		}
-		if err := s.snapshots().Delete(m); err != nil {
-			return nil, out, err
-		}
+	deleted, left, err := mgr.DeleteSnapshot(ctx, root, in.Name, inst)
+	out := SnapshotDeleteOutput{Left: left}
+	for _, m := range deleted {
 		out.Deleted = append(out.Deleted, info(m))
+	}
+	if err != nil {
+		return nil, out, err
 	}
 	text := fmt.Sprintf("deleted snapshot %q (%d)", in.Name, len(out.Deleted))
 	if len(out.Left) > 0 {
