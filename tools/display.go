@@ -14,7 +14,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
 // ScreenshotInput is qemu_screenshot's arguments.
@@ -31,7 +30,7 @@ type ScreenshotOutput struct {
 }
 
 func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in ScreenshotInput) (*mcp.CallToolResult, ScreenshotOutput, error) {
-	inst, m, err := s.running(in.Target)
+	inst, _, err := s.running(in.Target)
 	if err != nil {
 		return nil, ScreenshotOutput{}, err
 	}
@@ -45,11 +44,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	path := filepath.Join(captures, fmt.Sprintf("%s-%d.png", names.Kept(names.KeptScreenshot, s.Manager().Owner(), inst.Name()), n))
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := m.Monitor().Execute(qctx, "screendump", map[string]any{"filename": path, "format": "png"}); err != nil {
-		var qe *qmp.Error
-		if errors.As(err, &qe) && !m.Config().GPU {
-			return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: the guest has no display (%s): boot with gpu: true", qe.Desc)
-		}
+	if err := inst.Screenshot(qctx, path); err != nil {
 		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
 	}
 	png, err := os.ReadFile(path)
@@ -102,44 +97,16 @@ func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInpu
 	if len(combos) == 0 {
 		return nil, KeyOutput{}, errors.New("keys is empty: give a combination such as ctrl-alt-delete, shift-a or ret")
 	}
-	_, m, err := s.running(in.Target)
+	inst, _, err := s.running(in.Target)
 	if err != nil {
 		return nil, KeyOutput{}, err
 	}
-	for _, keys := range combos {
-		if err := sendCombo(ctx, m, keys, hold); err != nil {
-			return nil, KeyOutput{}, err
-		}
-		// send-key returns before the keys are released: wait, so the
-		// next combination is not merged into this one.
-		if err := sleep(ctx, time.Duration(hold)*time.Millisecond); err != nil {
-			return nil, KeyOutput{}, err
-		}
+	// Each combination is released before the next is pressed.
+	holdFor := time.Duration(hold) * time.Millisecond
+	if _, err := inst.PressKeys(ctx, combos, holdFor, holdFor); err != nil {
+		return nil, KeyOutput{}, err
 	}
 	return textResult(fmt.Sprintf("sent %d key combination(s): %v", len(combos), combos)), KeyOutput{Sent: combos}, nil
-}
-
-func sendCombo(ctx context.Context, m *qemu.Machine, keys []string, holdMS int) error {
-	kv := make([]map[string]string, len(keys))
-	for i, k := range keys {
-		kv[i] = map[string]string{"type": "qcode", "data": k}
-	}
-	_, err := m.Monitor().Execute(ctx, "send-key", map[string]any{"keys": kv, "hold-time": holdMS})
-	if err != nil {
-		return fmt.Errorf("send %s: %w", strings.Join(keys, "-"), err)
-	}
-	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // TypeInput is qemu_type_text's arguments.
@@ -171,7 +138,7 @@ func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeIn
 	if d := time.Duration(len(combos)*delay) * time.Millisecond; d > maxTyping {
 		return nil, TypeOutput{}, fmt.Errorf("text of %d characters at delay_ms %d takes %v, more than the %v a call may type for: type it in parts", len(combos), delay, d, maxTyping)
 	}
-	_, m, err := s.running(in.Target)
+	inst, _, err := s.running(in.Target)
 	if err != nil {
 		return nil, TypeOutput{}, err
 	}
@@ -179,14 +146,12 @@ func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeIn
 	defer cancel()
 	// A key must be released before the same key is pressed again, or the
 	// guest sees one long press: hold shorter than the gap.
-	hold := max(delay/2, 10)
-	for i, keys := range combos {
-		if err := sendCombo(ctx, m, keys, hold); err != nil {
-			return nil, TypeOutput{Typed: i}, fmt.Errorf("typed %d of %d characters: %w", i, len(combos), err)
+	hold := time.Duration(max(delay/2, 10)) * time.Millisecond
+	if n, err := inst.PressKeys(ctx, combos, hold, time.Duration(delay)*time.Millisecond); err != nil {
+		if n < len(combos) && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("typed %d of %d characters: %w", n, len(combos), err)
 		}
-		if err := sleep(ctx, time.Duration(delay)*time.Millisecond); err != nil {
-			return nil, TypeOutput{Typed: i + 1}, err
-		}
+		return nil, TypeOutput{Typed: n}, err
 	}
 	return textResult(fmt.Sprintf("typed %d characters", len(combos))), TypeOutput{Typed: len(combos)}, nil
 }
@@ -226,30 +191,12 @@ func (s *Server) mouse(ctx context.Context, _ *mcp.CallToolRequest, in MouseInpu
 			return nil, MouseOutput{}, fmt.Errorf("button %q: want left, right or middle", b)
 		}
 	}
-	_, m, err := s.running(in.Target)
+	inst, _, err := s.running(in.Target)
 	if err != nil {
 		return nil, MouseOutput{}, err
 	}
-	send := func(events ...map[string]any) error {
-		_, err := m.Monitor().Execute(ctx, "input-send-event", map[string]any{"events": events})
-		return err
-	}
-	abs := func(axis string, v int) map[string]any {
-		return map[string]any{"type": "abs", "data": map[string]any{"axis": axis, "value": v}}
-	}
-	btn := func(b string, down bool) map[string]any {
-		return map[string]any{"type": "btn", "data": map[string]any{"button": b, "down": down}}
-	}
-	if err := send(abs("x", in.X), abs("y", in.Y)); err != nil {
-		return nil, MouseOutput{}, fmt.Errorf("move pointer: %w", err)
-	}
-	for _, b := range in.Buttons {
-		if err := send(btn(b, true)); err != nil {
-			return nil, MouseOutput{}, fmt.Errorf("press %s: %w", b, err)
-		}
-		if err := send(btn(b, false)); err != nil {
-			return nil, MouseOutput{}, fmt.Errorf("release %s: %w", b, err)
-		}
+	if err := inst.Pointer(ctx, in.X, in.Y, in.Buttons); err != nil {
+		return nil, MouseOutput{}, err
 	}
 	text := "pointer at " + strconv.Itoa(in.X) + "," + strconv.Itoa(in.Y)
 	if len(in.Buttons) > 0 {
