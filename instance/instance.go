@@ -510,6 +510,35 @@ func (i *Instance) Debugger() *debugger.Session {
 	return i.debugger
 }
 
+// triageTimeout bounds a crash triage: a few hundred stub round trips.
+const triageTimeout = 5 * time.Second
+
+// Triage is the debugger's view of the panic the guest is in (see
+// debugger.Session.Triage), within a few seconds; nil without a debugger.
+func (i *Instance) Triage(ctx context.Context) (*debugger.Triage, error) {
+	d := i.Debugger()
+	if d == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, triageTimeout)
+	defer cancel()
+	t, err := d.Triage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// DebugStop is where and why the debugger holds the guest stopped, if it
+// does.
+func (i *Instance) DebugStop(ctx context.Context) (debugger.StopInfo, bool) {
+	d := i.Debugger()
+	if d == nil {
+		return debugger.StopInfo{}, false
+	}
+	return d.Holding(ctx)
+}
+
 // watch undoes everything when QEMU stops by itself (guest poweroff), not
 // only when it is stopped.
 func (i *Instance) watch(mch *qemu.Machine, followed <-chan struct{}) {

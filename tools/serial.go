@@ -489,35 +489,18 @@ func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instanc
 	}
 	setExit(&w, in.Machine())
 	if w.Panicked && w.Running {
-		s.triage(ctx, in, &w)
-	} else if d := in.Debugger(); d != nil && w.Running && !w.Matched {
-		if st, ok := d.Holding(ctx); ok {
+		// The crashing function, without the agent asking.
+		if w.Triage, err = in.Triage(ctx); err != nil {
+			w.TriageError = err.Error()
+		}
+	} else if w.Running && !w.Matched {
+		if st, ok := in.DebugStop(ctx); ok {
 			w.DebugStop = &st
 		}
 	}
 	w.TranscriptNote = s.transcriptNote(req, in)
 	s.setCursor(req, in, w.Cursor)
 	return w, nil
-}
-
-// triageTimeout bounds a crash triage: a few hundred stub round trips.
-const triageTimeout = 5 * time.Second
-
-// triage adds the debugger's view of a panic, so the agent sees the
-// crashing function without asking.
-func (s *Server) triage(ctx context.Context, in *instance.Instance, w *WaitResult) {
-	d := in.Debugger()
-	if d == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, triageTimeout)
-	defer cancel()
-	t, err := d.Triage(ctx)
-	if err != nil {
-		w.TriageError = err.Error()
-		return
-	}
-	w.Triage = &t
 }
 
 func setExit(w *WaitResult, m *qemu.Machine) {
