@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -358,67 +357,44 @@ func (s *Server) fillMachine(in *BootInput, m snapshot.Machine) {
 	}
 }
 
-// openSymbols opens the debugger's symbols: in.Symbols under the host-path
-// policy, else the kernel when it is an ELF, else a vmlinux beside the
-// kernel or at the top of the Linux build tree it came from
-// (arch/riscv/boot/Image), else none (addresses only). The built-in
-// kernel brings its own.
+// openSymbols opens the debugger's symbols: in.Symbols, else those
+// debuginfo.FindKernelSymbols finds for the kernel, each under the
+// host-path policy; the built-in kernel brings its own.
 func (s *Server) openSymbols(scope *hostpath.Scope, in BootInput, kernel string) (*instance.DebugSpec, string, error) {
-	open := func(f *os.File, path string) (*instance.DebugSpec, string, error) {
-		df, err := debuginfo.OpenFile(f)
-		if err != nil {
-			f.Close()
-			return nil, "", fmt.Errorf("symbols %s: %w", path, err)
-		}
-		if df.Machine() != elf.EM_RISCV {
-			df.Close()
-			return nil, "", fmt.Errorf("symbols %s are for %s, not RISC-V: give the riscv64 kernel's vmlinux", path, df.Machine())
-		}
-		return &instance.DebugSpec{Symbols: df}, path, nil
-	}
-	if in.Symbols != "" {
-		f, err := scope.Open("symbols", in.Symbols, false)
+	open := func(p string) (*os.File, string, error) {
+		f, err := scope.Open("symbols", p, false)
 		if err != nil {
 			return nil, "", err
 		}
 		path, _ := hostpath.Real(f)
-		return open(f, path)
+		return f, path, nil
 	}
-	if in.Kernel == "" {
-		path, err := s.builtinSymbols()
-		if err != nil {
+	var df *debuginfo.File
+	var path string
+	var err error
+	switch {
+	case in.Symbols != "":
+		var f *os.File
+		if f, path, err = open(in.Symbols); err != nil {
+			return nil, "", err
+		}
+		df, err = debuginfo.OpenKernel(f, path)
+	case in.Kernel == "":
+		if path, err = s.builtinSymbols(); err != nil {
 			return nil, "", err
 		}
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, "", fmt.Errorf("built-in kernel's symbols: %w", err)
 		}
-		return open(f, path)
+		df, err = debuginfo.OpenKernel(f, path)
+	default:
+		df, path, err = debuginfo.FindKernelSymbols(kernel, open)
 	}
-	dir := filepath.Dir(kernel)
-	cands := []string{kernel, filepath.Join(dir, "vmlinux")}
-	if strings.HasSuffix(dir, filepath.Join("arch", "riscv", "boot")) {
-		cands = append(cands, filepath.Join(dir, "..", "..", "..", "vmlinux"))
+	if err != nil {
+		return nil, "", err
 	}
-	for _, cand := range cands {
-		f, err := scope.Open("symbols", cand, false)
-		if err != nil {
-			continue
-		}
-		if !isELF(f) {
-			f.Close()
-			continue
-		}
-		path, _ := hostpath.Real(f)
-		return open(f, path)
-	}
-	return &instance.DebugSpec{}, "", nil
-}
-
-func isELF(f *os.File) bool {
-	var magic [4]byte
-	_, err := f.ReadAt(magic[:], 0)
-	return err == nil && string(magic[:]) == elf.ELFMAG
+	return &instance.DebugSpec{Symbols: df}, path, nil
 }
 
 // activeProfile is the profile a boot used, kept for its prompt.
