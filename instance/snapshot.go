@@ -15,6 +15,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 	"github.com/qemu-mcp/qemu-mcp/serial"
@@ -51,17 +52,43 @@ func (m *Manager) FindSnapshots(root, name string) ([]snapshot.Meta, error) {
 }
 
 // SnapshotMachine is the machine the project root's snapshot name was
-// saved on, for a boot that gives none: a *snapshot.AmbiguousError if
-// several machines have a snapshot of that name.
-func (m *Manager) SnapshotMachine(root, name string) (snapshot.Machine, error) {
+// saved on, as boot arguments, for a boot that gives none (builtin is the
+// kernel a boot that names none boots: its path is left out). It is a
+// *snapshot.AmbiguousError if several machines have a snapshot of that
+// name.
+func (m *Manager) SnapshotMachine(root, name string, builtin []byte) (profile.Profile, error) {
 	metas, err := m.FindSnapshots(root, name)
 	if err != nil {
-		return snapshot.Machine{}, err
+		return profile.Profile{}, err
 	}
 	if len(metas) > 1 {
-		return snapshot.Machine{}, &snapshot.AmbiguousError{Name: name, Root: root, N: len(metas)}
+		return profile.Profile{}, &snapshot.AmbiguousError{Name: name, Root: root, N: len(metas)}
 	}
-	return metas[0].Machine, nil
+	return MachineArgs(metas[0].Machine, builtin), nil
+}
+
+// MachineArgs is the machine mach (a snapshot's or a recording's) as boot
+// arguments; builtin is the kernel a boot that names none boots, whose
+// path is left out.
+func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
+	p := profile.Profile{BIOS: mach.BIOS.Path, Memory: mach.Memory, SMP: mach.SMP, Append: mach.Append,
+		ExtraArgs: mach.ExtraArgs, GPU: mach.GPU, Network: mach.Network}
+	if k := mach.Kernel; k != nil && !mach.KernelIs(builtin) {
+		p.Kernel = k.Path
+	}
+	if mach.Initrd != nil {
+		p.Initrd = mach.Initrd.Path
+	}
+	if mach.DTB != nil {
+		p.DTB = mach.DTB.Path
+	}
+	for _, d := range mach.Drives {
+		p.Drives = append(p.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly})
+	}
+	for _, sh := range mach.Shares {
+		p.Shares = append(p.Shares, profile.Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
+	}
+	return p
 }
 
 // findBootSnapshot finds the snapshot spec.Snapshot names among those

@@ -186,3 +186,40 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// Under fills what args leave empty from p: arguments a boot gives win
+// over its profile, and the profile's switches (gpu, gdb) add to the
+// boot's.
+func (p Profile) Under(args *Profile) {
+	set := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	set(&args.Kernel, p.Kernel)
+	set(&args.Initrd, p.Initrd)
+	set(&args.DTB, p.DTB)
+	set(&args.BIOS, p.BIOS)
+	set(&args.Memory, p.Memory)
+	set(&args.Append, p.Append)
+	set(&args.Network, p.Network)
+	set(&args.Symbols, p.Symbols)
+	set(&args.Prompt, p.Prompt)
+	if args.SMP == 0 {
+		args.SMP = p.SMP
+	}
+	if args.Drives == nil {
+		args.Drives = p.Drives
+	}
+	if args.Shares == nil {
+		args.Shares = p.Shares
+	}
+	if args.ExtraArgs == nil {
+		args.ExtraArgs = p.ExtraArgs
+	}
+	if args.PanicPatterns == nil {
+		args.PanicPatterns = p.PanicPatterns
+	}
+	args.GPU = args.GPU || p.GPU
+	args.GDB = args.GDB || p.GDB
+}

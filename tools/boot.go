@@ -320,11 +320,13 @@ func (s *Server) bootSnapshot(root string, in *BootInput) error {
 	if err != nil {
 		return err
 	}
-	m, err := mgr.SnapshotMachine(root, in.Snapshot)
+	m, err := mgr.SnapshotMachine(root, in.Snapshot, s.cfg.BuiltinKernel)
 	if err != nil {
 		return err
 	}
-	s.fillMachine(in, m)
+	args := in.machine()
+	m.Under(&args)
+	in.setMachine(args)
 	return nil
 }
 
@@ -334,27 +336,11 @@ func givenMachine(in *BootInput) bool {
 		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != "" || in.Shares != nil
 }
 
-// fillMachine sets the machine arguments to m's (a snapshot's or a
-// recording's).
+// fillMachine sets the machine arguments to m's (a recording's).
 func (s *Server) fillMachine(in *BootInput, m snapshot.Machine) {
-	builtin := sha256.Sum256(s.cfg.BuiltinKernel)
-	if k := m.Kernel; k != nil && k.SHA256 != hex.EncodeToString(builtin[:]) {
-		in.Kernel = k.Path
-	}
-	if m.Initrd != nil {
-		in.Initrd = m.Initrd.Path
-	}
-	if m.DTB != nil {
-		in.DTB = m.DTB.Path
-	}
-	in.BIOS, in.Memory, in.SMP, in.Append = m.BIOS.Path, m.Memory, m.SMP, m.Append
-	for _, d := range m.Drives {
-		in.Drives = append(in.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly})
-	}
-	in.ExtraArgs, in.GPU, in.Network = m.ExtraArgs, m.GPU, m.Network
-	for _, sh := range m.Shares {
-		in.Shares = append(in.Shares, ShareArg{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
-	}
+	args := in.machine()
+	instance.MachineArgs(m, s.cfg.BuiltinKernel).Under(&args)
+	in.setMachine(args)
 }
 
 // openSymbols opens the debugger's symbols: in.Symbols, else those
@@ -417,7 +403,7 @@ func compileAll(what string, srcs []string) ([]*regexp.Regexp, error) {
 }
 
 // applyProfile fills the arguments the caller left empty from the
-// project's profile; explicit arguments win.
+// project's profile (profile.Profile.Under).
 func applyProfile(root string, in *BootInput) (activeProfile, error) {
 	f, err := profile.Load(root)
 	if err != nil {
@@ -431,39 +417,41 @@ func applyProfile(root string, in *BootInput) (activeProfile, error) {
 	if name == "" {
 		name = f.Default
 	}
-	set := func(dst *string, v string) {
-		if *dst == "" {
-			*dst = v
-		}
-	}
-	set(&in.Kernel, p.Kernel)
-	set(&in.Initrd, p.Initrd)
-	set(&in.DTB, p.DTB)
-	set(&in.BIOS, p.BIOS)
-	set(&in.Memory, p.Memory)
-	set(&in.Append, p.Append)
+	args := in.machine()
+	p.Under(&args)
+	in.setMachine(args)
 	if in.WaitFor == nil && p.Prompt != "" {
 		in.WaitFor = p.Prompt
 	}
-	set(&in.Network, p.Network)
-	if in.SMP == 0 {
-		in.SMP = p.SMP
+	return activeProfile{name: name, Prompt: p.Prompt, Panics: p.PanicPatterns}, nil
+}
+
+// machine is the machine and debugger arguments of a boot, as a profile
+// gives them.
+func (in *BootInput) machine() profile.Profile {
+	p := profile.Profile{Kernel: in.Kernel, Initrd: in.Initrd, DTB: in.DTB, BIOS: in.BIOS, Memory: in.Memory, SMP: in.SMP,
+		Append: in.Append, Drives: in.Drives, Network: in.Network, GPU: in.GPU, ExtraArgs: in.ExtraArgs, GDB: in.GDB, Symbols: in.Symbols}
+	if in.Shares != nil {
+		p.Shares = make([]profile.Share, 0, len(in.Shares))
+		for _, sh := range in.Shares {
+			p.Shares = append(p.Shares, profile.Share(sh))
+		}
 	}
-	if in.Drives == nil {
-		in.Drives = p.Drives
-	}
-	if in.Shares == nil {
+	return p
+}
+
+// setMachine sets a boot's machine and debugger arguments.
+func (in *BootInput) setMachine(p profile.Profile) {
+	in.Kernel, in.Initrd, in.DTB, in.BIOS, in.Memory, in.SMP = p.Kernel, p.Initrd, p.DTB, p.BIOS, p.Memory, p.SMP
+	in.Append, in.Drives, in.Network, in.GPU, in.ExtraArgs = p.Append, p.Drives, p.Network, p.GPU, p.ExtraArgs
+	in.GDB, in.Symbols = p.GDB, p.Symbols
+	in.Shares = nil
+	if p.Shares != nil {
+		in.Shares = make([]ShareArg, 0, len(p.Shares))
 		for _, sh := range p.Shares {
 			in.Shares = append(in.Shares, ShareArg(sh))
 		}
 	}
-	if in.ExtraArgs == nil {
-		in.ExtraArgs = p.ExtraArgs
-	}
-	in.GPU = in.GPU || p.GPU
-	in.GDB = in.GDB || p.GDB
-	set(&in.Symbols, p.Symbols)
-	return activeProfile{name: name, Prompt: p.Prompt, Panics: p.PanicPatterns}, nil
 }
 
 // bootConfig turns arguments into a QEMU configuration. Every host file it
