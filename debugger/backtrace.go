@@ -32,7 +32,7 @@ type Backtrace struct {
 // stop) by frame pointers, at most max frames; on is the hart.
 func (s *Session) Backtrace(ctx context.Context, hart, max int) (bt Backtrace, on int, err error) {
 	if max <= 0 || max > 256 {
-		return Backtrace{}, 0, fmt.Errorf("max_frames %d: want 1 to 256", max)
+		return Backtrace{}, 0, fmt.Errorf("a backtrace of %d frames: want 1 to 256", max)
 	}
 	on, err = s.onHart(ctx, hart, func(th *gdb.Thread) error {
 		regs, err := th.ReadRegisters(ctx)
@@ -191,7 +191,7 @@ func (s *Session) unwind(ctx context.Context, th *gdb.Thread, regs map[string]ui
 		}
 		st = next
 	}
-	bt.End = fmt.Sprintf("stopped at max_frames %d", max)
+	bt.End = fmt.Sprintf("stopped after %d frames, the most asked for", max)
 	return bt
 }
 

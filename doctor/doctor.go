@@ -380,7 +380,7 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 			}
 		}
 		for _, b := range sr.Broken {
-			p.f("\nincomplete snapshot (cannot load; qemu_snapshot_delete it): %s\n", b)
+			p.f("\nincomplete snapshot (cannot load; delete it): %s\n", b)
 		}
 		for _, e := range sr.Errors {
 			p.f("\nsnapshot store: %s\n", e)

@@ -96,19 +96,19 @@ type Scope struct {
 func (p Policy) Project(root string) (*Scope, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
-		return nil, fmt.Errorf("project_root %s: %w", root, err)
+		return nil, &ProjectError{Root: root, Err: err}
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
-		return nil, fmt.Errorf("project_root %s: %w", root, unwrap(err))
+		return nil, &ProjectError{Root: root, Err: unwrap(err)}
 	}
 	if fi, err := os.Stat(real); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("project_root %s is not a directory", root)
+		return nil, &ProjectError{Root: root, Err: errNotDir}
 	}
 	s := &Scope{allowAll: p.AllowAll, project: real}
 	if !p.AllowAll {
 		if err := p.checkProject(real); err != nil {
-			return nil, fmt.Errorf("project_root %s is refused: %w", root, err)
+			return nil, &ProjectError{Root: root, Err: err, Refused: true}
 		}
 	}
 	s.roots = append(s.roots, Root{Dir: real, Writable: true, Rule: RuleProject})
@@ -193,7 +193,7 @@ func (s *Scope) Open(what, path string, write bool) (*os.File, error) {
 	fd, err := unix.Open(full, flags|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		if !filepath.IsAbs(path) {
-			return nil, fmt.Errorf("%s %s: %w (relative paths are relative to project_root %s)", what, path, err, s.project)
+			return nil, &RelativeError{What: what, Path: path, Err: err, Project: s.project}
 		}
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
@@ -236,8 +236,7 @@ func (s *Scope) check(what, path string, f *os.File, write bool) error {
 		return fmt.Errorf("%s %s is refused: %s is outside the project root %s and the other allowed directories (rule host-path); %s",
 			what, path, describe(path, real), s.project, hint)
 	case write && !r.Writable:
-		return fmt.Errorf("%s %s is refused for writing: %s is in %s, which is read-only (rule %s); attach it with readonly: true, or copy it into the project",
-			what, path, describe(path, real), r.Dir, r.Rule)
+		return &ReadOnlyError{What: what, Path: path, Real: describe(path, real), Dir: r.Dir, Rule: r.Rule}
 	}
 	return nil
 }
@@ -447,3 +446,52 @@ func checkNoGit(dir string) error {
 	}
 	return err
 }
+
+// ReadOnlyError is a file opened for writing in a directory the policy
+// allows only reading from.
+type ReadOnlyError struct {
+	// What and Path are the file as asked for; Real says where it is.
+	What, Path, Real string
+	// Dir is the read-only directory, Rule the rule that allows it.
+	Dir, Rule string
+}
+
+func (e *ReadOnlyError) Error() string {
+	return fmt.Sprintf("%s %s is refused for writing: %s is in %s, which is read-only (rule %s)", e.What, e.Path, e.Real, e.Dir, e.Rule)
+}
+
+var errNotDir = errors.New("is not a directory")
+
+// ProjectError is a project root that cannot be one.
+type ProjectError struct {
+	Root string
+	Err  error
+	// Refused says the policy refuses it (Err says by which rule).
+	Refused bool
+}
+
+func (e *ProjectError) Error() string {
+	switch {
+	case e.Err == errNotDir:
+		return fmt.Sprintf("project root %s %v", e.Root, e.Err)
+	case e.Refused:
+		return fmt.Sprintf("project root %s is refused: %v", e.Root, e.Err)
+	}
+	return fmt.Sprintf("project root %s: %v", e.Root, e.Err)
+}
+
+func (e *ProjectError) Unwrap() error { return e.Err }
+
+// RelativeError is a path relative to the project root that cannot be
+// opened there.
+type RelativeError struct {
+	What, Path string
+	Err        error
+	Project    string
+}
+
+func (e *RelativeError) Error() string {
+	return fmt.Sprintf("%s %s: %v (relative paths are relative to the project root %s)", e.What, e.Path, e.Err, e.Project)
+}
+
+func (e *RelativeError) Unwrap() error { return e.Err }

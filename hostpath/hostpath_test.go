@@ -92,7 +92,7 @@ func TestProjectRoot(t *testing.T) {
 		}
 	}
 	_, err := tr.policy.Project("/")
-	wantRefused(t, err, `project_root / is refused`, `"/" would make every host file a project file`)
+	wantRefused(t, err, `project root / is refused`, `"/" would make every host file a project file`)
 	_, err = tr.policy.Project(tr.outside)
 	wantRefused(t, err, tr.outside, "neither the server's working directory", "rule project", "--allow-host-access")
 	_, err = tr.policy.Project(tr.project + "/../../outside")
@@ -197,7 +197,7 @@ func TestOpen(t *testing.T) {
 		f.Close()
 	}
 	_, err = s.Open("drives[0]", filepath.Join(tr.allowed, "fw.bin"), true)
-	wantRefused(t, err, "refused for writing", "read-only", "rule allow-path", "readonly: true")
+	wantRefused(t, err, "refused for writing", "read-only", "rule allow-path")
 
 	// The captures directory is writable.
 	write(t, filepath.Join(tr.captures, "x.pcap"), "")
@@ -219,7 +219,7 @@ func TestOpen(t *testing.T) {
 	_, err = s.Open("kernel", "a\x00b", false)
 	wantRefused(t, err, "NUL")
 	_, err = s.Open("kernel", "missing", false)
-	wantRefused(t, err, "no such file", "relative to project_root "+tr.project)
+	wantRefused(t, err, "no such file", "relative to the project root "+tr.project)
 
 	// A second hard link may lie outside: no writes through it.
 	if err := os.Link(filepath.Join(tr.project, "kernel"), filepath.Join(tr.outside, "hardlink")); err != nil {

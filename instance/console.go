@@ -59,7 +59,7 @@ func (i *Instance) Exec(ctx context.Context, req shell.Request) (res shell.Resul
 	if err := i.Input(); err != nil {
 		return shell.Result{}, nil, err
 	}
-	release, err := i.AcquireConsole(ctx, "guest_exec", req.Timeout)
+	release, err := i.AcquireConsole(ctx, "a shell command", req.Timeout)
 	if err != nil {
 		return shell.Result{}, nil, err
 	}

@@ -263,7 +263,7 @@ func CheckExtraArgs(args []string) error {
 			name = name[:i]
 		}
 		if why, ok := managedOptions[name]; ok {
-			return fmt.Errorf("extra_args: %s is not allowed: %s", a, why)
+			return &ManagedError{Arg: a, Why: why}
 		}
 	}
 	return nil
@@ -574,3 +574,11 @@ func ShareModel(dir *os.File) string {
 func MountCommand(tag, dir string) string {
 	return "mkdir -p " + dir + " && mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 " + tag + " " + dir
 }
+
+// ManagedError is an extra QEMU argument that sets what the server
+// manages itself (the console, the monitor, daemonizing ...).
+type ManagedError struct {
+	Arg, Why string
+}
+
+func (e *ManagedError) Error() string { return fmt.Sprintf("%s is not allowed: %s", e.Arg, e.Why) }

@@ -301,7 +301,7 @@ func Diff(saved, now Machine) []string {
 	add("drives", saved.Drives, now.Drives)
 	add("network", saved.Network, now.Network)
 	add("gpu", saved.GPU, now.GPU)
-	add("extra_args", saved.ExtraArgs, now.ExtraArgs)
+	add("extra arguments", saved.ExtraArgs, now.ExtraArgs)
 	add("shares", saved.Shares, now.Shares)
 	return d
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -30,6 +31,12 @@ func advise(err error) error {
 			return
 		}
 		msg += tip
+	}
+	// before puts text right before e's own.
+	before := func(e error, text string) {
+		if t := e.Error(); strings.Contains(msg, t) {
+			msg = strings.Replace(msg, t, text+t, 1)
+		}
 	}
 	// replace puts text where e's own was, or at the end.
 	replace := func(e error, text string) {
@@ -84,6 +91,19 @@ func advise(err error) error {
 	}
 	if e := (*instance.NoDisplayError)(nil); errors.As(err, &e) {
 		after(e, ": boot with gpu: true")
+	}
+	// The project root is the argument project_root.
+	if e := (*hostpath.ProjectError)(nil); errors.As(err, &e) {
+		replace(e, "project_root"+strings.TrimPrefix(e.Error(), "project root"))
+	}
+	if e := (*hostpath.RelativeError)(nil); errors.As(err, &e) {
+		replace(e, fmt.Sprintf("%s %s: %v (relative paths are relative to project_root %s)", e.What, e.Path, e.Err, e.Project))
+	}
+	if e := (*hostpath.ReadOnlyError)(nil); errors.As(err, &e) {
+		after(e, "; attach it with readonly: true, or copy it into the project")
+	}
+	if e := (*qemu.ManagedError)(nil); errors.As(err, &e) {
+		before(e, "extra_args: ")
 	}
 	if e := (*lock.HeldError)(nil); errors.As(err, &e) && e.Holding() != "" {
 		pid := e.Holder.PID

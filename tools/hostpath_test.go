@@ -111,7 +111,7 @@ func TestHostPathFlags(t *testing.T) {
 		t.Errorf("boot from an allowed path: %+v", b)
 	}
 	s.wantError("qemu_boot", map[string]any{"kernel": kernel, "drives": []any{map[string]any{"path": disk}}, "restart": true},
-		"refused for writing", "read-only", "rule allow-path")
+		"refused for writing", "read-only", "rule allow-path", "readonly: true")
 
 	// (Another image: QEMU itself locks the one the first guest reads.)
 	disk2 := filepath.Join(outside, "disk2.img")
