@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -24,7 +23,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
-	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -270,22 +268,6 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	out.ElapsedMS = time.Since(start).Milliseconds()
 	return textResult(bootText(out, p.desc)), out, nil
-}
-
-// tapAdvice completes a refused TAP boot's error with the ways an ordinary
-// user has: the user network, or a persistent TAP root makes once (never
-// file capabilities on the server: they would give every user who runs it
-// the host's network).
-func tapAdvice(err error, name string) error {
-	if !errors.Is(err, tap.ErrNoPrivilege) || name != "" {
-		return err
-	}
-	u := "$USER"
-	if cu, uerr := user.Current(); uerr == nil {
-		u = cu.Username
-	}
-	return fmt.Errorf("%w; or, for a TAP without privileges, have root make you a persistent one once and boot with network: \"tap\", tap: \"qmtap0\"; as root: "+
-		"ip tuntap add dev qmtap0 mode tap user %s && ip link set qmtap0 up && ip addr add 10.0.2.2/24 dev qmtap0 (or, to join a bridge instead of the address: ip link set qmtap0 master BRIDGE)", err, u)
 }
 
 func bootText(o BootOutput, waitFor string) string {

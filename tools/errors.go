@@ -3,6 +3,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"os/user"
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
@@ -11,6 +12,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
+	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 // advise turns the domain's typed errors into the instructions an agent
@@ -155,6 +157,22 @@ func advise(err error) error {
 		return err
 	}
 	return &advised{err: err, msg: msg}
+}
+
+// tapAdvice completes a refused TAP boot's error with the ways an ordinary
+// user has: the user network, or a persistent TAP root makes once (never
+// file capabilities on the server: they would give every user who runs it
+// the host's network).
+func tapAdvice(err error, name string) error {
+	if !errors.Is(err, tap.ErrNoPrivilege) || name != "" {
+		return err
+	}
+	u := "$USER"
+	if cu, uerr := user.Current(); uerr == nil {
+		u = cu.Username
+	}
+	return fmt.Errorf("%w; or, for a TAP without privileges, have root make you a persistent one once and boot with network: \"tap\", tap: \"qmtap0\"; as root: "+
+		"ip tuntap add dev qmtap0 mode tap user %s && ip link set qmtap0 up && ip addr add 10.0.2.2/24 dev qmtap0 (or, to join a bridge instead of the address: ip link set qmtap0 master BRIDGE)", err, u)
 }
 
 // advised is a domain error with the advice for the agent in its text.
