@@ -114,9 +114,43 @@ func (m *Manager) findBootSnapshot(spec *Spec) error {
 	return &snapshot.MachineError{Name: name, Diffs: diffs}
 }
 
-// SnapshotsOf lists the project root's snapshots, newest first.
-func (m *Manager) SnapshotsOf(root string) ([]snapshot.Meta, error) {
-	return m.Snapshots().List(root)
+// ListedSnapshot is a snapshot of a list, and whether it can load.
+type ListedSnapshot struct {
+	snapshot.Meta
+	// Incomplete says which part is missing (see snapshot.Verify): such
+	// a snapshot never loads.
+	Incomplete string
+	// Loads, for a list with a guest of the project running, says
+	// whether the snapshot loads into it (nil otherwise).
+	Loads *bool
+}
+
+// ListSnapshots lists the project root's snapshots, newest first, at
+// most max of them (more counts the others). With inst running a guest
+// of the project, each says whether it loads into it; that asks QEMU
+// nothing.
+func (m *Manager) ListSnapshots(root string, inst *Instance, max int) (list []ListedSnapshot, more int, err error) {
+	metas, err := m.Snapshots().List(root)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(metas) > max {
+		more, metas = len(metas)-max, metas[:max]
+	}
+	running := inst != nil && inst.Machine() != nil && inst.Spec().Root == root
+	for _, meta := range metas {
+		ls := ListedSnapshot{Meta: meta}
+		var inc *snapshot.IncompleteError
+		if err := snapshot.Verify(meta); errors.As(err, &inc) {
+			ls.Incomplete = inc.Reason()
+		}
+		if running {
+			ok := ls.Incomplete == "" && inst.CheckSnapshot(meta) == nil
+			ls.Loads = &ok
+		}
+		list = append(list, ls)
+	}
+	return list, more, nil
 }
 
 // DeleteSnapshot deletes the project root's snapshots called name (one a

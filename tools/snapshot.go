@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -163,25 +162,14 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	metas, err := mgr.SnapshotsOf(root)
+	list, more, err := mgr.ListSnapshots(root, inst, maxListed)
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Total(), Cap: s.cfg.KeepCap}
-	running := inst != nil && inst.Machine() != nil && inst.Spec().Root == root
-	if len(metas) > maxListed {
-		out.More, metas = len(metas)-maxListed, metas[:maxListed]
-	}
-	for _, m := range metas {
-		si := info(m)
-		var inc *snapshot.IncompleteError
-		if err := snapshot.Verify(m); errors.As(err, &inc) {
-			si.Incomplete = inc.Reason()
-		}
-		if running {
-			ok := si.Incomplete == "" && inst.CheckSnapshot(m) == nil
-			si.Matches = &ok
-		}
+	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Total(), Cap: s.cfg.KeepCap, More: more}
+	for _, ls := range list {
+		si := info(ls.Meta)
+		si.Incomplete, si.Matches = ls.Incomplete, ls.Loads
 		out.Snapshots = append(out.Snapshots, si)
 	}
 	var names []string
