@@ -220,7 +220,7 @@ func CheckExtraArgs(args []string) error {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") || a == "-" {
-			return refuse(RuleBlockLayer, "QEMU takes a bare argument as the path of a host disk image").err("extra_args", describe(a))
+			return refuse(RuleBlockLayer, "QEMU takes a bare argument as the path of a host disk image").err(KindOption, describe(a))
 		}
 		name := strings.TrimPrefix(a[1:], "-")
 		value, inline := "", false
@@ -230,26 +230,26 @@ func CheckExtraArgs(args []string) error {
 		subject := "-" + name
 		rule, ok := optionIndex()[name]
 		if !ok {
-			return refuse(RuleUnlisted, "%s is not on the allow-list of guest-only QEMU options; unknown options are refused by default", describe(a)).err("extra_args", subject)
+			return refuse(RuleUnlisted, "%s is not on the allow-list of guest-only QEMU options; unknown options are refused by default", describe(a)).err(KindOption, subject)
 		}
 		if !rule.Allow {
-			return refuse(rule.Name, "%s", rule.Rationale).err("extra_args", subject)
+			return refuse(rule.Name, "%s", rule.Rationale).err(KindOption, subject)
 		}
 		if flagOptions[name] {
 			if inline {
-				return refuse(RuleSyntax, "%s takes no value", subject).err("extra_args", subject)
+				return refuse(RuleSyntax, "%s takes no value", subject).err(KindOption, subject)
 			}
 			continue
 		}
 		if !inline {
 			if i+1 >= len(args) {
-				return refuse(RuleSyntax, "%s needs a value", subject).err("extra_args", subject)
+				return refuse(RuleSyntax, "%s needs a value", subject).err(KindOption, subject)
 			}
 			i++
 			value = args[i]
 		}
 		if r := checkOption(name, value); r != nil {
-			return r.err("extra_args", subject+" "+describe(value))
+			return r.err(KindOption, subject+" "+describe(value))
 		}
 	}
 	return nil

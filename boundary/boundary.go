@@ -110,9 +110,12 @@ const allowHint = "start qemu-mcp with --allow-host-access to allow it"
 // fixedHint ends a refusal that --allow-host-access does not lift.
 const fixedHint = "the server manages it, so no flag allows it"
 
+// KindOption is the Kind of a refused QEMU command-line option.
+const KindOption = "option"
+
 // RefusedError is a refusal. Use errors.As to get the rule.
 type RefusedError struct {
-	// Kind is "qmp", "hmp" or "extra_args".
+	// Kind is "qmp", "hmp" or KindOption.
 	Kind string
 	// Subject is the command or option that was refused.
 	Subject string
@@ -132,7 +135,7 @@ func (e *RefusedError) Error() string {
 
 // fixed reports whether the refusing rule is one no flag lifts.
 func (e *RefusedError) fixed() bool {
-	if e.Kind != "extra_args" {
+	if e.Kind != KindOption {
 		return false
 	}
 	for _, r := range ExtraArgRules {

@@ -289,7 +289,7 @@ func TestErrorMessage(t *testing.T) {
 		t.Errorf("got %v\nwant prefix %s", err, want)
 	}
 	err = CheckExtraArgs([]string{"-gdb", "tcp::1234"})
-	want = `extra_args -gdb refused by rule "host-chardev": `
+	want = `option -gdb refused by rule "host-chardev": `
 	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("got %v\nwant prefix %s", err, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"os/user"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
@@ -103,6 +104,10 @@ func advise(err error) error {
 	}
 	if e := (*hostpath.ReadOnlyError)(nil); errors.As(err, &e) {
 		after(e, "; attach it with readonly: true, or copy it into the project")
+	}
+	// The QEMU options a boot may add are its argument extra_args.
+	if e := (*boundary.RefusedError)(nil); errors.As(err, &e) && e.Kind == boundary.KindOption {
+		replace(e, "extra_args"+strings.TrimPrefix(e.Error(), boundary.KindOption))
 	}
 	if e := (*qemu.ManagedError)(nil); errors.As(err, &e) {
 		before(e, "extra_args: ")

@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/boundary"
+	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
 // The domain's errors read as they did when the domain named the tools:
@@ -36,6 +39,11 @@ func TestAdviseDomainErrors(t *testing.T) {
 			`guest "a" has no TAP to capture on: boot it with network: "tap" (captures see the guest's own TAP from the host side)`, instance.ErrNoTAP},
 		{fmt.Errorf("restore snapshot %q: qemu died; %w", "s", instance.ErrGuestLost),
 			`restore snapshot "s": qemu died; the guest is stopped: boot it again with qemu_boot`, instance.ErrGuestLost},
+		{&boundary.RefusedError{Kind: boundary.KindOption, Subject: "-gdb", Rule: "host-chardev", Reason: "r"},
+			`extra_args -gdb refused by rule "host-chardev": r; start qemu-mcp with --allow-host-access to allow it`, boundary.ErrRefused},
+		{fmt.Errorf("boot: %w", &qemu.ManagedError{Arg: "-serial", Why: "the server manages the console"}),
+			"boot: extra_args: -serial is not allowed: the server manages the console", nil},
+		{&hostpath.ProjectError{Root: "/", Err: errors.New("r"), Refused: true}, "project_root / is refused: r", nil},
 		{fmt.Errorf("boot: %w; nothing was started", held),
 			"boot: " + held.Holding() + fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d; nothing was started", held.Holder.PID), nil},
 	} {

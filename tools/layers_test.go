@@ -98,10 +98,8 @@ func allowedNames(found string) string {
 		return "time travel (issue 32) landed after the errors were typed: to type next"
 	case strings.HasPrefix(found, "profile/profile.go:") && strings.Contains(found, `"panic_patterns"`):
 		return "a field of .qemu-mcp.json: the profile file's own schema"
-	case strings.HasPrefix(found, "boundary/"):
-		// Not yet typed: its RefusedError.Kind is the argument refused,
-		// and its reference tables are headed by the tool they police.
-		return "the policy of the tools' own inputs (qmp_command, extra_args)"
+	case strings.HasPrefix(found, "boundary/boundary.go:") && strings.Contains(found, `" in "Q`):
+		return "the headings of the boundary's reference tables (docs), which name the tool each table polices"
 	}
 	return ""
 }
