@@ -232,7 +232,7 @@ wait:
 	<-done
 	// Its QEMU dies with it (parent-death signal) within moments.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if live, _, _ := proc.Check(w.qemu); live != proc.Alive {
+		if exited(w.qemu) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -240,6 +240,21 @@ wait:
 		}
 	}
 	return how
+}
+
+// exited says whether the process id is gone with all its threads. A
+// thread group's leader shows as a zombie while its other threads still
+// exit, and they hold its files: a QEMU's image locks go with the last
+// thread, and a boot on the image before that fails to get its lock.
+func exited(id proc.Identity) bool {
+	switch live, _, _ := proc.Check(id); live {
+	case proc.Alive:
+		return false
+	case proc.Zombie:
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", id.PID))
+		return err != nil || len(tasks) <= 1
+	}
+	return true
 }
 
 // whole checks, in a new server, that the snapshot "a" is whole: listed
