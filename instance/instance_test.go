@@ -1,0 +1,299 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
+)
+
+const tinyPrompt = `tiny> $`
+
+func tinySpec(t *testing.T, name, root string, opts ...qemu.Option) Spec {
+	t.Helper()
+	opts = append([]qemu.Option{qemu.WithBinary(testguest.QEMU(t)), qemu.WithKernel(testguest.Tiny(t))}, opts...)
+	return Spec{Name: name, Root: root, QEMU: qemu.NewConfig(opts...)}
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// expect waits for re on i's console from *since on, and moves since past
+// the match.
+func expect(t *testing.T, ctx context.Context, i *Instance, since *int64, re string) serial.Result {
+	t.Helper()
+	res, ev, err := i.Wait(ctx, *since, serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile(re)}, Timeout: 10 * time.Second})
+	if err != nil || !res.Matched {
+		t.Fatalf("guest %q: waiting for %q: %v (event %v); got %q", i.Name(), re, err, ev, res.Output)
+	}
+	*since = res.Cursor
+	return res
+}
+
+func typeLine(t *testing.T, ctx context.Context, i *Instance, line string) {
+	t.Helper()
+	if _, err := i.Console().Write(ctx, []byte(line+"\r")); err != nil {
+		t.Fatalf("type %q: %v", line, err)
+	}
+}
+
+// An instance boots the tiny kernel and answers on its console; while it
+// runs it holds the repository lock, its writable drive and its record,
+// and a second boot of the name or of the drive is refused; stopped, it
+// leaves nothing behind but its transcript, and the drive is free again.
+func TestBootEchoStop(t *testing.T) {
+	ctx := testContext(t)
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile)
+	root := t.TempDir()
+	img := filepath.Join(root, "disk.img")
+	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	drive := qemu.WithDrive(qemu.Drive{Path: img})
+
+	i, _, err := m.Boot(ctx, tinySpec(t, "a", root, drive))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i.State() != Running || i.Boot() != 1 {
+		t.Errorf("after the boot: %s, boot %d", i.State(), i.Boot())
+	}
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	typeLine(t, ctx, i, "echo hello from a")
+	expect(t, ctx, i, &since, `hello from a\r\n`+tinyPrompt)
+
+	rec := m.Record()
+	if len(rec.Instances) != 1 || rec.Instances[0].Name != "a" || rec.Instances[0].QEMU == nil || rec.Instances[0].QEMU.PID != i.Machine().PID() || rec.Instances[0].Lock != lockFile {
+		t.Errorf("the record while a runs: %+v", rec.Instances)
+	}
+	if len(runtimeLeft(t, m)) == 0 {
+		t.Errorf("nothing in the runtime directory while a runs")
+	}
+	if st, _ := lock.Inspect(lockFile); !st.Refuses() || !slices.Equal(st.Record.Instances, []string{"a"}) {
+		t.Errorf("the repository lock while a runs: %v", st)
+	}
+	if _, _, err := m.Boot(ctx, tinySpec(t, "a", root)); err == nil || !strings.Contains(err.Error(), `guest "a" is already running (qemu pid`) {
+		t.Errorf("a second boot of a: %v", err)
+	}
+	if _, _, err := m.Boot(ctx, tinySpec(t, "b", root, drive)); err == nil || !strings.Contains(err.Error(), `is in use (writable) by the running instance "a"`) {
+		t.Errorf("b on a's writable drive: %v", err)
+	}
+	if got, _ := m.Get("b"); got == nil || got.State() != Stopped {
+		t.Errorf("the refused b: %v", got)
+	}
+
+	end, err := i.Stop(ctx, qemu.Quit, 5*time.Second)
+	if err != nil || end.How != "quit" {
+		t.Errorf("stop: %+v %v", end, err)
+	}
+	if i.State() != Stopped {
+		t.Errorf("after the stop: %s", i.State())
+	}
+	if _, err := i.Running(); err == nil || !strings.Contains(err.Error(), `guest "a"`) {
+		t.Errorf("Running after the stop: %v", err)
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left in the runtime directory: %v", left)
+	}
+	if len(m.Record().Instances) != 0 {
+		t.Errorf("the record after the stop: %+v", m.Record().Instances)
+	}
+	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
+		t.Errorf("the repository lock after the stop: %v", st)
+	}
+	if b, err := os.ReadFile(i.Transcript()); err != nil || !strings.Contains(string(b), "hello from a") {
+		t.Errorf("transcript %s: %v %q", i.Transcript(), err, b)
+	}
+
+	// The drive is free: b boots on it, and powers itself off; its
+	// instance unwinds by itself.
+	b, _, err := m.Boot(ctx, tinySpec(t, "b", root, drive))
+	if err != nil {
+		t.Fatalf("b after a stopped: %v", err)
+	}
+	since = 0
+	expect(t, ctx, b, &since, tinyPrompt)
+	typeLine(t, ctx, b, "poweroff")
+	res, ev, err := b.Wait(ctx, since, serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile("never")}, Timeout: 10 * time.Second})
+	if err != nil || !res.Stopped && !res.Finished || ev == nil {
+		t.Errorf("a wait across the poweroff: %+v, %+v, %v", res, ev, err)
+	}
+	select {
+	case <-b.Done():
+	case <-ctx.Done():
+		t.Fatal("b did not unwind after its guest powered off")
+	}
+	if in := b.Info(); in.State != Stopped || in.Exit == nil || in.Exit.Code != 0 {
+		t.Errorf("b after its poweroff: %+v", in)
+	}
+	if _, err := b.Running(); !errors.Is(err, ErrExited) {
+		t.Errorf("Running after the poweroff: %v", err)
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left in the runtime directory after the poweroff: %v", left)
+	}
+	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
+		t.Errorf("the repository lock after the poweroff: %v", st)
+	}
+}
+
+// A stop that comes while an instance boots ends the boot at once, and
+// what the boot had made is undone; a restart stops the running guest and
+// boots the name again.
+func TestStopWhileBootingAndRestart(t *testing.T) {
+	ctx := testContext(t)
+	m := newManager(t, "")
+	root := t.TempDir()
+	type booted struct {
+		i   *Instance
+		err error
+	}
+	done := make(chan booted, 1)
+	go func() {
+		i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+		done <- booted{i, err}
+	}()
+	var i *Instance
+	for i == nil {
+		i, _ = m.Get("a")
+		time.Sleep(time.Millisecond)
+	}
+	end, err := i.Stop(ctx, qemu.Quit, 5*time.Second)
+	if err != nil {
+		t.Errorf("stop while booting: %v", err)
+	}
+	b := <-done
+	t.Logf("stopped while booting: boot returned %v; ending %+v", b.err, end)
+	if b.err != nil && !errors.Is(b.err, ErrStopped) {
+		t.Errorf("the boot a stop ended: %v, want ErrStopped", b.err)
+	}
+	if i.State() != Stopped {
+		t.Errorf("after the stop: %s", i.State())
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left after a stop while booting: %v", left)
+	}
+
+	first, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := first.Machine().PID()
+	spec := tinySpec(t, "a", root)
+	spec.Restart = true
+	second, _, err := m.Boot(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.State() != Stopped || second.Machine().PID() == pid || second.Boot() != first.Boot()+1 {
+		t.Errorf("restart: first %s, pids %d -> %d, boots %d -> %d", first.State(), pid, second.Machine().PID(), first.Boot(), second.Boot())
+	}
+	var since int64
+	expect(t, ctx, second, &since, tinyPrompt)
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if second.State() != Stopped {
+		t.Errorf("after the manager closed: %s", second.State())
+	}
+	if _, _, err := m.Boot(ctx, tinySpec(t, "c", root)); !errors.Is(err, ErrClosed) {
+		t.Errorf("a boot after close: %v", err)
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left after close: %v", left)
+	}
+}
+
+// An instance saves its guest into the store, refuses a snapshot of
+// another machine with what differs, restores its own (the console goes
+// on after a marker line, and the restored guest answers), and boots a
+// new instance straight into it.
+func TestSnapshotSaveRestore(t *testing.T) {
+	testguest.QEMUImg(t)
+	ctx := testContext(t)
+	m := newManager(t, "")
+	root := t.TempDir()
+	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
+	i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	// Half a line typed: it is in the guest's RAM, and in the snapshot.
+	if _, err := i.Console().Write(ctx, []byte("echo sav")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ctx, i, &since, "echo sav$")
+	meta, err := i.SaveSnapshot(ctx, store, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot.Verify(meta); err != nil || meta.Name != "s" || meta.QEMU == "" {
+		t.Fatalf("saved %+v: %v", meta, err)
+	}
+	if err := i.CheckLoad(ctx, meta); err != nil {
+		t.Errorf("check its own snapshot: %v", err)
+	}
+	other := meta
+	other.Machine.Memory = "256M"
+	if err := i.CheckSnapshot(ctx, other); err == nil || !strings.Contains(err.Error(), "memory: saved 256M, now 128M") {
+		t.Errorf("a snapshot of another machine: %v", err)
+	}
+	older := meta
+	older.QEMU = "1.0.0"
+	if err := i.CheckSnapshot(ctx, older); err == nil || !strings.Contains(err.Error(), "saved by QEMU 1.0.0") {
+		t.Errorf("a snapshot of another QEMU: %v", err)
+	}
+
+	typeLine(t, ctx, i, "x")
+	expect(t, ctx, i, &since, "savx\r\n"+tinyPrompt)
+	oldPID := i.Machine().PID()
+	res, err := i.RestoreSnapshot(ctx, store, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i.Machine().PID() == oldPID || i.State() != Running {
+		t.Errorf("after the restore: pid %d (was %d), %s", i.Machine().PID(), oldPID, i.State())
+	}
+	out := expect(t, ctx, i, &since, `\[qemu-mcp: restored snapshot "s" \(saved [^)]+\)\]\r\n`)
+	if out.Cursor != res.Cursor {
+		t.Errorf("the restore's cursor %d, the marker ends at %d", res.Cursor, out.Cursor)
+	}
+	typeLine(t, ctx, i, "ed")
+	expect(t, ctx, i, &since, "\r\nsaved\r\n"+tinyPrompt)
+
+	// A new instance boots into it.
+	spec := tinySpec(t, "b", root)
+	spec.Snapshot = &SnapshotSpec{Store: store, Meta: meta}
+	b, _, err := m.Boot(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bs int64
+	expect(t, ctx, b, &bs, `\[qemu-mcp: booted from snapshot "s"`)
+	typeLine(t, ctx, b, "!")
+	expect(t, ctx, b, &bs, "sav!\r\n"+tinyPrompt)
+	for _, x := range []*Instance{i, b} {
+		if _, err := x.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+			t.Errorf("stop %s: %v", x.Name(), err)
+		}
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left after the restores: %v", left)
+	}
+}

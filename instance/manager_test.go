@@ -1,0 +1,350 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
+)
+
+// newManager is a server's manager in a private runtime directory of its
+// own (short enough for unix sockets). lockFile, if set, is the
+// repository lock every root maps to.
+func newManager(t *testing.T, lockFile string) *Manager {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "inst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	rec, err := registry.Self("stdio", "", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(Config{RuntimeDir: dir, Record: rec, LockFile: lockFile, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("close the manager: %v", err)
+		}
+	})
+	return m
+}
+
+// runtimeLeft lists what is in a manager's runtime directory besides the
+// kept files' directory and a repository lock's guard (which package lock
+// never removes, by design): after the last instance stopped, nothing.
+func runtimeLeft(t *testing.T, m *Manager) []string {
+	t.Helper()
+	ents, err := os.ReadDir(m.cfg.RuntimeDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.Name() != filepath.Base(m.cfg.Captures) && !strings.HasSuffix(e.Name(), ".lock.guard") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// A writable image backs one running guest at a time: a second claim of it
+// (by another path to the same file too) is refused and says by whom, a
+// read-only one beside a writable one too, read-only ones share, and a
+// release frees it. The restart's precheck refuses the same way, before
+// the running guest would be stopped.
+func TestDriveClaims(t *testing.T) {
+	m := newManager(t, "")
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.qcow2")
+	os.WriteFile(img, nil, 0o600)
+	link := filepath.Join(dir, "link.qcow2")
+	if err := os.Symlink(img, link); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.img")
+	os.WriteFile(other, nil, 0o600)
+
+	releaseA, err := m.claimDrives("a", []qemu.Drive{{Path: img}, {Path: other, ReadOnly: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		drives []qemu.Drive
+		want   string
+	}{
+		{"writable twice", []qemu.Drive{{Path: img}}, `drive ` + img + ` is in use (writable) by the running instance "a"`},
+		{"by a symlink", []qemu.Drive{{Path: link}}, `is in use (writable) by the running instance "a"`},
+		{"read-only beside writable", []qemu.Drive{{Path: img, ReadOnly: true}}, `is in use (writable)`},
+		{"writable beside read-only", []qemu.Drive{{Path: other}}, `drive ` + other + ` is in use (read-only) by the running instance "a"`},
+	} {
+		if _, err := m.claimDrives("b", tc.drives); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want it to say %q", tc.name, err, tc.want)
+		}
+		if err := m.precheck(Spec{Name: "b", Root: dir, QEMU: qemu.Config{Drives: tc.drives}}, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: precheck %v", tc.name, err)
+		}
+	}
+	// An instance's own claims never conflict (a restart of "a").
+	if err := m.precheck(Spec{Name: "a", Root: dir, QEMU: qemu.Config{Drives: []qemu.Drive{{Path: img}}}}, nil); err != nil {
+		t.Errorf("precheck of a's own drive: %v", err)
+	}
+	releaseB, err := m.claimDrives("b", []qemu.Drive{{Path: other, ReadOnly: true}})
+	if err != nil {
+		t.Fatalf("two read-only claims: %v", err)
+	}
+	if err := releaseA(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.claimDrives("c", []qemu.Drive{{Path: img}}); err != nil {
+		t.Errorf("after a's release: %v", err)
+	}
+	if _, err := m.claimDrives("d", []qemu.Drive{{Path: other}}); err == nil || !strings.Contains(err.Error(), `by the running instance "b"`) {
+		t.Errorf("b still reads other: %v", err)
+	}
+	releaseB()
+	m.mu.Lock()
+	left := len(m.drives)
+	m.mu.Unlock()
+	if left != 1 { // c's
+		t.Errorf("%d drives claimed after releases, want c's alone", left)
+	}
+}
+
+// The repository lock is taken by a root's first instance and released by
+// its last: the lock file's record names the instances that hold it, and
+// another server's boot is refused while any of them runs.
+func TestRepositoryLockCounts(t *testing.T) {
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile)
+	other := newManager(t, lockFile)
+	root := t.TempDir()
+
+	instances := func() []string {
+		t.Helper()
+		st, err := lock.Inspect(lockFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == lock.Absent || st.State == lock.Free {
+			return nil
+		}
+		return st.Record.Instances
+	}
+	pathA, releaseA, err := m.acquireLock(root, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pathB, releaseB, err := m.acquireLock(root, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pathA != lockFile || pathB != lockFile {
+		t.Fatalf("lock paths %s %s, want %s", pathA, pathB, lockFile)
+	}
+	if users, held := m.HoldsLock(lockFile); !held || !slices.Equal(users, []string{"a", "b"}) {
+		t.Errorf("holders %v %v", users, held)
+	}
+	if got := instances(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("the lock file names %v", got)
+	}
+	_, _, err = other.acquireLock(root, "x")
+	var held *lock.HeldError
+	if !errors.As(err, &held) || !strings.HasPrefix(err.Error(), "cannot boot: ") || !strings.Contains(err.Error(), "a, b") {
+		t.Errorf("another server's boot while a and b run: %v", err)
+	}
+	if err := other.precheck(Spec{Name: "x", Root: root}, nil); err == nil || !strings.HasPrefix(err.Error(), "cannot boot: ") {
+		t.Errorf("another server's precheck: %v", err)
+	}
+
+	if err := releaseA(); err != nil {
+		t.Fatal(err)
+	}
+	if users, held := m.HoldsLock(lockFile); !held || !slices.Equal(users, []string{"b"}) {
+		t.Errorf("after a stopped: holders %v %v", users, held)
+	}
+	if got := instances(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("after a stopped, the lock file names %v", got)
+	}
+	if _, _, err := other.acquireLock(root, "x"); err == nil {
+		t.Errorf("another server took the lock while b runs")
+	}
+	if err := releaseA(); err != nil { // a second release of a changes nothing
+		t.Fatal(err)
+	}
+	if _, held := m.HoldsLock(lockFile); !held {
+		t.Errorf("a's second release let b's lock go")
+	}
+	if err := releaseB(); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := m.HoldsLock(lockFile); held {
+		t.Errorf("still held after the last instance stopped")
+	}
+	if st, _ := lock.Inspect(lockFile); st.Refuses() {
+		t.Errorf("the lock after the last release: %v", st)
+	}
+	_, releaseX, err := other.acquireLock(root, "x")
+	if err != nil {
+		t.Fatalf("another server after the last release: %v", err)
+	}
+	releaseX()
+}
+
+// The cleanup stack unwinds once, newest first, however many stop it at
+// once; each failed step is reported by name and the rest still run.
+func TestTeardownOrder(t *testing.T) {
+	m := newManager(t, "")
+	i := newInstance(m, Spec{Name: "a"}, 1)
+	var mu sync.Mutex
+	var ran []string
+	for _, step := range []string{"lock", "drives", "console", "qemu", "debugger"} {
+		i.push(step, func() error {
+			mu.Lock()
+			ran = append(ran, step)
+			mu.Unlock()
+			if step == "console" {
+				return errors.New("close failed")
+			}
+			return nil
+		})
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { i.teardown(&qemu.Ending{How: "exited"}) })
+	}
+	wg.Wait()
+	if want := []string{"debugger", "qemu", "console", "drives", "lock"}; !slices.Equal(ran, want) {
+		t.Errorf("cleanups ran %v, want %v", ran, want)
+	}
+	select {
+	case <-i.Done():
+	default:
+		t.Fatal("Done is open after the teardown")
+	}
+	end, err := i.result()
+	if i.State() != Stopped || end.How != "exited" || err == nil || err.Error() != "console: close failed" {
+		t.Errorf("after the teardown: %s, %+v, %v", i.State(), end, err)
+	}
+	// A stop afterwards reports the same end, and runs nothing again.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if end, err := i.Stop(ctx, qemu.Quit, time.Second); end.How != "exited" || err == nil {
+		t.Errorf("stop of a stopped instance: %+v %v", end, err)
+	}
+	if len(ran) != 5 {
+		t.Errorf("cleanups ran again: %v", ran)
+	}
+}
+
+// A boot that fails half-way (here QEMU cannot be started) unwinds every
+// step it made: the repository lock and the drives are free, the console's
+// FIFOs and the record are gone, and the instance is stopped. A boot
+// refused before it starts (a snapshot that is not whole) leaves as
+// little.
+func TestFailedBootUnwinds(t *testing.T) {
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile)
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	os.WriteFile(img, nil, 0o600)
+	kernel := filepath.Join(dir, "Image")
+	os.WriteFile(kernel, []byte("not a kernel"), 0o600)
+	f, err := os.Open(kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	spec := Spec{Name: "a", Root: dir, QEMU: qemu.NewConfig(qemu.WithBinary(filepath.Join(dir, "no-such-qemu")),
+		qemu.WithKernel(kernel), qemu.WithDrive(qemu.Drive{Path: img}))}
+	spec.QEMU.Files = map[string]*os.File{kernel: f}
+	i, _, err := m.Boot(ctx, spec)
+	if err == nil || i != nil || !strings.HasPrefix(err.Error(), "boot: ") || !strings.Contains(err.Error(), "no-such-qemu") {
+		t.Fatalf("boot with a missing QEMU: %v %v", i, err)
+	}
+	assertNothingHeld := func(what string) {
+		t.Helper()
+		if _, held := m.HoldsLock(lockFile); held {
+			t.Errorf("%s: the repository lock is still held", what)
+		}
+		if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
+			t.Errorf("%s: the lock file: %v", what, st)
+		}
+		if _, err := m.claimDrives("probe", []qemu.Drive{{Path: img}}); err != nil {
+			t.Errorf("%s: the drive is still claimed: %v", what, err)
+		} else {
+			m.mu.Lock()
+			delete(m.drives, img)
+			m.mu.Unlock()
+		}
+		if left := runtimeLeft(t, m); len(left) > 0 {
+			t.Errorf("%s: the runtime directory holds %v", what, left)
+		}
+		if len(m.Record().Instances) != 0 {
+			t.Errorf("%s: the record names %+v", what, m.Record().Instances)
+		}
+	}
+	assertNothingHeld("after a failed start")
+	got, err := m.Get("a")
+	if err != nil || got.State() != Stopped {
+		t.Fatalf("the failed instance: %v %v", got, err)
+	}
+	if _, err := got.Running(); err == nil || !strings.Contains(err.Error(), `guest "a" did not start`) {
+		t.Errorf("Running of a failed boot: %v", err)
+	}
+	// The descriptors the boot was given are closed with it.
+	if _, err := f.Stat(); err == nil {
+		t.Errorf("the boot left the kernel's descriptor open")
+	}
+
+	// A snapshot that is not whole: refused with what is missing.
+	meta := snapshot.Meta{Name: "s", Tag: "qemu-mcp-s", Path: filepath.Join(dir, "s.qcow2")}
+	spec = Spec{Name: "a", Root: dir, QEMU: qemu.NewConfig(qemu.WithBinary(filepath.Join(dir, "no-such-qemu")), qemu.WithDrive(qemu.Drive{Path: img})),
+		Snapshot: &SnapshotSpec{Store: snapshot.Store{Dir: dir}, Meta: meta}}
+	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `snapshot "s" is incomplete: its image `+meta.Path+" is missing") {
+		t.Errorf("boot from an incomplete snapshot: %v", err)
+	}
+	assertNothingHeld("after a refused snapshot")
+	if n := m.boots["a"]; n != 2 {
+		t.Errorf("boot number %d after two attempts", n)
+	}
+}
+
+// Instance names are checked before anything is made, and a name nobody
+// booted is told apart from a stopped one.
+func TestGetAndNames(t *testing.T) {
+	m := newManager(t, "")
+	if _, err := m.Get("nobody"); err == nil || !strings.Contains(err.Error(), `no guest named "nobody"`) {
+		t.Errorf("get an unknown name: %v", err)
+	}
+	ctx := context.Background()
+	for _, bad := range []string{"", "../x", strings.Repeat("n", 200)} {
+		if _, _, err := m.Boot(ctx, Spec{Name: bad}); err == nil {
+			t.Errorf("boot %q was accepted", bad)
+		}
+	}
+	if _, _, err := m.Boot(ctx, Spec{Name: "a", Capture: &CaptureSpec{}}); err == nil || !strings.Contains(err.Error(), "a capture at boot needs a TAP") {
+		t.Errorf("a capture without a TAP: %v", err)
+	}
+	if len(m.List()) != 0 {
+		t.Errorf("refused boots are listed: %v", m.List())
+	}
+}
