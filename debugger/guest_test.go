@@ -315,3 +315,95 @@ func TestVerdictTiny(t *testing.T) {
 		})
 	}
 }
+
+// The Linux guest, where frames pass through the kernel's trap entry: a
+// backtrace from a system call's handler reads the pt_regs the entry code
+// saved and ends in the user program's ecall; a kernel fault's triage
+// finds the faulting function in the trap frame under panic's frames, with
+// the fault's verdict.
+func TestLinuxTrapFramesAndTriage(t *testing.T) {
+	lin := testguest.LinuxGuest(t)
+	bin := testguest.QEMU(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "dbg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	m, err := qemu.Start(ctx, qemu.Runtime{
+		SerialBase: filepath.Join(dir, "serial"),
+		QMPSocket:  filepath.Join(dir, "qmp.sock"),
+		GDBSocket:  filepath.Join(dir, "gdb.sock"),
+		Logger:     slog.New(slog.DiscardHandler),
+	}, qemu.NewConfig(qemu.WithBinary(bin), qemu.WithKernel(lin.Kernel), qemu.WithInitrd(lin.Initrd),
+		qemu.WithAppend(testguest.LinuxAppend), qemu.WithMemory("256M")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	g := &tinyGuest{t: t, m: m}
+	res, err := m.Console().Buffer().Wait(ctx, 0, regexp.MustCompile(testguest.LinuxPrompt), 60*time.Second)
+	if err != nil || !res.Matched {
+		t.Fatalf("Linux did not boot: %v; %q", err, res.Output)
+	}
+	g.cursor = res.Cursor
+	syms, err := debuginfo.Open(lin.Vmlinux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{
+		Dial:    func(ctx context.Context) (*gdb.Client, error) { return gdb.Dial(ctx, "unix", m.Paths().GDBSocket) },
+		Running: func(ctx context.Context) (bool, error) { return m.Monitor().Running(ctx) },
+		Symbols: syms,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	defer s.Close()
+
+	if _, err := s.Break(ctx, "sys_newuname", false, false); err != nil {
+		t.Fatal(err)
+	}
+	g.typeIn(ctx, "uname -sr\n")
+	st, err := s.Continue(ctx, 30*time.Second)
+	if err != nil || st.Function != "sys_newuname" || st.File != "kernel/sys.c" {
+		t.Fatalf("continue to sys_newuname: %+v %v", st, err)
+	}
+	bt, _, err := s.Backtrace(ctx, LastHart, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := bt.Frames[len(bt.Frames)-1]
+	if bt.Frames[0].Function != "sys_newuname" || bt.Frames[0].Line != st.Line || bt.End != "" ||
+		!last.User || last.Trap == nil || last.Trap.Cause != "environment call from U-mode" {
+		t.Errorf("backtrace of a system call: %+v", bt)
+	}
+	for _, f := range bt.Frames {
+		t.Logf("  %s%s", f.Where, map[bool]string{true: " [trap]"}[f.Trap != nil])
+	}
+	if _, err := s.Break(ctx, "sys_newuname", false, true); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := s.Continue(ctx, 200*time.Millisecond); err != nil || !st.Running {
+		t.Fatalf("continue: %+v %v", st, err)
+	}
+	g.expect(ctx, `Linux 6\.[^\r\n]*\r\n`)
+
+	// A NULL dereference in the kernel (LKDTM), an oops made a panic.
+	g.typeIn(ctx, "mount -t debugfs none /sys/kernel/debug; echo 1 > /proc/sys/kernel/panic_on_oops\n")
+	g.expect(ctx, testguest.LinuxPrompt)
+	g.typeIn(ctx, "echo ACCESS_NULL > /sys/kernel/debug/provoke-crash/DIRECT\n")
+	res, err = m.Console().Buffer().Wait(ctx, g.cursor, regexp.MustCompile(`Kernel panic[^\r\n]*`), 30*time.Second)
+	if err != nil || !res.Matched {
+		t.Fatalf("no panic: %v %q", err, res.Output)
+	}
+	tr, err := s.Triage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Culprit == nil || tr.Culprit.Function != "lkdtm_ACCESS_NULL" || tr.Culprit.File == "" ||
+		tr.Trap == nil || tr.Trap.Cause != "load page fault" || tr.Trap.TVal != "0x0" || tr.TrapSource != "trap frame" ||
+		!strings.Contains(tr.Verdict, "load page fault at 0x0 from S-mode: no mapping") || tr.Walk == nil {
+		t.Fatalf("triage: culprit %+v, trap %+v from %q, verdict %q", tr.Culprit, tr.Trap, tr.TrapSource, tr.Verdict)
+	}
+	t.Logf("triage: %s in %s: %s", tr.Trap.Cause, tr.Culprit, tr.Verdict)
+}
