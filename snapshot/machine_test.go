@@ -256,3 +256,38 @@ func TestSaveIDs(t *testing.T) {
 		t.Errorf("a first-version image has no id")
 	}
 }
+
+// A snapshot whose record cannot be read is listed, and deleting it
+// removes that record from the store, and nothing else: not a file of the
+// same name where the server runs (a snapshot "package" is not the
+// project's package.json).
+func TestDeleteUnreadableRecord(t *testing.T) {
+	st := Store{Dir: t.TempDir()}
+	dir := st.dir("/p", "m1")
+	os.MkdirAll(dir, 0o700)
+	writeFile(t, filepath.Join(dir, "package.json"), "{damaged")
+	cwd := t.TempDir()
+	t.Chdir(cwd)
+	writeFile(t, filepath.Join(cwd, "package.json"), `{"name": "the user's"}`)
+
+	found, err := st.Find("/p", "package")
+	if err != nil || len(found) != 1 {
+		t.Fatalf("find: %+v %v", found, err)
+	}
+	if err := st.Delete(found[0]); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(cwd, "package.json")); err != nil || !strings.Contains(string(b), "the user's") {
+		t.Errorf("the user's package.json after deleting snapshot \"package\": %q %v", b, err)
+	}
+	if found, _ := st.Find("/p", "package"); len(found) != 0 {
+		t.Errorf("the unreadable record is still listed after its delete: %+v", found)
+	}
+	// A record that names no place is refused, not looked for here.
+	if err := st.Delete(Meta{Name: "package"}); err == nil {
+		t.Errorf("deleting a snapshot with no place in the store succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "package.json")); err != nil {
+		t.Errorf("the user's package.json: %v", err)
+	}
+}

@@ -335,6 +335,8 @@ type Meta struct {
 	Path string `json:"-"`
 	// unreadable says why the record could not be read.
 	unreadable string
+	// record is the record's path (not stored: where it was found).
+	record string
 }
 
 // Store is the snapshots directory.
@@ -423,7 +425,7 @@ func records(dir string) ([]Meta, error) {
 		}
 		if err != nil {
 			// Listed, as what it is: a snapshot that cannot load.
-			m = Meta{Name: name, unreadable: err.Error()}
+			m = Meta{Name: name, unreadable: err.Error(), record: filepath.Join(dir, f.Name())}
 		}
 		if m.Name == name {
 			out = append(out, m)
@@ -448,6 +450,7 @@ func read(metaPath string) (Meta, error) {
 		return Meta{}, fmt.Errorf("snapshot record %s: names an image %q outside its directory", metaPath, m.Image)
 	}
 	m.Path = filepath.Join(filepath.Dir(metaPath), m.Image)
+	m.record = metaPath
 	m.Size = 0
 	if fi, err := os.Stat(m.Path); err == nil {
 		m.Size = allocated(fi)
@@ -484,7 +487,29 @@ func (s Store) Find(root, name string) ([]Meta, error) {
 // goes first: from then on the snapshot no longer exists, whatever is
 // left.
 func (s Store) Delete(m Meta) error {
-	rec := filepath.Join(filepath.Dir(m.Path), m.Name+".json")
+	rec := m.record
+	if rec == "" && m.Path != "" {
+		rec = filepath.Join(filepath.Dir(m.Path), m.Name+".json")
+	}
+	if rec == "" {
+		// A path relative to nothing would name a file where the
+		// server runs.
+		return fmt.Errorf("delete snapshot %q: the record names no place in the store", m.Name)
+	}
+	if m.unreadable != "" {
+		// Which image it names cannot be told: the record goes, and
+		// the reaper judges the images no record names. A record a
+		// save wrote meanwhile is another snapshot: it stays.
+		if _, err := read(rec); err == nil {
+			return fmt.Errorf("delete snapshot %q: it was saved again meanwhile; list the snapshots and delete it again if you meant the new one", m.Name)
+		}
+		err := os.Remove(rec)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+		syncDir(filepath.Dir(rec))
+		return err
+	}
 	// Only the record that names this image: a save may have replaced it.
 	if cur, err := read(rec); err == nil && cur.Image != m.Image {
 		return os.Remove(m.Path)
