@@ -262,18 +262,16 @@ type Restored struct {
 }
 
 // CheckLoad says why meta cannot be loaded into this instance now, or nil:
-// another machine or QEMU version (CheckSnapshot), or a part of the
-// snapshot missing (snapshot.Verify: the record's image, the state in it,
-// each drive's tag). It touches nothing: every way of loading calls it
-// before the running guest is stopped.
+// a part of the snapshot missing (snapshot.Verify: the record itself, its
+// image, the state in it, each drive's tag), or another machine or QEMU
+// version (CheckSnapshot). The parts come first: a damaged record names no
+// machine, and is not one of another machine. It touches nothing: every
+// way of loading calls it before the running guest is stopped.
 func (i *Instance) CheckLoad(meta snapshot.Meta) error {
-	if err := i.CheckSnapshot(meta); err != nil {
-		return err
-	}
 	if err := snapshot.Verify(meta); err != nil {
 		return fmt.Errorf("%w; the guest was left as it was", err)
 	}
-	return nil
+	return i.CheckSnapshot(meta)
 }
 
 // loadsInPlace says whether mch's QEMU was probed (package qemu/caps) to
