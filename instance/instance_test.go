@@ -277,6 +277,41 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	typeLine(t, ctx, i, "ed")
 	expect(t, ctx, i, &since, "\r\nsaved\r\n"+tinyPrompt)
 
+	// Snapshots that cannot load are refused before the guest is
+	// touched, with what is wrong: one whose image is gone, one whose
+	// record is damaged.
+	broken, err := i.SaveSnapshot(ctx, store, "broken")
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged, err := i.SaveSnapshot(ctx, store, "damaged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(broken.Path)
+	os.WriteFile(filepath.Join(filepath.Dir(damaged.Path), "damaged.json"), []byte("{"), 0o600)
+	found, err := store.Find(root, "damaged")
+	if err != nil || len(found) != 1 {
+		t.Fatalf("find the damaged snapshot: %+v %v", found, err)
+	}
+	pid := i.Machine().PID()
+	for _, tc := range []struct {
+		meta snapshot.Meta
+		want string
+	}{
+		{broken, `snapshot "broken" is incomplete: its image ` + broken.Path + ` is missing`},
+		{found[0], `snapshot "damaged" is incomplete: its record is unreadable`},
+	} {
+		if _, err := i.RestoreSnapshot(ctx, store, tc.meta); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "the guest was left as it was") {
+			t.Errorf("restore %s: %v, want it to say %q", tc.meta.Name, err, tc.want)
+		}
+	}
+	if i.Machine().PID() != pid || i.State() != Running {
+		t.Errorf("refused restores touched the guest: pid %d -> %d, %s", pid, i.Machine().PID(), i.State())
+	}
+	typeLine(t, ctx, i, "echo still here")
+	expect(t, ctx, i, &since, "still here\r\n"+tinyPrompt)
+
 	// A new instance boots into it.
 	spec := tinySpec(t, "b", root)
 	spec.Snapshot = &SnapshotSpec{Store: store, Meta: meta}
