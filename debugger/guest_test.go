@@ -222,10 +222,22 @@ func TestWatchTiny(t *testing.T) {
 	if _, err := s.Watch(ctx, "line_buf", 1, "", true); err != nil {
 		t.Fatal(err)
 	}
+	// A read watchpoint: the shell reads the line when it ends.
+	if w, err := s.Watch(ctx, "line_buf", 1, "read", false); err != nil || w.Kind != "read" {
+		t.Fatalf("read watchpoint: %+v %v", w, err)
+	}
+	g.typeIn(ctx, "\r")
+	st, err := s.Continue(ctx, 10*time.Second)
+	if err != nil || st.Access == nil || st.Access.Kind != "read" || st.Access.Old != "0x78" || st.Access.New != "0x78" || st.Access.Text == "" {
+		t.Fatalf("read of the line: %+v %v", st, err)
+	}
+	t.Logf("read caught at %s: %s", st.Access.Insn, st.Access.Text)
+	if _, err := s.Watch(ctx, "line_buf", 1, "read", true); err != nil {
+		t.Fatal(err)
+	}
 	if st, err := s.Continue(ctx, 200*time.Millisecond); err != nil || !st.Running {
 		t.Fatalf("continue without the watchpoint: %+v %v", st, err)
 	}
-	g.typeIn(ctx, "\r")
 	g.expect(ctx, `unknown command: x\r\ntiny> $`)
 }
 

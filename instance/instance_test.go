@@ -218,6 +218,58 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 	}
 }
 
+// A server runs at most MaxInstances guests: one more is refused with the
+// ones that run, and boots once one stopped. A stop ends a console wait in
+// progress at once, and concurrent stops report the same end.
+func TestLimitsAndStops(t *testing.T) {
+	ctx := testContext(t)
+	m := newManager(t, "", func(c *Config) { c.MaxInstances = 1 })
+	root := t.TempDir()
+	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Boot(ctx, tinySpec(t, "b", root)); err == nil || !strings.Contains(err.Error(), "1 guests already run (a), the most this server allows") {
+		t.Errorf("a second guest beyond the limit: %v", err)
+	}
+	var since int64
+	expect(t, ctx, a, &since, tinyPrompt)
+	type waited struct {
+		err  error
+		took time.Duration
+	}
+	wch := make(chan waited, 1)
+	go func() {
+		t0 := time.Now()
+		_, _, err := a.Wait(ctx, since, serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile("never")}, Timeout: 30 * time.Second})
+		wch <- waited{err, time.Since(t0)}
+	}()
+	time.Sleep(100 * time.Millisecond) // the wait is under way
+	ends := make(chan qemu.Ending, 2)
+	for range 2 {
+		go func() {
+			end, err := a.Stop(ctx, qemu.Quit, 5*time.Second)
+			if err != nil {
+				t.Errorf("stop: %v", err)
+			}
+			ends <- end
+		}()
+	}
+	w := <-wch
+	if !errors.Is(w.err, ErrStopped) || w.took > 10*time.Second {
+		t.Errorf("a wait the stop ended: %v after %s", w.err, w.took)
+	}
+	if e1, e2 := <-ends, <-ends; e1.How != e2.How || e1.How != "quit" {
+		t.Errorf("two stops at once: %+v and %+v", e1, e2)
+	}
+	b, _, err := m.Boot(ctx, tinySpec(t, "b", root))
+	if err != nil {
+		t.Fatalf("b once a stopped: %v", err)
+	}
+	since = 0
+	expect(t, ctx, b, &since, tinyPrompt)
+}
+
 // An instance saves its guest into the store, refuses a snapshot of
 // another machine with what differs, restores its own (the console goes
 // on after a marker line, and the restored guest answers), and boots a

@@ -21,7 +21,7 @@ import (
 // newManager is a server's manager in a private runtime directory of its
 // own (short enough for unix sockets). lockFile, if set, is the
 // repository lock every root maps to.
-func newManager(t *testing.T, lockFile string) *Manager {
+func newManager(t *testing.T, lockFile string, opts ...func(*Config)) *Manager {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "inst")
 	if err != nil {
@@ -32,7 +32,11 @@ func newManager(t *testing.T, lockFile string) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := New(Config{RuntimeDir: dir, Record: rec, LockFile: lockFile, Logger: slog.New(slog.DiscardHandler)})
+	cfg := Config{RuntimeDir: dir, Record: rec, LockFile: lockFile, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,6 +289,19 @@ func TestSaveTransaction(t *testing.T) {
 		t.Errorf("a bad name: %v", err)
 	}
 	assertWhole(t, st, "/proj", disk, second.Tag)
+
+	// A guest that was paused stays paused.
+	if _, err := mon.Execute(ctx, "stop", nil); err != nil {
+		t.Fatal(err)
+	}
+	third, err := st.Save(ctx, mon, "/proj", mach, "a", "7.2.0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running, err := mon.Running(ctx); err != nil || running {
+		t.Errorf("a paused guest after the save: running %v, %v", running, err)
+	}
+	assertWhole(t, st, "/proj", disk, third.Tag)
 }
 
 // A server killed at any step of a save that replaces a snapshot: once the
