@@ -270,6 +270,43 @@ func TestLimitsAndStops(t *testing.T) {
 	expect(t, ctx, b, &since, tinyPrompt)
 }
 
+// A restart that would be refused (a drive another guest writes, a
+// snapshot whose image is gone) is refused before the running guest is
+// stopped: it runs on as it was.
+func TestRestartRefusedLeavesGuest(t *testing.T) {
+	ctx := testContext(t)
+	m := newManager(t, "")
+	root := t.TempDir()
+	img := filepath.Join(root, "disk.img")
+	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Boot(ctx, tinySpec(t, "b", root, qemu.WithDrive(qemu.Drive{Path: img}))); err != nil {
+		t.Fatal(err)
+	}
+	pid := a.Machine().PID()
+	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img}))
+	spec.Restart = true
+	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `in use (writable) by the running instance "b"`) {
+		t.Errorf("restart onto b's drive: %v", err)
+	}
+	spec = tinySpec(t, "a", root)
+	spec.Restart = true
+	spec.Snapshot = &SnapshotSpec{Meta: snapshot.Meta{Name: "gone", Path: filepath.Join(root, "gone.qcow2")}}
+	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `stage snapshot "gone"`) {
+		t.Errorf("restart from a snapshot whose image is gone: %v", err)
+	}
+	if got, _ := m.Get("a"); got != a || a.State() != Running || a.Machine().PID() != pid {
+		t.Fatalf("a after refused restarts: %v %s", got, a.State())
+	}
+	var since int64
+	expect(t, ctx, a, &since, tinyPrompt)
+	typeLine(t, ctx, a, "echo a runs on")
+	expect(t, ctx, a, &since, "a runs on\r\n"+tinyPrompt)
+}
+
 // An instance saves its guest into the store, refuses a snapshot of
 // another machine with what differs, restores its own (the console goes
 // on after a marker line, and the restored guest answers), and boots a
