@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -350,5 +353,81 @@ func TestGetAndNames(t *testing.T) {
 	}
 	if len(m.List()) != 0 {
 		t.Errorf("refused boots are listed: %v", m.List())
+	}
+}
+
+// What the server keeps is held to its cap: the oldest files go first,
+// but never the transcript of a guest that runs, nor a file of another
+// server that still runs, nor a snapshot (which counts towards the cap).
+func TestKeptCap(t *testing.T) {
+	snaps := t.TempDir()
+	store := snapshot.Store{Dir: snaps}
+	// A complete snapshot: a record and its image.
+	sdir := filepath.Join(snaps, "proj-00000000", "m1")
+	os.MkdirAll(sdir, 0o700)
+	os.WriteFile(filepath.Join(sdir, "s.json"), []byte(`{"name":"s","image":"s.1-2-3.qcow2","id":"1-2-3","tag":"qemu-mcp-s.1-2-3"}`), 0o600)
+	os.WriteFile(filepath.Join(sdir, "s.1-2-3.qcow2"), make([]byte, 8192), 0o600)
+	if store.Total() == 0 {
+		t.Fatal("the snapshot does not count")
+	}
+	const size = 8192
+	m := newManager(t, "", func(c *Config) { c.KeepCap = store.Total() + 2*size; c.Snapshots = snaps })
+
+	// Another server that runs: a process of this test.
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }() // the process this test started
+	info, err := proc.Stat(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := names.Owner{PID: other.Process.Pid, StartTime: info.StartTime}
+	dead := names.Owner{PID: names.MaxPID, StartTime: 1}
+	now := time.Now()
+	put := func(name string, age time.Duration) string {
+		p := filepath.Join(m.cfg.Captures, name)
+		os.WriteFile(p, make([]byte, size), 0o600)
+		os.Chtimes(p, now.Add(-age), now.Add(-age))
+		return p
+	}
+	liveOld := put(names.Transcript(live, "x", 1), 4*time.Hour)
+	deadOld := put(names.Transcript(dead, "x", 1), 3*time.Hour)
+	ownOld := put(names.Transcript(m.owner, "gone", 1), 2*time.Hour)
+	ownNew := put(names.Transcript(m.owner, "gone", 2), time.Hour)
+
+	removed := m.enforceCap()
+	var got []string
+	for _, f := range removed {
+		got = append(got, f.Path)
+	}
+	if want := []string{deadOld, ownOld}; !slices.Equal(got, want) {
+		t.Errorf("removed %v, want %v", got, want)
+	}
+	for _, p := range []string{liveOld, ownNew, filepath.Join(sdir, "s.1-2-3.qcow2")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// A new server removes what saves killed with an earlier one left in the
+// snapshot store, before its first boot.
+func TestNewReapsKilledSaves(t *testing.T) {
+	snaps := t.TempDir()
+	dir := filepath.Join(snaps, "proj-00000000", "m1")
+	os.MkdirAll(dir, 0o700)
+	dead := names.Owner{PID: names.MaxPID, StartTime: 1}
+	id := dead.Tag() + "-1"
+	image := filepath.Join(dir, "a."+id+".qcow2")
+	os.WriteFile(image, []byte("partial"), 0o600)
+	intent := filepath.Join(dir, ".a."+id+".intent")
+	os.WriteFile(intent, []byte(`{"name":"a","id":"`+id+`","image":"a.`+id+`.qcow2","tag":"qemu-mcp-a.`+id+`"}`), 0o600)
+	newManager(t, "", func(c *Config) { c.Snapshots = snaps })
+	for _, p := range []string{image, intent} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s after a new server started: %v", filepath.Base(p), err)
+		}
 	}
 }
