@@ -151,6 +151,48 @@ func TestBootEchoStop(t *testing.T) {
 	}
 }
 
+// A guest's cleanup stack holds the boot's steps in the order they were
+// made, so that the teardown (newest first) detaches the debugger before
+// QEMU stops, stops QEMU before its console goes, and releases the drives
+// and the repository lock only once QEMU is gone.
+func TestCleanupStackOrder(t *testing.T) {
+	ctx := testContext(t)
+	m := newManager(t, "")
+	root := t.TempDir()
+	img := filepath.Join(root, "disk.img")
+	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img}))
+	spec.Debug = &DebugSpec{}
+	i, _, err := m.Boot(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i.mu.Lock()
+	var steps []string
+	for _, c := range i.cleanups {
+		steps = append(steps, c.what)
+	}
+	i.mu.Unlock()
+	want := []string{"repository lock", "drive claims", "console", "qemu", "debugger"}
+	at := -1
+	for _, w := range want {
+		k := slices.Index(steps, w)
+		if k <= at {
+			t.Fatalf("cleanup stack %q: want %q in this order", steps, want)
+		}
+		at = k
+	}
+	if _, err := i.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	i.mu.Lock()
+	left := len(i.cleanups)
+	i.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d cleanups left after the stop", left)
+	}
+}
+
 // A stop that comes while an instance boots ends the boot at once, and
 // what the boot had made is undone; a restart stops the running guest and
 // boots the name again.
