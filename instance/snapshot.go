@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -351,6 +352,13 @@ func (i *Instance) restore(ctx context.Context, store snapshot.Store, meta snaps
 	if err := i.CheckLoad(meta); err != nil {
 		return res, err
 	}
+	// A restore in a new QEMU checks what would keep it from starting
+	// while the running guest can still stay.
+	if !loadsInPlace(old) {
+		if err := i.checkRestart(); err != nil {
+			return res, fmt.Errorf("restore snapshot %q: %w; the guest was left as it was", meta.Name, err)
+		}
+	}
 	i.loadStep(meta, "checked")
 	staged, err := i.stage(store, meta)
 	if err != nil {
@@ -541,6 +549,25 @@ func (i *Instance) restoreFresh(ctx context.Context, old *qemu.Machine, con *ser
 		i.unstage(context.WithoutCancel(ctx), mch, staged)
 	}()
 	return res, nil
+}
+
+// checkRestart says what would keep a new QEMU of the instance's
+// configuration from starting (its binary or a drive gone since the boot),
+// while the running one can still stay.
+func (i *Instance) checkRestart() error {
+	cfg := i.cfg
+	cfg.Files = i.files
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	bin := cfg.Binary
+	if bin == "" {
+		bin = qemu.DefaultBinary
+	}
+	if _, err := exec.LookPath(bin); err != nil {
+		return fmt.Errorf("qemu binary %s: %w", bin, err)
+	}
+	return nil
 }
 
 // lost stops an instance whose QEMU a restore could not replace.
