@@ -193,6 +193,78 @@ func TestCleanupStackOrder(t *testing.T) {
 	}
 }
 
+// A restore whose new QEMU could not start (the binary or a drive went
+// away under the server) is refused while the running guest can stay: it
+// runs on as it was. If the new QEMU fails all the same, the instance
+// stops, says so, and leaves nothing behind.
+func TestRestoreFailsToStart(t *testing.T) {
+	testguest.QEMUImg(t)
+	ctx := testContext(t)
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile)
+	root := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "qemu-system-riscv64")
+	if err := os.Symlink(testguest.QEMU(t), bin); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(root, "disk.img")
+	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img, ReadOnly: true}))
+	spec.QEMU.Binary = bin
+	i, _, err := m.Boot(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
+	meta, err := i.SaveSnapshot(ctx, store, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := i.Machine().PID()
+	for _, gone := range []string{bin, img} {
+		os.Rename(gone, gone+".away")
+		_, err = i.RestoreSnapshot(ctx, store, meta)
+		if err == nil || !strings.Contains(err.Error(), `restore snapshot "s": `) || !strings.Contains(err.Error(), gone) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
+			t.Errorf("a restore without %s: %v", gone, err)
+		}
+		if i.State() != Running || i.Machine().PID() != pid {
+			t.Fatalf("the guest after a refused restore: %s, pid %d (was %d)", i.State(), i.Machine().PID(), pid)
+		}
+		os.Rename(gone+".away", gone)
+	}
+	typeLine(t, ctx, i, "echo still here")
+	expect(t, ctx, i, &since, "still here\r\n"+tinyPrompt)
+
+	// The new QEMU fails to start after all: here it cannot take its
+	// gdbstub's socket path, which the test holds as a directory.
+	os.Mkdir(i.runtime(true).GDBSocket, 0o700)
+	_, err = i.RestoreSnapshot(ctx, store, meta)
+	os.Remove(i.runtime(true).GDBSocket)
+	if err == nil || !strings.Contains(err.Error(), `restore snapshot "s"`) || !strings.Contains(err.Error(), "the guest is stopped") {
+		t.Fatalf("a restore whose QEMU cannot start: %v", err)
+	}
+	t.Logf("restore: %v", err)
+	select {
+	case <-i.Done():
+	case <-ctx.Done():
+		t.Fatal("the instance did not unwind")
+	}
+	if end, _ := i.result(); i.State() != Stopped || end.How != "restore failed" {
+		t.Errorf("after the failed restore: %s, %+v", i.State(), end)
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left after a failed restore: %v", left)
+	}
+	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
+		t.Errorf("the repository lock after a failed restore: %v", st)
+	}
+	if err := snapshot.Verify(meta); err != nil {
+		t.Errorf("the snapshot after a failed restore: %v", err)
+	}
+}
+
 // A stop that comes while an instance boots ends the boot at once, and
 // what the boot had made is undone; a restart stops the running guest and
 // boots the name again.
