@@ -333,7 +333,7 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 	needQEMUImg(t)
 	// At each step, and at times after the image is attached, which
 	// fall in QEMU's save job or later.
-	kills := append(slices.Clone(saveSteps), "image+20ms", "image+80ms", "image+200ms")
+	kills := append(slices.Clone(saveSteps), "image+30ms", "image+150ms")
 	for _, step := range kills {
 		t.Run(strings.ReplaceAll(step, " ", "_"), func(t *testing.T) {
 			dir := shortDir(t)
