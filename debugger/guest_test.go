@@ -51,10 +51,11 @@ func bootTiny(t *testing.T, ctx context.Context) *tinyGuest {
 	return g
 }
 
-// debug starts the session (with the symbols of tiny.elf).
-func (g *tinyGuest) debug() *Session {
+// debug starts the session, with the symbols of tiny.elf or those of path.
+func (g *tinyGuest) debug(path ...string) *Session {
 	g.t.Helper()
-	syms, err := debuginfo.Open(filepath.Join(testguest.Repo(), "testdata", "images", "tiny.elf"))
+	path = append(path, filepath.Join(testguest.Repo(), "testdata", "images", "tiny.elf"))
+	syms, err := debuginfo.Open(path[0])
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -360,17 +361,7 @@ func TestLinuxTrapFramesAndTriage(t *testing.T) {
 		t.Fatalf("Linux did not boot: %v; %q", err, res.Output)
 	}
 	g.cursor = res.Cursor
-	syms, err := debuginfo.Open(lin.Vmlinux)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Config{
-		Dial:    func(ctx context.Context) (*gdb.Client, error) { return gdb.Dial(ctx, "unix", m.Paths().GDBSocket) },
-		Running: func(ctx context.Context) (bool, error) { return m.Monitor().Running(ctx) },
-		Symbols: syms,
-		Logger:  slog.New(slog.DiscardHandler),
-	})
-	defer s.Close()
+	s := g.debug(lin.Vmlinux)
 
 	if _, err := s.Break(ctx, "sys_newuname", false, false); err != nil {
 		t.Fatal(err)

@@ -26,6 +26,16 @@ func tinySpec(t *testing.T, name, root string, opts ...qemu.Option) Spec {
 	return Spec{Name: name, Root: root, QEMU: qemu.NewConfig(opts...)}
 }
 
+// rawDisk makes a 1 MiB raw disk image in dir.
+func rawDisk(t *testing.T, dir string) string {
+	t.Helper()
+	img := filepath.Join(dir, "disk.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -60,8 +70,7 @@ func TestBootEchoStop(t *testing.T) {
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
 	m := newManager(t, lockFile)
 	root := t.TempDir()
-	img := filepath.Join(root, "disk.img")
-	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	img := rawDisk(t, root)
 	drive := qemu.WithDrive(qemu.Drive{Path: img})
 
 	i, _, err := m.Boot(ctx, tinySpec(t, "a", root, drive))
@@ -159,8 +168,7 @@ func TestCleanupStackOrder(t *testing.T) {
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
-	img := filepath.Join(root, "disk.img")
-	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	img := rawDisk(t, root)
 	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img}))
 	spec.Debug = &DebugSpec{}
 	i, _, err := m.Boot(ctx, spec)
@@ -207,8 +215,7 @@ func TestRestoreFailsToStart(t *testing.T) {
 	if err := os.Symlink(testguest.QEMU(t), bin); err != nil {
 		t.Fatal(err)
 	}
-	img := filepath.Join(root, "disk.img")
-	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	img := rawDisk(t, root)
 	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img, ReadOnly: true}))
 	spec.QEMU.Binary = bin
 	i, _, err := m.Boot(ctx, spec)
@@ -391,8 +398,7 @@ func TestRestartRefusedLeavesGuest(t *testing.T) {
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
-	img := filepath.Join(root, "disk.img")
-	os.WriteFile(img, make([]byte, 1<<20), 0o600)
+	img := rawDisk(t, root)
 	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
 	if err != nil {
 		t.Fatal(err)
