@@ -61,13 +61,14 @@ func TestMachineHashAndDiff(t *testing.T) {
 		{"harts", func(c *qemu.Config) { c.SMP = 2 }, "smp: saved 1, now 2"},
 		{"append", func(c *qemu.Config) { c.Append = "console=ttyS0 quiet" }, `append: saved "console=ttyS0", now "console=ttyS0 quiet"`},
 		{"no initrd", func(c *qemu.Config) { c.Initrd = "" }, "initrd: saved " + initrd + " (sha256 "},
-		{"drive path", func(c *qemu.Config) { c.Drives = []qemu.Drive{{Path: "/img/other.qcow2", Format: "qcow2"}} }, "drives: saved [{/img/disk.qcow2 qcow2 false}], now [{/img/other.qcow2 qcow2 false}]"},
+		{"drive path", func(c *qemu.Config) { c.Drives = []qemu.Drive{{Path: "/img/other.qcow2", Format: "qcow2"}} }, "drives: saved /img/disk.qcow2 (qcow2), now /img/other.qcow2 (qcow2)"},
 		{"drive readonly", func(c *qemu.Config) {
 			c.Drives = []qemu.Drive{{Path: "/img/disk.qcow2", Format: "qcow2", ReadOnly: true}}
-		}, "now [{/img/disk.qcow2 qcow2 true}]"},
-		{"network", func(c *qemu.Config) { c.Network = "user" }, "network: saved , now user"},
+		}, "now /img/disk.qcow2 (qcow2, readonly)"},
+		{"network", func(c *qemu.Config) { c.Network = "user" }, "network: saved none, now user"},
 		{"bios", func(c *qemu.Config) { c.BIOS = "none" }, "bios: saved default, now none"},
-		{"share", func(c *qemu.Config) { c.Shares = []qemu.Share{{Path: "/src", Tag: "src"}} }, "shares: saved [], now [{/src src false}]"},
+		{"extra args", func(c *qemu.Config) { c.ExtraArgs = []string{"-device", "virtio-rng-device"} }, `extra_args: saved none, now "-device", "virtio-rng-device"`},
+		{"share", func(c *qemu.Config) { c.Shares = []qemu.Share{{Path: "/src", Tag: "src"}} }, "shares: saved none, now src=/src"},
 	} {
 		c := base
 		c.Drives = append([]qemu.Drive(nil), base.Drives...)

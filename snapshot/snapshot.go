@@ -61,6 +61,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -298,12 +299,47 @@ func Diff(saved, now Machine) []string {
 	add("memory", saved.Memory, now.Memory)
 	add("smp", saved.SMP, now.SMP)
 	add("append", fmt.Sprintf("%q", saved.Append), fmt.Sprintf("%q", now.Append))
-	add("drives", saved.Drives, now.Drives)
-	add("network", saved.Network, now.Network)
+	add("drives", list(saved.Drives, Drive.String), list(now.Drives, Drive.String))
+	add("network", orNone(saved.Network), orNone(now.Network))
 	add("gpu", saved.GPU, now.GPU)
-	add("extra arguments", saved.ExtraArgs, now.ExtraArgs)
-	add("shares", saved.Shares, now.Shares)
+	add("extra arguments", list(saved.ExtraArgs, strconv.Quote), list(now.ExtraArgs, strconv.Quote))
+	add("shares", list(saved.Shares, Share.String), list(now.Shares, Share.String))
 	return d
+}
+
+// list is how Diff shows a list: its items, or "none".
+func list[T any](items []T, str func(T) string) string {
+	if len(items) == 0 {
+		return "none"
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = str(it)
+	}
+	return strings.Join(out, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// String is "PATH (FORMAT)" or "PATH (FORMAT, readonly)".
+func (d Drive) String() string {
+	if d.ReadOnly {
+		return d.Path + " (" + d.Format + ", readonly)"
+	}
+	return d.Path + " (" + d.Format + ")"
+}
+
+// String is "TAG=PATH", with ", writable" for a writable share.
+func (s Share) String() string {
+	if s.Writable {
+		return s.Tag + "=" + s.Path + " (writable)"
+	}
+	return s.Tag + "=" + s.Path
 }
 
 // Meta is a snapshot's record (see the package comment).
