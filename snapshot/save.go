@@ -150,6 +150,11 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Meta{}, fmt.Errorf("save snapshot: %w", err)
 	}
+	unlock, err := lockSaves(ctx, dir)
+	if err != nil {
+		return Meta{}, fmt.Errorf("save snapshot %q: wait for another save of this machine: %w", name, err)
+	}
+	defer unlock()
 	id := newID(s.owner())
 	tag := tagFor(name, id)
 	image := filepath.Join(dir, imageName(name, id))
@@ -312,6 +317,25 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	}
 	step("done")
 	return read(recPath)
+}
+
+// saving holds a token per machine directory while a save into it runs.
+// Two saves of one name at once would each replace the snapshot the other
+// read, and the image of the first to commit would be left with no record
+// naming it. Saves of this process are serialised here; another server
+// cannot save into the project meanwhile, since the repository lock lets
+// only one server run its guests.
+var saving sync.Map // machine directory -> chan struct{} (capacity 1)
+
+func lockSaves(ctx context.Context, dir string) (func(), error) {
+	v, _ := saving.LoadOrStore(dir, make(chan struct{}, 1))
+	sem := v.(chan struct{})
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // freeSpace is what the file system of dir has free.
