@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,6 +199,55 @@ func TestCleanupStackOrder(t *testing.T) {
 	i.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d cleanups left after the stop", left)
+	}
+}
+
+// Two guests of one machine save the same name at once: one after the
+// other, the last one's snapshot is the name's, and no image is left that
+// no record names.
+func TestConcurrentSavesOfAName(t *testing.T) {
+	testguest.QEMUImg(t)
+	ctx := testContext(t)
+	m := newManager(t, "")
+	root := t.TempDir()
+	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
+	var guests []*Instance
+	for _, n := range []string{"a", "b"} {
+		i, _, err := m.Boot(ctx, tinySpec(t, n, root))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var since int64
+		expect(t, ctx, i, &since, tinyPrompt)
+		guests = append(guests, i)
+	}
+	var mu sync.Mutex
+	var last snapshot.Meta
+	for range 2 {
+		var wg sync.WaitGroup
+		for _, i := range guests {
+			wg.Go(func() {
+				meta, err := i.SaveSnapshot(ctx, store, "s")
+				if err != nil {
+					t.Errorf("save from %s: %v", i.Name(), err)
+					return
+				}
+				mu.Lock()
+				if meta.Created.After(last.Created) {
+					last = meta
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	list, err := store.List(root)
+	if err != nil || len(list) != 1 || list[0].ID != last.ID {
+		t.Fatalf("after the saves: %+v %v; the last save was %s", list, err, last.ID)
+	}
+	images, _ := filepath.Glob(filepath.Join(filepath.Dir(list[0].Path), "*.qcow2"))
+	if len(images) != 1 || images[0] != list[0].Path {
+		t.Errorf("images in the store: %v, want %s alone", images, list[0].Path)
 	}
 }
 
