@@ -334,14 +334,22 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 		err error
 	}
 	done := make(chan booted, 1)
+	spec := tinySpec(t, "a", root)
 	go func() {
-		i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+		i, _, err := m.Boot(ctx, spec)
 		done <- booted{i, err}
 	}()
 	var i *Instance
 	for i == nil {
+		select {
+		case b := <-done:
+			done <- b // it booted before the stop: the stop stops it
+			if b.err != nil {
+				t.Fatalf("boot: %v", b.err)
+			}
+		case <-time.After(time.Millisecond):
+		}
 		i, _ = m.Get("a")
-		time.Sleep(time.Millisecond)
 	}
 	end, err := i.Stop(ctx, qemu.Quit, 5*time.Second)
 	if err != nil {
@@ -364,7 +372,7 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := first.Machine().PID()
-	spec := tinySpec(t, "a", root)
+	spec = tinySpec(t, "a", root)
 	spec.Restart = true
 	second, _, err := m.Boot(ctx, spec)
 	if err != nil {
