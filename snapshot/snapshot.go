@@ -34,10 +34,10 @@
 //
 // # A save is a transaction
 //
-// Intent; new image and new tag on every writable drive, beside the old
-// ones; the image closed and synced, its tag checked; the record switched
-// in one rename; then the old image and the old tag removed, and the
-// intent last. A kill or a failure at any point leaves the old snapshot or
+// Saves into one machine directory run one at a time. Intent; new image
+// and new tag on every writable drive, beside the old ones; the image
+// closed and synced, its tag checked; the record switched in one rename;
+// then the old image and the old tag removed, and the intent last. A kill or a failure at any point leaves the old snapshot or
 // the new one whole, never a mix and never neither. A failed save removes
 // what it wrote. What a killed save left (an image or a record no record
 // names, an intent whose server is dead, a tag in a drive that no record
