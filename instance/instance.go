@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -348,6 +349,14 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		if staged, err = i.stage(m.Snapshots(), snap.meta); err != nil {
 			return rep, err
 		}
+		// The copy is removed once the guest runs (unstage); a boot
+		// that fails before removes it here.
+		i.push("staged snapshot", func() error {
+			if err := os.Remove(staged); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		})
 		cfg.LoadVM = &qemu.LoadVM{Path: staged}
 		rt.BeforeCont = loadSnapshot(snap.meta, func() {
 			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.meta.Name, snap.meta.Created.Format(time.RFC3339)))
