@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -248,6 +249,70 @@ func TestConcurrentSavesOfAName(t *testing.T) {
 	images, _ := filepath.Glob(filepath.Join(filepath.Dir(list[0].Path), "*.qcow2"))
 	if len(images) != 1 || images[0] != list[0].Path {
 		t.Errorf("images in the store: %v, want %s alone", images, list[0].Path)
+	}
+}
+
+// A boot from a snapshot whose machine state is damaged inside its image
+// (every part there, so the checks pass) fails once QEMU runs, and unwinds
+// all the same: the staged copy, QEMU, the console, the lock and the
+// record are gone.
+func TestBootFromDamagedSnapshot(t *testing.T) {
+	testguest.QEMUImg(t)
+	ctx := testContext(t)
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile)
+	root := t.TempDir()
+	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
+	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	expect(t, ctx, a, &since, tinyPrompt)
+	meta, err := a.SaveSnapshot(ctx, store, "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The state's stream lies between the image's first tables and its
+	// snapshot table (the qcow2 header's snapshots_offset).
+	f, err := os.OpenFile(meta.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h [72]byte
+	f.ReadAt(h[:], 0)
+	table := int64(binary.BigEndian.Uint64(h[64:]))
+	junk := make([]byte, table-table/4)
+	for k := range junk {
+		junk[k] = byte(k*7 + 1)
+	}
+	f.WriteAt(junk, table/4)
+	f.Close()
+	if err := snapshot.Verify(meta); err != nil {
+		t.Fatalf("the damage shows before the load: %v", err)
+	}
+	spec := tinySpec(t, "b", root)
+	spec.Snapshot = &SnapshotSpec{Store: store, Meta: meta}
+	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.HasPrefix(err.Error(), "boot: ") {
+		t.Fatalf("boot from the damaged snapshot: %v", err)
+	} else {
+		t.Logf("boot: %v", err)
+	}
+	b, _ := m.Get("b")
+	if b == nil || b.State() != Stopped {
+		t.Fatalf("b after its failed boot: %v", b)
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left after a failed boot from a snapshot: %v", left)
+	}
+	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
+		t.Errorf("the repository lock: %v", st)
+	}
+	if len(m.Record().Instances) != 0 {
+		t.Errorf("the record: %+v", m.Record().Instances)
 	}
 }
 
