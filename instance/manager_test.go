@@ -431,3 +431,48 @@ func TestNewReapsKilledSaves(t *testing.T) {
 		}
 	}
 }
+
+// Calls that type on a console run one after another: the next waits for
+// the one before, up to its own timeout, and is then told who holds the
+// console and since when; a stop ends the wait at once.
+func TestConsoleTurns(t *testing.T) {
+	m := newManager(t, "")
+	i := newInstance(m, Spec{Name: "a"}, 1)
+	ctx := context.Background()
+	release, err := i.AcquireConsole(ctx, "guest_exec", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = i.AcquireConsole(ctx, "serial_send", 50*time.Millisecond)
+	if !errors.Is(err, ErrConsoleBusy) || !strings.Contains(err.Error(), "guest_exec has used it for") {
+		t.Errorf("a second call while the first holds the console: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r, err := i.AcquireConsole(ctx, "serial_send", 10*time.Second)
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	release()
+	if err := <-got; err != nil {
+		t.Errorf("the next call once the first let go: %v", err)
+	}
+	release, _ = i.AcquireConsole(ctx, "guest_exec", time.Second)
+	defer release()
+	go func() {
+		_, err := i.AcquireConsole(ctx, "serial_send", 10*time.Second)
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	i.cancel(ErrStopped)
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrStopped) {
+			t.Errorf("a wait for the console that a stop ended: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stop did not end the wait for the console")
+	}
+}
