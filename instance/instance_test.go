@@ -462,6 +462,37 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 	}
 }
 
+// A console wait ends early when the guest resets, with the event that
+// ended it, and the instance keeps the event for its status; the wait
+// after it waits on.
+func TestWaitEndsOnReset(t *testing.T) {
+	ctx := testContext(t)
+	m := newManager(t, "")
+	i, _, err := m.Boot(ctx, tinySpec(t, "a", t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		if _, err := i.Machine().Monitor().Execute(ctx, "system_reset", nil); err != nil {
+			t.Errorf("system_reset: %v", err)
+		}
+	}()
+	t0 := time.Now()
+	res, ev, err := i.Wait(ctx, since, serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile("never")}, Timeout: 20 * time.Second})
+	if err != nil || res.Matched || ev == nil || ev.Event != "RESET" || time.Since(t0) > 10*time.Second {
+		t.Fatalf("a wait across a reset: %+v, %+v, %v after %s", res, ev, err, time.Since(t0))
+	}
+	if evs, total := i.Events(10); total == 0 || evs[len(evs)-1].Event != "RESET" {
+		t.Errorf("the instance's events: %+v (%d)", evs, total)
+	}
+	// The guest boots again; a wait for its prompt is not ended by the
+	// reset that came before it.
+	expect(t, ctx, i, &since, `qemu-mcp tiny kernel[^\n]*\n(.*\n)*`+tinyPrompt)
+}
+
 // A server runs at most MaxInstances guests: one more is refused with the
 // ones that run, and boots once one stopped. A stop ends a console wait in
 // progress at once, and concurrent stops report the same end.
