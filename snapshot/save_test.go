@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -350,6 +351,14 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// A child that hangs is killed (the process this test
+			// started), and the test says so.
+			var hung atomic.Bool
+			guard := time.AfterFunc(60*time.Second, func() {
+				hung.Store(true)
+				cmd.Process.Kill()
+			})
+			defer guard.Stop()
 			var qemuID proc.Identity
 			var oldTag string
 			var mu sync.Mutex
@@ -374,6 +383,9 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 			<-read
 			err = cmd.Wait()
 			var ee *exec.ExitError
+			if hung.Load() {
+				t.Fatalf("the saving server hung before step %q: %s", step, stderr.String())
+			}
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("the saving server was not killed at %q: %v\n%s", step, err, stderr.String())
 			}
