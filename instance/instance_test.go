@@ -38,6 +38,26 @@ func rawDisk(t *testing.T, dir string) string {
 	return img
 }
 
+// The snapshot calls of the tests, in one place: the store is the
+// manager's (Config.Snapshots).
+func snapshots(m *Manager) snapshot.Store { return snapshot.Store{Dir: m.cfg.Snapshots} }
+
+func saveSnapshot(ctx context.Context, i *Instance, name string) (snapshot.Meta, error) {
+	return i.SaveSnapshot(ctx, snapshots(i.mgr), name)
+}
+
+func restoreSnapshot(ctx context.Context, i *Instance, meta snapshot.Meta) (Restored, error) {
+	return i.RestoreSnapshot(ctx, snapshots(i.mgr), meta)
+}
+
+func checkSnapshot(ctx context.Context, i *Instance, meta snapshot.Meta) error {
+	return i.CheckSnapshot(ctx, meta)
+}
+
+func checkLoad(ctx context.Context, i *Instance, meta snapshot.Meta) error {
+	return i.CheckLoad(ctx, meta)
+}
+
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -211,7 +231,6 @@ func TestConcurrentSavesOfAName(t *testing.T) {
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
-	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
 	var guests []*Instance
 	for _, n := range []string{"a", "b"} {
 		i, _, err := m.Boot(ctx, tinySpec(t, n, root))
@@ -228,7 +247,7 @@ func TestConcurrentSavesOfAName(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, i := range guests {
 			wg.Go(func() {
-				meta, err := i.SaveSnapshot(ctx, store, "s")
+				meta, err := saveSnapshot(ctx, i, "s")
 				if err != nil {
 					t.Errorf("save from %s: %v", i.Name(), err)
 					return
@@ -242,7 +261,7 @@ func TestConcurrentSavesOfAName(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	list, err := store.List(root)
+	list, err := snapshots(m).List(root)
 	if err != nil || len(list) != 1 || list[0].ID != last.ID {
 		t.Fatalf("after the saves: %+v %v; the last save was %s", list, err, last.ID)
 	}
@@ -262,14 +281,13 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
 	m := newManager(t, lockFile)
 	root := t.TempDir()
-	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
 	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var since int64
 	expect(t, ctx, a, &since, tinyPrompt)
-	meta, err := a.SaveSnapshot(ctx, store, "bad")
+	meta, err := saveSnapshot(ctx, a, "bad")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +313,7 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 		t.Fatalf("the damage shows before the load: %v", err)
 	}
 	spec := tinySpec(t, "b", root)
-	spec.Snapshot = &SnapshotSpec{Store: store, Meta: meta}
+	spec.Snapshot = &SnapshotSpec{Store: snapshots(m), Meta: meta}
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.HasPrefix(err.Error(), "boot: ") {
 		t.Fatalf("boot from the damaged snapshot: %v", err)
 	} else {
@@ -339,15 +357,14 @@ func TestRestoreFailsToStart(t *testing.T) {
 	}
 	var since int64
 	expect(t, ctx, i, &since, tinyPrompt)
-	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
-	meta, err := i.SaveSnapshot(ctx, store, "s")
+	meta, err := saveSnapshot(ctx, i, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid := i.Machine().PID()
 	for _, gone := range []string{bin, img} {
 		os.Rename(gone, gone+".away")
-		_, err = i.RestoreSnapshot(ctx, store, meta)
+		_, err = restoreSnapshot(ctx, i, meta)
 		if err == nil || !strings.Contains(err.Error(), `restore snapshot "s": `) || !strings.Contains(err.Error(), gone) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
 			t.Errorf("a restore without %s: %v", gone, err)
 		}
@@ -362,7 +379,7 @@ func TestRestoreFailsToStart(t *testing.T) {
 	// The new QEMU fails to start after all: here it cannot take its
 	// gdbstub's socket path, which the test holds as a directory.
 	os.Mkdir(i.runtime(true).GDBSocket, 0o700)
-	_, err = i.RestoreSnapshot(ctx, store, meta)
+	_, err = restoreSnapshot(ctx, i, meta)
 	os.Remove(i.runtime(true).GDBSocket)
 	if err == nil || !strings.Contains(err.Error(), `restore snapshot "s"`) || !strings.Contains(err.Error(), "the guest is stopped") {
 		t.Fatalf("a restore whose QEMU cannot start: %v", err)
@@ -590,7 +607,6 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
-	store := snapshot.Store{Dir: filepath.Join(t.TempDir(), "snapshots")}
 	i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
 	if err != nil {
 		t.Fatal(err)
@@ -602,31 +618,31 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, ctx, i, &since, "echo sav$")
-	meta, err := i.SaveSnapshot(ctx, store, "s")
+	meta, err := saveSnapshot(ctx, i, "s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := snapshot.Verify(meta); err != nil || meta.Name != "s" || meta.QEMU == "" {
 		t.Fatalf("saved %+v: %v", meta, err)
 	}
-	if err := i.CheckLoad(ctx, meta); err != nil {
+	if err := checkLoad(ctx, i, meta); err != nil {
 		t.Errorf("check its own snapshot: %v", err)
 	}
 	other := meta
 	other.Machine.Memory = "256M"
-	if err := i.CheckSnapshot(ctx, other); err == nil || !strings.Contains(err.Error(), "memory: saved 256M, now 128M") {
+	if err := checkSnapshot(ctx, i, other); err == nil || !strings.Contains(err.Error(), "memory: saved 256M, now 128M") {
 		t.Errorf("a snapshot of another machine: %v", err)
 	}
 	older := meta
 	older.QEMU = "1.0.0"
-	if err := i.CheckSnapshot(ctx, older); err == nil || !strings.Contains(err.Error(), "saved by QEMU 1.0.0") {
+	if err := checkSnapshot(ctx, i, older); err == nil || !strings.Contains(err.Error(), "saved by QEMU 1.0.0") {
 		t.Errorf("a snapshot of another QEMU: %v", err)
 	}
 
 	typeLine(t, ctx, i, "x")
 	expect(t, ctx, i, &since, "savx\r\n"+tinyPrompt)
 	oldPID := i.Machine().PID()
-	res, err := i.RestoreSnapshot(ctx, store, meta)
+	res, err := restoreSnapshot(ctx, i, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -643,17 +659,17 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	// Snapshots that cannot load are refused before the guest is
 	// touched, with what is wrong: one whose image is gone, one whose
 	// record is damaged.
-	broken, err := i.SaveSnapshot(ctx, store, "broken")
+	broken, err := saveSnapshot(ctx, i, "broken")
 	if err != nil {
 		t.Fatal(err)
 	}
-	damaged, err := i.SaveSnapshot(ctx, store, "damaged")
+	damaged, err := saveSnapshot(ctx, i, "damaged")
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(broken.Path)
 	os.WriteFile(filepath.Join(filepath.Dir(damaged.Path), "damaged.json"), []byte("{"), 0o600)
-	found, err := store.Find(root, "damaged")
+	found, err := snapshots(m).Find(root, "damaged")
 	if err != nil || len(found) != 1 {
 		t.Fatalf("find the damaged snapshot: %+v %v", found, err)
 	}
@@ -665,7 +681,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		{broken, `snapshot "broken" is incomplete: its image ` + broken.Path + ` is missing`},
 		{found[0], `snapshot "damaged" is incomplete: its record is unreadable`},
 	} {
-		if _, err := i.RestoreSnapshot(ctx, store, tc.meta); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "the guest was left as it was") {
+		if _, err := restoreSnapshot(ctx, i, tc.meta); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "the guest was left as it was") {
 			t.Errorf("restore %s: %v, want it to say %q", tc.meta.Name, err, tc.want)
 		}
 	}
@@ -677,7 +693,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 
 	// A new instance boots into it.
 	spec := tinySpec(t, "b", root)
-	spec.Snapshot = &SnapshotSpec{Store: store, Meta: meta}
+	spec.Snapshot = &SnapshotSpec{Store: snapshots(m), Meta: meta}
 	b, _, err := m.Boot(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

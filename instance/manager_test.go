@@ -35,7 +35,8 @@ func newManager(t *testing.T, lockFile string, opts ...func(*Config)) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{RuntimeDir: dir, Record: rec, LockFile: lockFile, Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{RuntimeDir: dir, Record: rec, LockFile: lockFile, Logger: slog.New(slog.DiscardHandler),
+		Snapshots: filepath.Join(t.TempDir(), "snapshots")}
 	for _, o := range opts {
 		o(&cfg)
 	}
