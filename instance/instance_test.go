@@ -87,6 +87,8 @@ func typeLine(t *testing.T, ctx context.Context, i *Instance, line string) {
 // runs it holds the repository lock, its writable drive and its record,
 // and a second boot of the name or of the drive is refused; stopped, it
 // leaves nothing behind but its transcript, and the drive is free again.
+// A guest that powers itself off unwinds by itself, and its name boots
+// again as soon as its exit is seen.
 func TestBootEchoStop(t *testing.T) {
 	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
@@ -163,16 +165,25 @@ func TestBootEchoStop(t *testing.T) {
 	if err != nil || !res.Stopped && !res.Finished || ev == nil {
 		t.Errorf("a wait across the poweroff: %+v, %+v, %v", res, ev, err)
 	}
+	// Booted again as soon as its exit was seen: the name and the drive
+	// are free, not busy, once the old instance has unwound.
+	again, _, err := m.Boot(ctx, tinySpec(t, "b", root, drive))
+	if err != nil || again.Boot() != b.Boot()+1 {
+		t.Fatalf("b booted again right after its poweroff: %v", err)
+	}
 	select {
 	case <-b.Done():
-	case <-ctx.Done():
-		t.Fatal("b did not unwind after its guest powered off")
+	default:
+		t.Fatal("b's second boot ran before its first had unwound")
 	}
 	if in := b.Info(); in.State != Stopped || in.Exit == nil || in.Exit.Code != 0 {
 		t.Errorf("b after its poweroff: %+v", in)
 	}
 	if _, err := b.Running(); !errors.Is(err, ErrExited) {
 		t.Errorf("Running after the poweroff: %v", err)
+	}
+	if _, err := again.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	if left := runtimeLeft(t, m); len(left) > 0 {
 		t.Errorf("left in the runtime directory after the poweroff: %v", left)
