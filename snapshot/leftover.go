@@ -137,7 +137,7 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 	var unreadable []string // names whose record cannot be read: their images stay
 	for _, m := range recs {
 		if m.unreadable != "" {
-			unreadable = append(unreadable, m.Name+".")
+			unreadable = append(unreadable, m.Name)
 			rep.Broken = append(rep.Broken, fmt.Sprintf("%s: its record is unreadable: %s", m.Name, m.unreadable))
 			continue
 		}
@@ -203,7 +203,7 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 		}
 		switch {
 		case strings.HasSuffix(n, ".qcow2") && !strings.HasPrefix(n, "."):
-			if named[n] || slices.ContainsFunc(unreadable, func(p string) bool { return strings.HasPrefix(n, p) }) {
+			if named[n] || slices.ContainsFunc(unreadable, func(name string) bool { return imageOf(n, name) }) {
 				continue
 			}
 			_, o, ok := idOf(n, ".qcow2")
@@ -233,7 +233,7 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 	for _, d := range dead {
 		in := d.in
 		o := in.Owner
-		if slices.Contains(unreadable, in.Name+".") {
+		if slices.Contains(unreadable, in.Name) {
 			continue // which tag its record names cannot be told
 		}
 		var orphans []string
@@ -289,6 +289,14 @@ func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
 		}
 	}
 	slices.SortFunc(rep.Removed, func(a, b Leftover) int { return strings.Compare(a.Path+a.Tag, b.Path+b.Tag) })
+}
+
+// imageOf tells whether file is an image of the snapshot name: NAME.qcow2
+// (the first version) or NAME.ID.qcow2, an ID having no dot; not the image
+// of a snapshot whose name merely begins with NAME and a dot.
+func imageOf(file, name string) bool {
+	rest, ok := strings.CutPrefix(file, name+".")
+	return ok && (rest == "qcow2" || strings.Count(rest, ".") == 1 && strings.HasSuffix(rest, ".qcow2"))
 }
 
 func tagOf(p *Part) string {
