@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -290,5 +291,33 @@ func TestDeleteUnreadableRecord(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cwd, "package.json")); err != nil {
 		t.Errorf("the user's package.json: %v", err)
+	}
+}
+
+// The images of a snapshot whose record is unreadable stay (which one it
+// names cannot be told), but only its own: a dead save's image of the
+// snapshot "a.b" is reaped though the record of "a" is damaged.
+func TestReapBesideUnreadableRecord(t *testing.T) {
+	st := Store{Dir: t.TempDir()}
+	dir := st.dir("/p", "m1")
+	os.MkdirAll(dir, 0o700)
+	dead := names.Owner{PID: names.MaxPID, StartTime: 1}.Tag() + "-1" // no process has it
+	writeFile(t, filepath.Join(dir, "a.json"), "{damaged")
+	own := filepath.Join(dir, imageName("a", dead))
+	other := filepath.Join(dir, imageName("a.b", dead))
+	writeFile(t, own, "state of a")
+	writeFile(t, other, "partial state of a.b")
+	rep, err := st.Reap()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("the image of the unreadable record went: %v", err)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Errorf("a dead save's image of a.b stayed beside a's unreadable record: %+v", rep)
+	}
+	if len(rep.Broken) != 1 || !strings.Contains(rep.Broken[0], "a: its record is unreadable") {
+		t.Errorf("broken: %q", rep.Broken)
 	}
 }
