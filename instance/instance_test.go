@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -412,6 +413,53 @@ func TestRestoreFailsToStart(t *testing.T) {
 	}
 	if err := snapshot.Verify(meta); err != nil {
 		t.Errorf("the snapshot after a failed restore: %v", err)
+	}
+}
+
+// A restore or a boot from a snapshot whose copy does not fit where QEMU
+// loads it from (a full runtime directory) is refused with what to free,
+// and a running guest is left as it was.
+func TestSnapshotWithFullRuntimeDir(t *testing.T) {
+	testguest.QEMUImg(t)
+	ctx := testContext(t)
+	run := testfs.Tmpfs(t, 32<<20)
+	os.Chmod(run, 0o700)
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile, func(c *Config) { c.RuntimeDir, c.Captures = run, t.TempDir() })
+	root := t.TempDir()
+	i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	meta, err := saveSnapshot(ctx, i, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := testfs.Fill(t, run, meta.ImageSize/2)
+	pid := i.Machine().PID()
+	_, err = restoreSnapshot(ctx, i, meta)
+	t.Logf("restore: %v", err)
+	if err == nil || !strings.Contains(err.Error(), `stage snapshot "s"`) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
+		t.Errorf("a restore into a full runtime directory: %v", err)
+	}
+	if i.State() != Running || i.Machine().PID() != pid {
+		t.Fatalf("the guest after the refused restore: %s", i.State())
+	}
+	typeLine(t, ctx, i, "echo still here")
+	expect(t, ctx, i, &since, "still here\r\n"+tinyPrompt)
+	spec := tinySpec(t, "b", root)
+	spec.Snapshot = &SnapshotSpec{Store: snapshots(m), Meta: meta}
+	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `stage snapshot "s"`) {
+		t.Errorf("a boot from the snapshot into a full runtime directory: %v", err)
+	}
+	free()
+	if _, err := i.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left after the refused restore and boot: %v", left)
 	}
 }
 
