@@ -337,6 +337,7 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 	kills := append(slices.Clone(saveSteps), "image+30ms", "image+150ms")
 	for _, step := range kills {
 		t.Run(strings.ReplaceAll(step, " ", "_"), func(t *testing.T) {
+			t.Parallel() // two at a time (-parallel is GOMAXPROCS): each its own QEMU and store
 			dir := shortDir(t)
 			disk := newDisk(t, dir)
 			st := Store{Dir: filepath.Join(dir, "store")}
