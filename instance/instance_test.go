@@ -91,6 +91,7 @@ func typeLine(t *testing.T, ctx context.Context, i *Instance, line string) {
 // A guest that powers itself off unwinds by itself, and its name boots
 // again as soon as its exit is seen.
 func TestBootEchoStop(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
 	m := newManager(t, lockFile)
@@ -199,6 +200,7 @@ func TestBootEchoStop(t *testing.T) {
 // QEMU stops, stops QEMU before its console goes, and releases the drives
 // and the repository lock only once QEMU is gone.
 func TestCleanupStackOrder(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
@@ -239,6 +241,7 @@ func TestCleanupStackOrder(t *testing.T) {
 // other, the last one's snapshot is the name's, and no image is left that
 // no record names.
 func TestConcurrentSavesOfAName(t *testing.T) {
+	t.Parallel()
 	testguest.QEMUImg(t)
 	ctx := testContext(t)
 	m := newManager(t, "")
@@ -288,6 +291,7 @@ func TestConcurrentSavesOfAName(t *testing.T) {
 // all the same: the staged copy, QEMU, the console, the lock and the
 // record are gone.
 func TestBootFromDamagedSnapshot(t *testing.T) {
+	t.Parallel()
 	testguest.QEMUImg(t)
 	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
@@ -351,6 +355,7 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 // runs on as it was. If the new QEMU fails all the same, the instance
 // stops, says so, and leaves nothing behind.
 func TestRestoreFailsToStart(t *testing.T) {
+	t.Parallel()
 	testguest.QEMUImg(t)
 	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
@@ -420,6 +425,7 @@ func TestRestoreFailsToStart(t *testing.T) {
 // loads it from (a full runtime directory) is refused with what to free,
 // and a running guest is left as it was.
 func TestSnapshotWithFullRuntimeDir(t *testing.T) {
+	t.Parallel()
 	testguest.QEMUImg(t)
 	ctx := testContext(t)
 	run := testfs.Tmpfs(t, 32<<20)
@@ -467,6 +473,7 @@ func TestSnapshotWithFullRuntimeDir(t *testing.T) {
 // what the boot had made is undone; a restart stops the running guest and
 // boots the name again.
 func TestStopWhileBootingAndRestart(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
@@ -542,6 +549,7 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 // ended it, and the instance keeps the event for its status; the wait
 // after it waits on.
 func TestWaitEndsOnReset(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	m := newManager(t, "")
 	i, _, err := m.Boot(ctx, tinySpec(t, "a", t.TempDir()))
@@ -573,6 +581,7 @@ func TestWaitEndsOnReset(t *testing.T) {
 // ones that run, and boots once one stopped. A stop ends a console wait in
 // progress at once, and concurrent stops report the same end.
 func TestLimitsAndStops(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	m := newManager(t, "", func(c *Config) { c.MaxInstances = 1 })
 	root := t.TempDir()
@@ -625,6 +634,7 @@ func TestLimitsAndStops(t *testing.T) {
 // snapshot whose image is gone) is refused before the running guest is
 // stopped: it runs on as it was.
 func TestRestartRefusedLeavesGuest(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	m := newManager(t, "")
 	root := t.TempDir()
@@ -662,6 +672,7 @@ func TestRestartRefusedLeavesGuest(t *testing.T) {
 // on after a marker line, and the restored guest answers), and boots a
 // new instance straight into it.
 func TestSnapshotSaveRestore(t *testing.T) {
+	t.Parallel()
 	testguest.QEMUImg(t)
 	ctx := testContext(t)
 	m := newManager(t, "")
