@@ -108,6 +108,7 @@ func testContext(t *testing.T) context.Context {
 // (its frame set up), to the assembly that called it; a bound on the
 // frames says where it cut.
 func TestBacktraceTiny(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	g := bootTiny(t, ctx)
 	s := g.debug()
@@ -168,6 +169,7 @@ func TestBacktraceTiny(t *testing.T) {
 // one's value as old. Bad lengths, kinds, addresses and duplicates are
 // refused with what to do, and removing one that is not set says so.
 func TestWatchTiny(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	g := bootTiny(t, ctx)
 	s := g.debug()
@@ -275,6 +277,7 @@ func (g *tinyGuest) trap(ctx context.Context, insn uint32, regs map[string]uint6
 // address, on a hart stopped in the trap vector: a load from where
 // nothing is, and a CSR that S-mode may not read.
 func TestVerdictTiny(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		insn    uint32
@@ -335,6 +338,7 @@ func TestVerdictTiny(t *testing.T) {
 // finds the faulting function in the trap frame under panic's frames, with
 // the fault's verdict.
 func TestLinuxTrapFramesAndTriage(t *testing.T) {
+	t.Parallel()
 	lin := testguest.LinuxGuest(t)
 	bin := testguest.QEMU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
