@@ -68,7 +68,7 @@ func TestMachineHashAndDiff(t *testing.T) {
 		}, "now /img/disk.qcow2 (qcow2, readonly)"},
 		{"network", func(c *qemu.Config) { c.Network = "user" }, "network: saved none, now user"},
 		{"bios", func(c *qemu.Config) { c.BIOS = "none" }, "bios: saved default, now none"},
-		{"extra args", func(c *qemu.Config) { c.ExtraArgs = []string{"-device", "virtio-rng-device"} }, `extra_args: saved none, now "-device", "virtio-rng-device"`},
+		{"extra args", func(c *qemu.Config) { c.ExtraArgs = []string{"-device", "virtio-rng-device"} }, `extra arguments: saved none, now "-device", "virtio-rng-device"`},
 		{"share", func(c *qemu.Config) { c.Shares = []qemu.Share{{Path: "/src", Tag: "src"}} }, "shares: saved none, now src=/src"},
 	} {
 		c := base
