@@ -130,6 +130,10 @@ func TestBootEchoStop(t *testing.T) {
 	if got, _ := m.Get("b"); got == nil || got.State() != Stopped {
 		t.Errorf("the refused b: %v", got)
 	}
+	// b held the lock for an instant: the lock's record names a alone.
+	if st, _ := lock.Inspect(lockFile); !slices.Equal(st.Record.Instances, []string{"a"}) {
+		t.Errorf("the repository lock after b was refused: %v", st.Record.Instances)
+	}
 
 	end, err := i.Stop(ctx, qemu.Quit, 5*time.Second)
 	if err != nil || end.How != "quit" {
