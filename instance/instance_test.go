@@ -40,23 +40,23 @@ func rawDisk(t *testing.T, dir string) string {
 }
 
 // The snapshot calls of the tests, in one place: the store is the
-// manager's (Config.Snapshots).
-func snapshots(m *Manager) snapshot.Store { return snapshot.Store{Dir: m.cfg.Snapshots} }
+// manager's (Manager.Snapshots).
+func snapshots(m *Manager) snapshot.Store { return m.Snapshots() }
 
 func saveSnapshot(ctx context.Context, i *Instance, name string) (snapshot.Meta, error) {
-	return i.SaveSnapshot(ctx, snapshots(i.mgr), name)
+	return i.SaveSnapshot(ctx, name)
 }
 
 func restoreSnapshot(ctx context.Context, i *Instance, meta snapshot.Meta) (Restored, error) {
-	return i.RestoreSnapshot(ctx, snapshots(i.mgr), meta)
+	return i.RestoreSnapshot(ctx, meta)
 }
 
-func checkSnapshot(ctx context.Context, i *Instance, meta snapshot.Meta) error {
-	return i.CheckSnapshot(ctx, meta)
+func checkSnapshot(_ context.Context, i *Instance, meta snapshot.Meta) error {
+	return i.CheckSnapshot(meta)
 }
 
-func checkLoad(ctx context.Context, i *Instance, meta snapshot.Meta) error {
-	return i.CheckLoad(ctx, meta)
+func checkLoad(_ context.Context, i *Instance, meta snapshot.Meta) error {
+	return i.CheckLoad(meta)
 }
 
 func testContext(t *testing.T) context.Context {
@@ -333,7 +333,7 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 		t.Fatalf("the damage shows before the load: %v", err)
 	}
 	spec := tinySpec(t, "b", root)
-	spec.Snapshot = &SnapshotSpec{Store: snapshots(m), Meta: meta}
+	spec.Snapshot = &SnapshotSpec{Name: meta.Name}
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.HasPrefix(err.Error(), "boot: ") {
 		t.Fatalf("boot from the damaged snapshot: %v", err)
 	} else {
@@ -460,7 +460,7 @@ func TestSnapshotWithFullRuntimeDir(t *testing.T) {
 	typeLine(t, ctx, i, "echo still here")
 	expect(t, ctx, i, &since, "still here\r\n"+tinyPrompt)
 	spec := tinySpec(t, "b", root)
-	spec.Snapshot = &SnapshotSpec{Store: snapshots(m), Meta: meta}
+	spec.Snapshot = &SnapshotSpec{Name: meta.Name}
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `stage snapshot "s"`) {
 		t.Errorf("a boot from the snapshot into a full runtime directory: %v", err)
 	}
@@ -658,7 +658,7 @@ func TestRestartRefusedLeavesGuest(t *testing.T) {
 	}
 	spec = tinySpec(t, "a", root)
 	spec.Restart = true
-	spec.Snapshot = &SnapshotSpec{Meta: snapshot.Meta{Name: "gone", Path: filepath.Join(root, "gone.qcow2")}}
+	spec.Snapshot = &SnapshotSpec{Name: "gone", meta: snapshot.Meta{Name: "gone", Path: filepath.Join(root, "gone.qcow2")}}
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `stage snapshot "gone"`) {
 		t.Errorf("restart from a snapshot whose image is gone: %v", err)
 	}
@@ -767,7 +767,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 
 	// A new instance boots into it.
 	spec := tinySpec(t, "b", root)
-	spec.Snapshot = &SnapshotSpec{Store: snapshots(m), Meta: meta}
+	spec.Snapshot = &SnapshotSpec{Name: meta.Name}
 	b, _, err := m.Boot(ctx, spec)
 	if err != nil {
 		t.Fatal(err)

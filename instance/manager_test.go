@@ -326,7 +326,7 @@ func TestFailedBootUnwinds(t *testing.T) {
 	// A snapshot that is not whole: refused with what is missing.
 	meta := snapshot.Meta{Name: "s", Tag: "qemu-mcp-s", Path: filepath.Join(dir, "s.qcow2")}
 	spec = Spec{Name: "a", Root: dir, QEMU: qemu.NewConfig(qemu.WithBinary(filepath.Join(dir, "no-such-qemu")), qemu.WithDrive(qemu.Drive{Path: img})),
-		Snapshot: &SnapshotSpec{Store: snapshot.Store{Dir: dir}, Meta: meta}}
+		Snapshot: &SnapshotSpec{Name: meta.Name, meta: meta}}
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `snapshot "s" is incomplete: its image `+meta.Path+" is missing") {
 		t.Errorf("boot from an incomplete snapshot: %v", err)
 	}

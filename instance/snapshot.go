@@ -96,6 +96,9 @@ func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
 // saved on the machine spec.QEMU gives, or says how the machines differ.
 func (m *Manager) findBootSnapshot(spec *Spec) error {
 	name := spec.Snapshot.Name
+	if spec.Snapshot.meta.Path != "" {
+		return nil // found already (the package's tests give one)
+	}
 	metas, err := m.FindSnapshots(spec.Root, name)
 	if err != nil {
 		return err
