@@ -398,3 +398,21 @@ func shorthandKeys(obj string) []string {
 	}
 	return out
 }
+
+// documentedProfile is the .qemu-mcp.json example of docs/tools.md that
+// contains marker, so that the profile a test boots is the one users copy.
+func documentedProfile(t *testing.T, marker string) string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/tools.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range strings.Split(string(doc), "```json\n")[1:] {
+		block = block[:strings.Index(block, "```")]
+		if strings.Contains(block, marker) {
+			return block
+		}
+	}
+	t.Fatalf("docs/tools.md has no profile example with %s", marker)
+	return ""
+}

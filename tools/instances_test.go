@@ -258,8 +258,8 @@ func TestInstanceLimits(t *testing.T) {
 	s.bootInstance("c")
 }
 
-// The README's Linux profile: the guest of testdata/linux inside the
-// project boots to its shell, answers, and a kernel panic ends a wait.
+// The Linux profile docs/tools.md shows: the guest of testdata/linux inside
+// the project boots to its shell, answers, and a kernel panic ends a wait.
 func TestLinuxProfile(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
 	root := t.TempDir()
@@ -275,8 +275,7 @@ func TestLinuxProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	profile := `{"default": "linux", "profiles": {"linux": {"kernel": "linux/Image", "initrd": "linux/initramfs.cpio.gz",
-		"append": "console=ttyS0 earlycon=sbi", "memory": "256M", "prompt": "qemu-mcp-linux# $"}}}`
+	profile := documentedProfile(t, `"default": "linux"`)
 	if err := os.WriteFile(filepath.Join(root, ".qemu-mcp.json"), []byte(profile), 0o644); err != nil {
 		t.Fatal(err)
 	}
