@@ -65,6 +65,35 @@ func TestDocsToolCalls(t *testing.T) {
 	}
 }
 
+// Every tool is on the README's map and has its reference in docs/.
+func TestDocsNameEveryTool(t *testing.T) {
+	schemas := liveSchemas(t)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b...)
+	}
+	for _, name := range sortedKeys(schemas) {
+		if !strings.Contains(string(readme), "`"+name+"`") {
+			t.Errorf("the README's map of the tools lacks %s", name)
+		}
+		if !strings.Contains(string(docs), "`"+name+"`") {
+			t.Errorf("no document in docs/ describes %s", name)
+		}
+	}
+}
+
 // The checker itself fails on what it is there to catch.
 func TestDocsToolCallsCatch(t *testing.T) {
 	schemas := liveSchemas(t)
