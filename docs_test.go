@@ -222,3 +222,16 @@ func TestArchitectureLayoutComplete(t *testing.T) {
 		t.Errorf("docs/architecture.md's Layout table lacks %s", strings.Join(missing, ", "))
 	}
 }
+
+// The README is the front door: what qemu-mcp is, the two commands,
+// installing it, a map of the tools, the documents. The reference lives in
+// docs/, and a README that grows past a few screens hides the door.
+func TestREADMEStaysShort(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > 300 {
+		t.Errorf("README.md has %d lines, more than 300: move the reference to docs/ and link it", n)
+	}
+}
