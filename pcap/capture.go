@@ -3,7 +3,7 @@
 // as tcpdump-like one-line summaries.
 //
 // Capture is in-process and pure Go (no libpcap, CGO_ENABLED=0): an
-// AF_PACKET socket bound to the interface (gopacket's pcapgo.EthernetHandle)
+// AF_PACKET socket bound to the interface (socket.go)
 // sees every frame the guest sends and every frame the host sends it. A
 // Filter (a small, documented subset of tcpdump's language, see
 // FilterSyntax) is evaluated in Go on each frame; frames it rejects are
@@ -26,7 +26,6 @@
 package pcap
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -38,9 +37,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,7 +114,7 @@ type Capture struct {
 	snaplen int
 	started time.Time
 
-	h *pcapgo.EthernetHandle // nil for a capture fed by streams
+	sock *packetSocket // nil for a capture fed by streams
 	// streams are the pcap streams (QEMU's filter-dump) that feed a
 	// capture made by NewStream, one after the other; Stop closes it.
 	streams   chan *os.File
@@ -126,8 +122,7 @@ type Capture struct {
 	cur       *os.File   // the stream being read, under mu
 
 	file *os.File
-	buf  *bufio.Writer
-	w    *pcapgo.Writer
+	rec  []byte // the record being written
 
 	stopping atomic.Bool
 	done     chan struct{} // closed when the reading goroutine has ended
@@ -163,18 +158,18 @@ func Start(ifname string, opts Options) (*Capture, error) {
 	if err := probePacketSocket(); err != nil {
 		return nil, err
 	}
-	h, err := pcapgo.NewEthernetHandle(ifname)
+	sock, err := openPacketSocket(ifi.Index)
 	if err != nil {
 		return nil, fmt.Errorf("pcap: capture on %s: %w", ifname, err)
 	}
-	// The handle keeps reading whole frames (MaxSnaplen) so that the
-	// filter sees all of each one; the file gets snaplen bytes.
+	// The socket reads whole frames (MaxSnaplen) so that the filter sees
+	// all of each one; the file gets snaplen bytes.
 	c, err := open(ifname, filter, snaplen, opts)
 	if err != nil {
-		h.Close()
+		sock.Close()
 		return nil, err
 	}
-	c.ifindex, c.h = ifi.Index, h
+	c.ifindex, c.sock = ifi.Index, sock
 	go c.run()
 	return c, nil
 }
@@ -214,15 +209,9 @@ func open(ifname string, filter *Filter, snaplen int, opts Options) (*Capture, e
 		snaplen: snaplen,
 		started: time.Now(),
 		file:    f,
-		buf:     bufio.NewWriterSize(f, 64<<10),
 		done:    make(chan struct{}),
 	}
-	c.w = pcapgo.NewWriter(c.buf)
-	err := c.w.WriteFileHeader(uint32(snaplen), layers.LinkTypeEthernet)
-	if err == nil {
-		err = c.buf.Flush()
-	}
-	if err != nil {
+	if _, err := f.Write(fileHeader(snaplen)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("pcap: write the header of %s: %w", path, err)
 	}
@@ -235,8 +224,8 @@ func open(ifname string, filter *Filter, snaplen int, opts Options) (*Capture, e
 func CanCapture() error { return probePacketSocket() }
 
 // probePacketSocket opens and closes a packet socket that receives nothing
-// (protocol 0), to learn whether the process may: pcapgo formats the
-// socket's errno into a string, which would lose EPERM.
+// (protocol 0), to learn whether the process may before anything is
+// created.
 func probePacketSocket() error {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -303,7 +292,7 @@ func (c *Capture) run() {
 	defer close(c.done)
 	errorsInARow := 0
 	for {
-		data, ci, err := c.h.ReadPacketData()
+		data, length, ts, ifindex, err := c.sock.read()
 		if err != nil {
 			if c.stopping.Load() {
 				return
@@ -323,31 +312,25 @@ func (c *Capture) run() {
 
 		// Before bind, the socket received frames of every interface; they
 		// may still be queued.
-		other := ci.InterfaceIndex != 0 && ci.InterfaceIndex != c.ifindex
-		if !c.take(data, ci, other) {
+		other := ifindex != 0 && ifindex != c.ifindex
+		if !c.take(data, length, ts, other) {
 			return
 		}
 	}
 }
 
-// take filters one frame and writes it; false once the capture failed.
-func (c *Capture) take(data []byte, ci gopacket.CaptureInfo, other bool) bool {
+// take filters one frame, length bytes long on the wire and stamped ts,
+// and writes it; false once the capture failed.
+func (c *Capture) take(data []byte, length int, ts time.Time, other bool) bool {
 	keep := !other && c.filter.Match(data)
 	if keep {
 		if len(data) > c.snaplen {
 			data = data[:c.snaplen]
 		}
-		ci.CaptureLength = len(data)
-		if ci.Length < len(data) {
-			ci.Length = len(data)
-		}
-		// One Flush, one write(2) per packet: readers of the file see
-		// whole packets.
-		err := c.w.WritePacket(ci, data)
-		if err == nil {
-			err = c.buf.Flush()
-		}
-		if err != nil {
+		// One write(2) per packet: readers of the file see whole
+		// packets.
+		c.rec = appendRecord(c.rec[:0], ts, length, data)
+		if _, err := c.file.Write(c.rec); err != nil {
 			c.fail(fmt.Errorf("pcap: write %s: %w", c.path, err))
 			return false
 		}
@@ -376,10 +359,10 @@ func (c *Capture) fail(err error) {
 // pollKernelLocked adds the kernel's counters since the last call (the
 // kernel resets them on every read). c.mu must be held.
 func (c *Capture) pollKernelLocked() {
-	if c.closed || c.h == nil {
+	if c.closed || c.sock == nil {
 		return
 	}
-	st, err := c.h.Stats()
+	st, err := c.sock.stats()
 	if err != nil {
 		return
 	}
@@ -432,7 +415,7 @@ func (c *Capture) Done() <-chan struct{} { return c.done }
 // stays.
 func (c *Capture) Stop() (Stats, error) {
 	c.stopOnce.Do(func() {
-		if c.h == nil {
+		if c.sock == nil {
 			c.stopStreams()
 			return
 		}
@@ -443,7 +426,7 @@ func (c *Capture) Stop() (Stats, error) {
 		c.closed = true
 		c.mu.Unlock()
 		// Closing the socket wakes the goroutine blocked reading it.
-		c.h.Close()
+		c.sock.Close()
 		<-c.done
 		c.finish()
 	})
@@ -453,10 +436,7 @@ func (c *Capture) Stop() (Stats, error) {
 // finish closes the file once nothing writes to it any more, and keeps the
 // final counters.
 func (c *Capture) finish() {
-	err := c.buf.Flush()
-	if cerr := c.file.Close(); err == nil {
-		err = cerr
-	}
+	err := c.file.Close()
 	c.mu.Lock()
 	c.stopped = time.Now()
 	c.final = c.statsLocked()

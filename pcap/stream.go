@@ -6,9 +6,6 @@ import (
 	"io"
 	"os"
 	"time"
-
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // ErrStopped means a stream was offered to a capture that has stopped.
@@ -79,7 +76,7 @@ func (c *Capture) runStreams() {
 
 // readStream writes one stream's frames; false once the capture failed.
 func (c *Capture) readStream(r io.Reader) bool {
-	pr, err := pcapgo.NewReader(r)
+	pr, err := newReader(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) || c.stopping.Load() {
 			return true // ended before its header: nothing in it
@@ -87,12 +84,12 @@ func (c *Capture) readStream(r io.Reader) bool {
 		c.fail(fmt.Errorf("pcap: read the stream's header: %w", err))
 		return false
 	}
-	if lt := pr.LinkType(); lt != layers.LinkTypeEthernet {
-		c.fail(fmt.Errorf("pcap: the stream's frames are %v, not Ethernet", lt))
+	if lt := pr.linkType; lt != linkTypeEthernet {
+		c.fail(fmt.Errorf("pcap: the stream's frames are of link type %d, not Ethernet", lt))
 		return false
 	}
 	for {
-		data, ci, err := pr.ReadPacketData()
+		data, ri, err := pr.next()
 		if err != nil {
 			// EOF: the writer closed its end. Anything else while
 			// stopping: Stop closed ours. A record cut short is what a
@@ -103,8 +100,7 @@ func (c *Capture) readStream(r io.Reader) bool {
 			c.fail(fmt.Errorf("pcap: read the stream: %w", err))
 			return false
 		}
-		ci.Timestamp = time.Now()
-		if !c.take(data, ci, false) {
+		if !c.take(data, ri.length, time.Now(), false) {
 			return false
 		}
 	}
