@@ -169,7 +169,7 @@ func summarize(data []byte, wire int) Summary {
 			s.Text = t
 			return s
 		}
-	case etherTypeIPv4:
+	case etherTypeIPv4, 0xffff: // 0xffff: raw IPv4, as gopacket reads it
 		if t, ok := summarizeIPv4(&s, p); ok {
 			s.Text = t
 			return s
