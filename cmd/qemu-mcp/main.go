@@ -34,7 +34,23 @@ import (
 // version is set at link time (-ldflags "-X main.version=v1.2.3").
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+func main() {
+	tuneGC()
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+// tuneGC sets the collector's target to 200 unless GOGC says otherwise. A
+// trivial tool call allocates about 200 KB (gctrace) over a live heap of
+// about a megabyte, so at the default of 100 the heap goal
+// sits at the runtime's 4 MB floor and a stream of calls is collected
+// every 15 or so: measured here, 200 takes a sixth off the server's CPU
+// per call for 4 MB more heap at most. (Until the server stopped linking
+// gopacket, its 5 MB of scanned globals raised the goal by as much.)
+func tuneGC() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(200)
+	}
+}
 
 func run(args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "doctor" {
