@@ -58,7 +58,7 @@ func refSummarizeARP(s *Summary, a *layers.ARP, length int) string {
 	sha, tha := net.HardwareAddr(a.SourceHwAddress), net.HardwareAddr(a.DstHwAddress)
 	switch a.Operation {
 	case layers.ARPRequest:
-		if refIsZero(tha) {
+		if isZero(tha) {
 			return fmt.Sprintf("ARP, Request who-has %s tell %s, length %d", tpa, spa, length)
 		}
 		return fmt.Sprintf("ARP, Request who-has %s (%s) tell %s, length %d", tpa, tha, spa, length)
@@ -229,7 +229,7 @@ func refUdpText(s *Summary, udp *layers.UDP) string {
 			return head + refDhcpText(&dhcp, length)
 		}
 	case udp.DstPort == 69 && len(p) >= 2:
-		if t := refTftpText(p); t != "" {
+		if t := tftpText(p); t != "" {
 			s.Proto = "TFTP"
 			return head + fmt.Sprintf("TFTP, length %d, %s", length, t)
 		}
@@ -369,35 +369,6 @@ func refDhcpText(d *layers.DHCPv4, length int) string {
 		}
 	}
 	return b
-}
-
-// tftpText decodes a TFTP request (to port 69): opcode, file name, mode.
-func refTftpText(p []byte) string {
-	op := binary.BigEndian.Uint16(p[0:2])
-	if op != 1 && op != 2 {
-		return ""
-	}
-	fields := strings.Split(string(p[2:]), "\x00")
-	if len(fields) < 2 {
-		return ""
-	}
-	name := map[uint16]string{1: "RRQ", 2: "WRQ"}[op]
-	b := fmt.Sprintf("%s %q %s", name, fields[0], fields[1])
-	for i := 2; i+1 < len(fields); i += 2 {
-		if fields[i] != "" {
-			b += fmt.Sprintf(" %s %s", fields[i], fields[i+1])
-		}
-	}
-	return b
-}
-
-func refIsZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 const (
