@@ -813,6 +813,12 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 		}
 		return res, nil, err
 	}
+	if !res.Matched && errors.Is(context.Cause(i.ctx), ErrStopped) {
+		// A stop began: the event that ended the wait (QEMU 9 and later
+		// announce its quit, host-qmp-quit) is the stop's, and may have
+		// come before the stop's cancellation reached ctx.
+		return res, nil, &StoppedError{Name: i.name}
+	}
 	if res.Finished {
 		// The buffer is finished just before the machine's Done closes.
 		<-i.Machine().Done()
