@@ -60,6 +60,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
@@ -561,35 +562,8 @@ func ReadHeader(log string) (uint32, error) {
 	return binary.BigEndian.Uint32(b[:]), nil
 }
 
-// writeDurable writes b to path through tmp: afterwards path holds all of
-// b, or what it held before.
 func writeDurable(path, tmp string, b []byte) error {
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return durable.WriteFile(path, tmp, b, false)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }

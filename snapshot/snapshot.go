@@ -67,6 +67,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -591,41 +592,11 @@ func allocated(fi fs.FileInfo) int64 {
 	return fi.Size()
 }
 
-// writeDurable writes b to path through a temporary file, fsyncs it,
-// renames it into place and fsyncs the directory: afterwards path holds
-// all of b or, if anything failed or the process was killed, what it held
-// before.
 func writeDurable(path, tmp string, b []byte) error {
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return durable.WriteFile(path, tmp, b, true)
 }
 
-// syncDir makes a directory's entries (a rename, a new file) durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }
 
 // syncFile makes a file's contents durable.
 func syncFile(path string) error {
