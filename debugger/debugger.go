@@ -433,7 +433,22 @@ type StopInfo struct {
 	ICount *uint64 `json:"icount,omitempty"`
 	// Note says what else there is to know of the stop.
 	Note string `json:"note,omitempty"`
+	// Then says which way a replay goes on from a stop its note is about
+	// (the caller names the calls that do); not part of the result.
+	Then Then `json:"-"`
 }
+
+// Then is the way a replay can go on from a stop.
+type Then int
+
+const (
+	// ThenNothing: the stop needs no word on where to go.
+	ThenNothing Then = iota
+	// ThenBack: the replay is at its end, and only goes back.
+	ThenBack
+	// ThenOn: the replay paused short of a stop, and goes on forward.
+	ThenOn
+)
 
 // watchFrames bounds the backtrace of a watchpoint stop.
 const watchFrames = 12
@@ -632,7 +647,7 @@ func (s *Session) Step(ctx context.Context, hart, count int, over bool, timeout 
 			return StopInfo{}, err
 		}
 		if end := tl.End(); pos+uint64(count) > end {
-			return StopInfo{}, fmt.Errorf("%w: at instruction %d, %d before its end (%d); debug_step reverse: true goes back", ErrAtEnd, pos, end-pos, end)
+			return StopInfo{}, &AtEndError{At: pos, End: end}
 		}
 	}
 	th, hart, err := s.on(ctx, c, hart)

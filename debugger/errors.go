@@ -38,3 +38,20 @@ func (e *WatchRefusedError) Error() string {
 }
 
 func (e *WatchRefusedError) Unwrap() error { return e.Err }
+
+// ErrNotReplay is a move back in time (or to an instruction count) asked
+// of a guest that does not replay a recording.
+var ErrNotReplay = errors.New("going back needs a recording")
+
+// AtEndError is a forward step that would pass the end of the recording
+// the guest replays.
+type AtEndError struct {
+	// At is where the replay is, End the recording's last instruction.
+	At, End uint64
+}
+
+func (e *AtEndError) Error() string {
+	return fmt.Sprintf("%v: at instruction %d, %d before its end (%d)", ErrAtEnd, e.At, e.End-e.At, e.End)
+}
+
+func (e *AtEndError) Is(target error) bool { return target == ErrAtEnd }

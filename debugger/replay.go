@@ -95,7 +95,7 @@ func (s *Session) Replaying() bool { return s.cfg.Timeline != nil }
 
 func (s *Session) timeline() (Timeline, error) {
 	if s.cfg.Timeline == nil {
-		return nil, errors.New("going back needs a recording: boot one with qemu_boot record: NAME, then replay it with qemu_boot replay: NAME")
+		return nil, ErrNotReplay
 	}
 	return s.cfg.Timeline, nil
 }
@@ -777,7 +777,7 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 			bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			if _, err := s.goTo(bctx, s.c, back); err != nil {
-				s.cfg.Logger.Warn("debugger: back to where the replay was after debug_last_write", "icount", back, "err", err)
+				s.cfg.Logger.Warn("debugger: back to where the replay was after a last-write search", "icount", back, "err", err)
 			}
 			s.restoreArmed(bctx)
 			s.releaseIdle()
@@ -918,7 +918,8 @@ func (s *Session) continueReplay(ctx context.Context, c *gdb.Client, timeout tim
 	end := tl.End()
 	if pos >= end {
 		info, err := s.here(ctx, c, ReasonEnd)
-		info.Note = fmt.Sprintf("already at the end of the recording (instruction %d): debug_continue reverse: true goes back", end)
+		info.Note = fmt.Sprintf("already at the end of the recording (instruction %d)", end)
+		info.Then = ThenBack
 		return info, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
@@ -928,7 +929,8 @@ func (s *Session) continueReplay(ctx context.Context, c *gdb.Client, timeout tim
 		if wctx.Err() != nil && ctx.Err() == nil {
 			info, err := s.here(ctx, c, "paused")
 			if info.ICount != nil {
-				info.Note = fmt.Sprintf("no stop within the timeout: the replay paused at instruction %d of %d; debug_continue goes on", *info.ICount, end)
+				info.Note = fmt.Sprintf("no stop within the timeout: the replay paused at instruction %d of %d", *info.ICount, end)
+				info.Then = ThenOn
 			}
 			return info, err
 		}

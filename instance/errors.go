@@ -135,3 +135,18 @@ func (e *CaptureRunningError) Error() string {
 }
 
 func (e *CaptureRunningError) Is(target error) bool { return target == ErrCaptureRunning }
+
+// ReplayingError is a change refused to a guest that replays a recording:
+// its state is the recording's, moved only through its debugger.
+type ReplayingError struct {
+	// What was refused ("save a snapshot of").
+	What      string
+	Name      string
+	Recording string
+}
+
+func (e *ReplayingError) Error() string {
+	return fmt.Sprintf("cannot %s guest %q: it replays recording %q", e.What, e.Name, e.Recording)
+}
+
+func (e *ReplayingError) Is(target error) bool { return target == ErrReplay }

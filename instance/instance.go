@@ -118,7 +118,7 @@ func (s Spec) check() error {
 		return s.checkRecordable(fmt.Sprintf("recording %q", s.Record.Name))
 	case s.Replay != nil:
 		if s.Debug == nil {
-			return errors.New("a replay needs its debugger (gdb: true)")
+			return errors.New("a replay needs its debugger: the spec gives no Debug")
 		}
 		return s.checkRecordable(fmt.Sprintf("replay of %q", s.Replay.Meta.Name))
 	}

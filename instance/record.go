@@ -233,7 +233,7 @@ func (i *Instance) finishRecording() error {
 	switch {
 	case r.ended && exited && exit.Signal == "" && exit.Code == 0:
 		meta.State, meta.Instructions = recording.Complete, r.end
-		meta.Ended = "stopped (qemu_shutdown)"
+		meta.Ended = recording.EndedStopped
 	case exited && exit.Signal == "" && exit.Code == 0:
 		// The guest powered off: the log is whole, and its replay finds
 		// where it ends.
@@ -303,8 +303,23 @@ const typeChunk = 4
 const echoWait = 2 * time.Second
 
 // ErrNoEcho is input a recording guest did not echo: it may not have
-// taken it, so nothing more was typed.
+// taken it, so nothing more was typed. A *NoEchoError wraps it.
 var ErrNoEcho = errors.New("the guest did not echo what was typed")
+
+// NoEchoError is the chunk of input a recording guest did not echo within
+// Within; the bytes before From were taken.
+type NoEchoError struct {
+	Within time.Duration
+	From   int
+	Chunk  []byte
+}
+
+func (e *NoEchoError) Error() string {
+	return fmt.Sprintf("%v within %v of bytes %d..%d (%q): a recording guest is given input only as fast as it takes it, which its echo shows",
+		ErrNoEcho, e.Within, e.From, e.From+len(e.Chunk), e.Chunk)
+}
+
+func (e *NoEchoError) Is(target error) bool { return target == ErrNoEcho }
 
 // typeRecorded types p on a recording guest's console a few bytes at a
 // time, each chunk after the guest echoed the last, and returns how many
@@ -343,8 +358,7 @@ func typeRecorded(ctx context.Context, con *serial.Console, p []byte) (int, erro
 			return n, err
 		}
 		if !m.Matched {
-			return n, fmt.Errorf("%w within %v of bytes %d..%d (%q): a recording guest is given input only as fast as it takes it, which its echo shows; give char_delay_ms for input it does not echo",
-				ErrNoEcho, echoWait, n, n+len(chunk), chunk)
+			return n, &NoEchoError{Within: echoWait, From: n, Chunk: chunk}
 		}
 		n += len(chunk)
 	}

@@ -725,7 +725,7 @@ func (i *Instance) notRecorded(what string) error {
 		return fmt.Errorf("cannot %s guest %q: it records %q, whose replay must reproduce the run exactly; shut it down to end the recording first", what, i.name, r.begun.Meta.Name)
 	}
 	if r := i.replayer(); r != nil {
-		return fmt.Errorf("cannot %s guest %q: it replays recording %q (debug_continue icount: N goes to any point of it)", what, i.name, r.meta.Name)
+		return &ReplayingError{What: what, Name: i.name, Recording: r.meta.Name}
 	}
 	return nil
 }

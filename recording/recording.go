@@ -78,6 +78,10 @@ const (
 	Cut = "cut"
 )
 
+// EndedStopped is how a recording ended that its guest's stop ended (a
+// shutdown, a restart, the server's exit): whole up to there.
+const EndedStopped = "stopped"
+
 // Files of a recording's directory.
 const (
 	LogFile     = "log.bin"
@@ -130,7 +134,7 @@ type Meta struct {
 	// Seen is the highest instruction count seen while it recorded: a
 	// cut recording reaches at least about there.
 	Seen uint64 `json:"seen,omitempty"`
-	// Ended says how the run ended.
+	// Ended says how the run ended: EndedStopped, or in words.
 	Ended        string  `json:"ended,omitempty"`
 	ConsoleBytes int64   `json:"console_bytes,omitempty"`
 	Seconds      float64 `json:"seconds,omitempty"`
@@ -250,8 +254,31 @@ func parseID(id string) (names.Owner, bool) {
 	return o, true
 }
 
-// ErrNotFound is a recording name the project does not have.
+// ErrNotFound is a recording name the project does not have; a
+// *NotFoundError wraps it.
 var ErrNotFound = errors.New("no such recording")
+
+// NotFoundError is a recording name project Root does not have.
+type NotFoundError struct {
+	Name, Root string
+}
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%v %q in project %s", ErrNotFound, e.Name, e.Root)
+}
+
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// MachineError is a replay asked of another machine than the recording's:
+// Diffs says how they differ (see snapshot.Diff).
+type MachineError struct {
+	Name  string
+	Diffs []string
+}
+
+func (e *MachineError) Error() string {
+	return fmt.Sprintf("recording %q was made on another machine than the one given: %s", e.Name, strings.Join(e.Diffs, "; "))
+}
 
 func read(path string) (Meta, error) {
 	b, err := os.ReadFile(path)
@@ -311,7 +338,7 @@ func (s Store) Get(root, name string) (Meta, error) {
 	}
 	m, err := read(filepath.Join(s.projectDir(root), name+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
-		return Meta{}, fmt.Errorf("%w %q in project %s", ErrNotFound, name, root)
+		return Meta{}, &NotFoundError{Name: name, Root: root}
 	}
 	return m, err
 }

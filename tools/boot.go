@@ -142,7 +142,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		}
 		m, err := s.recordings().Get(root, in.Replay)
 		if err != nil {
-			return nil, BootOutput{}, fmt.Errorf("%w: qemu_recordings lists the project's recordings", err)
+			return nil, BootOutput{}, err
 		}
 		if !givenMachine(&in) {
 			s.fillMachine(&in, m.Machine)

@@ -173,6 +173,7 @@ func (s *Server) debugContinue(ctx context.Context, req *mcp.CallToolRequest, in
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
 	}
+	adviseStop(&st)
 	return textResult(stopText(st)), st, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
@@ -155,6 +156,25 @@ func advise(err error) error {
 	if errors.Is(err, debugger.ErrNoPhysical) {
 		after(debugger.ErrNoPhysical, ": read the virtual address, or use qmp_command pmemsave")
 	}
+	if errors.Is(err, debugger.ErrNotReplay) {
+		after(debugger.ErrNotReplay, ": boot one with qemu_boot record: NAME, then replay it with qemu_boot replay: NAME")
+	}
+	if e := (*debugger.AtEndError)(nil); errors.As(err, &e) {
+		after(e, "; debug_step reverse: true goes back")
+	}
+	if e := (*instance.ReplayingError)(nil); errors.As(err, &e) {
+		after(e, " (debug_continue icount: N goes to any point of it)")
+	}
+	if e := (*instance.NoEchoError)(nil); errors.As(err, &e) {
+		after(e, "; give char_delay_ms for input it does not echo")
+	}
+	if e := (*recording.NotFoundError)(nil); errors.As(err, &e) {
+		after(e, ": qemu_recordings lists the project's recordings")
+	}
+	if e := (*recording.MachineError)(nil); errors.As(err, &e) {
+		replace(e, fmt.Sprintf("recording %q was made on another machine than these arguments give: %s; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)",
+			e.Name, strings.Join(e.Diffs, "; ")))
+	}
 	if e := (*qemu.LayoutError)(nil); errors.As(err, &e) {
 		after(e, " (use qemu_send_key for special keys, or serial_send for text on the console)")
 	}
@@ -162,6 +182,26 @@ func advise(err error) error {
 		return err
 	}
 	return &advised{err: err, msg: msg}
+}
+
+// adviseStop completes a replay's stop note with the call that goes on
+// from there.
+func adviseStop(st *debugger.StopInfo) {
+	switch st.Then {
+	case debugger.ThenBack:
+		st.Note += ": debug_continue reverse: true goes back"
+	case debugger.ThenOn:
+		st.Note += "; debug_continue goes on"
+	}
+	st.Then = debugger.ThenNothing
+}
+
+// endedText is how a recording ended, as the agent reads it.
+func endedText(ended string) string {
+	if ended == recording.EndedStopped {
+		return "stopped (qemu_shutdown)"
+	}
+	return ended
 }
 
 // tapAdvice completes a refused TAP boot's error with the ways an ordinary

@@ -8,11 +8,30 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/boundary"
+	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/recording"
 )
+
+// A replay's stop notes end with the call that goes on from there.
+func TestAdviseStop(t *testing.T) {
+	for then, want := range map[debugger.Then]string{
+		debugger.ThenNothing: "n",
+		debugger.ThenBack:    "n: debug_continue reverse: true goes back",
+		debugger.ThenOn:      "n; debug_continue goes on",
+	} {
+		st := debugger.StopInfo{Note: "n", Then: then}
+		if adviseStop(&st); st.Note != want || st.Then != debugger.ThenNothing {
+			t.Errorf("adviseStop(%d) = %q, want %q", then, st.Note, want)
+		}
+	}
+	if got := endedText(recording.EndedStopped); got != "stopped (qemu_shutdown)" {
+		t.Errorf("endedText(EndedStopped) = %q", got)
+	}
+}
 
 // The domain's errors read as they did when the domain named the tools:
 // the advice comes right after the error it is about, inside whatever
@@ -46,6 +65,18 @@ func TestAdviseDomainErrors(t *testing.T) {
 		{&hostpath.ProjectError{Root: "/", Err: errors.New("r"), Refused: true}, "project_root / is refused: r", nil},
 		{fmt.Errorf("boot: %w; nothing was started", held),
 			"boot: " + held.Holding() + fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d; nothing was started", held.Holder.PID), nil},
+		{fmt.Errorf("reverse step: %w", debugger.ErrNotReplay),
+			"reverse step: going back needs a recording: boot one with qemu_boot record: NAME, then replay it with qemu_boot replay: NAME", debugger.ErrNotReplay},
+		{&debugger.AtEndError{At: 90, End: 100},
+			"the replay is at the end of its recording: at instruction 90, 10 before its end (100); debug_step reverse: true goes back", debugger.ErrAtEnd},
+		{&instance.ReplayingError{What: "save a snapshot of", Name: "a", Recording: "r"},
+			`cannot save a snapshot of guest "a": it replays recording "r" (debug_continue icount: N goes to any point of it)`, instance.ErrReplay},
+		{fmt.Errorf("send: %w", &instance.NoEchoError{Within: 2 * time.Second, From: 4, Chunk: []byte("abcd")}),
+			`send: the guest did not echo what was typed within 2s of bytes 4..8 ("abcd"): a recording guest is given input only as fast as it takes it, which its echo shows; give char_delay_ms for input it does not echo`, instance.ErrNoEcho},
+		{&recording.NotFoundError{Name: "r", Root: "/p"},
+			`no such recording "r" in project /p: qemu_recordings lists the project's recordings`, recording.ErrNotFound},
+		{&recording.MachineError{Name: "r", Diffs: []string{"memory: recorded 128M, now 256M"}},
+			`recording "r" was made on another machine than these arguments give: memory: recorded 128M, now 256M; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)`, nil},
 	} {
 		got := advise(c.err)
 		if got.Error() != c.want {

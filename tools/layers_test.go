@@ -94,36 +94,12 @@ func TestDomainNamesNoTool(t *testing.T) {
 // exceptions, each with its reason.
 func allowedNames(found string) string {
 	switch {
-	case timeTravelNames(found):
-		return "time travel (issue 32) landed after the errors were typed: to type next"
 	case strings.HasPrefix(found, "profile/profile.go:") && strings.Contains(found, `"panic_patterns"`):
 		return "a field of .qemu-mcp.json: the profile file's own schema"
 	case strings.HasPrefix(found, "boundary/boundary.go:") && strings.Contains(found, `" in "Q`):
 		return "the headings of the boundary's reference tables (docs), which name the tool each table polices"
 	}
 	return ""
-}
-
-// timeTravelNames are the strings time travel brought below tools/, each
-// by its file and the words it uses: known, and the next to type. Any
-// other is a failure.
-func timeTravelNames(found string) bool {
-	for _, k := range [][2]string{
-		{"debugger/debugger.go:", "debug_step reverse: true goes back"},
-		{"debugger/replay.go:", "boot one with qemu_boot record: NAME"},
-		{"debugger/replay.go:", "back to where the replay was after debug_last_write"},
-		{"debugger/replay.go:", "debug_continue reverse: true goes back"},
-		{"debugger/replay.go:", "; debug_continue goes on"},
-		{"instance/instance.go:", "a replay needs its debugger (gdb: true)"},
-		{"instance/record.go:", "stopped (qemu_shutdown)"},
-		{"instance/record.go:", "give char_delay_ms"},
-		{"instance/snapshot.go:", "(debug_continue icount: N goes to any point of it)"},
-	} {
-		if strings.HasPrefix(found, k[0]) && strings.Contains(found, k[1]) {
-			return true
-		}
-	}
-	return false
 }
 
 // toolNamesIn lists the string literals of file (not struct tags: the JSON

@@ -33,7 +33,7 @@ type RecordingInfo struct {
 }
 
 func recordingInfo(m recording.Meta) *RecordingInfo {
-	return &RecordingInfo{Name: m.Name, State: m.Status(), Instructions: m.Instructions, Ended: m.Ended}
+	return &RecordingInfo{Name: m.Name, State: m.Status(), Instructions: m.Instructions, Ended: endedText(m.Ended)}
 }
 
 func recordingListed(m recording.Meta) RecordingInfo {
@@ -45,7 +45,7 @@ func recordingListed(m recording.Meta) RecordingInfo {
 	if n == 0 {
 		n = m.Seen
 	}
-	return RecordingInfo{Name: m.Name, State: m.Status(), Instructions: n, Ended: m.Ended, Created: m.Created,
+	return RecordingInfo{Name: m.Name, State: m.Status(), Instructions: n, Ended: endedText(m.Ended), Created: m.Created,
 		Size: size, Checkpoints: cks, ConsoleBytes: m.ConsoleBytes, QEMU: m.QEMU}
 }
 
