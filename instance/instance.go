@@ -120,7 +120,7 @@ func (s Spec) check() error {
 		if s.Debug == nil {
 			return errors.New("a replay needs its debugger: the spec gives no Debug")
 		}
-		return s.checkRecordable(fmt.Sprintf("replay of %q", s.Replay.Meta.Name))
+		return s.checkRecordable(fmt.Sprintf("replay of %q", s.Replay.Name))
 	}
 	return nil
 }

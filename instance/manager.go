@@ -35,7 +35,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
-	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
 )
@@ -324,6 +323,10 @@ func (m *Manager) enforceCap() []kept.File {
 // Owner is the identity every name the server gives carries.
 func (m *Manager) Owner() names.Owner { return m.owner }
 
+// KeepCap is the total size of the kept files (transcripts, captures,
+// snapshots, recordings) the server holds itself to.
+func (m *Manager) KeepCap() int64 { return m.cfg.KeepCap }
+
 // MaxInstances is the most guests that run at once.
 func (m *Manager) MaxInstances() int { return m.cfg.MaxInstances }
 
@@ -390,6 +393,11 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Repor
 	}
 	if spec.Snapshot != nil {
 		if err := m.findBootSnapshot(&spec); err != nil {
+			return nil, nil, err
+		}
+	}
+	if spec.Replay != nil {
+		if err := m.findReplay(&spec); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -773,74 +781,4 @@ func (m *Manager) claimDrives(name string, drives []qemu.Drive) (func() error, e
 		}
 		return nil
 	}, nil
-}
-
-// recordings is the recording store.
-func (m *Manager) recordings() recording.Store {
-	return recording.Store{Dir: m.cfg.Recordings, Owner: m.owner, Logger: m.log}
-}
-
-// Recordings is the recording store; its Dir is empty when the server
-// keeps none.
-func (m *Manager) Recordings() recording.Store { return m.recordings() }
-
-// claimRecording marks meta as replayed by instance name until release:
-// it is neither deleted nor replaced meanwhile.
-func (m *Manager) claimRecording(meta recording.Meta, name string) (release func(), err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if who, ok := m.replays[meta.Dir]; ok && who != name {
-		return nil, fmt.Errorf("recording %q is being replayed by guest %q already: one replay of a recording at a time", meta.Name, who)
-	}
-	m.replays[meta.Dir] = name
-	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.replays[meta.Dir] == name {
-			delete(m.replays, meta.Dir)
-		}
-	}, nil
-}
-
-// RecordingUser is the guest that replays the project's recording name,
-// "" if none does.
-func (m *Manager) RecordingUser(root, name string) string { return m.recordingUser(root, name) }
-
-func (m *Manager) recordingUser(root, name string) string {
-	meta, err := m.recordings().Get(root, name)
-	if err != nil {
-		return ""
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.replays[meta.Dir]
-}
-
-// reapRecordings removes what killed recording starts and checkpoint saves
-// left, and marks recordings whose server died while they recorded as
-// cut, adding it to rep if there is one.
-func (m *Manager) reapRecordings(rep *reaper.Report) {
-	if m.cfg.Recordings == "" {
-		return
-	}
-	rr, err := m.recordings().Reap()
-	if err != nil {
-		rr.Errors = append(rr.Errors, err.Error())
-	}
-	for _, l := range rr.Removed {
-		m.log.Info("removed a leftover of a killed recording", "what", l.String())
-	}
-	for _, n := range rr.Cut {
-		m.log.Info("a recording's server was killed while it recorded: the recording is cut", "recording", n)
-	}
-	for _, e := range rr.Errors {
-		m.log.Warn("recording store", "err", e)
-	}
-	if rep == nil {
-		return
-	}
-	for _, l := range rr.Removed {
-		rep.Removed = append(rep.Removed, l.Path)
-	}
-	rep.Errors = append(rep.Errors, rr.Errors...)
 }

@@ -28,6 +28,9 @@ import (
 // recording's machine, halted at its first instruction, and its debugger
 // goes back and forth through the recording.
 type ReplaySpec struct {
+	// Name is the project's recording; Manager.Boot finds it (Meta) and
+	// checks that the boot gives its machine.
+	Name string
 	Meta recording.Meta
 }
 

@@ -21,8 +21,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/recording"
-	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -135,26 +133,24 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	var rec *recording.Meta
 	if in.Replay != "" {
 		if in.Record != "" || in.Snapshot != "" {
 			return nil, BootOutput{}, errors.New("replay boots the recording's machine: record and snapshot do not go with it")
 		}
-		m, err := s.recordings().Get(root, in.Replay)
-		if err != nil {
+		if err := s.fillMachine(&in, func(mgr *instance.Manager) (profile.Profile, error) {
+			return mgr.RecordingMachine(root, in.Replay, s.cfg.BuiltinKernel)
+		}); err != nil {
 			return nil, BootOutput{}, err
 		}
-		if !givenMachine(&in) {
-			s.fillMachine(&in, m.Machine)
-		}
-		rec = &m
 		in.GDB = true
 		// A replay is halted at its start: it prints nothing until the
 		// debugger runs it.
 		in.WaitFor = nil
 	}
 	if in.Snapshot != "" {
-		if err := s.bootSnapshot(root, &in); err != nil {
+		if err := s.fillMachine(&in, func(mgr *instance.Manager) (profile.Profile, error) {
+			return mgr.SnapshotMachine(root, in.Snapshot, s.cfg.BuiltinKernel)
+		}); err != nil {
 			return nil, BootOutput{}, err
 		}
 		if !explicitWait {
@@ -192,16 +188,8 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		spec.Snapshot = &instance.SnapshotSpec{Name: in.Snapshot}
 	}
 	switch {
-	case rec != nil:
-		mach, err := snapshot.Describe(cfg)
-		if err != nil {
-			return nil, BootOutput{}, err
-		}
-		if mach.Hash() != rec.Machine.Hash() {
-			return nil, BootOutput{}, fmt.Errorf("recording %q was made on another machine than these arguments give: %s; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)",
-				in.Replay, strings.Join(snapshot.Diff(rec.Machine, mach), "; "))
-		}
-		spec.Replay = &instance.ReplaySpec{Meta: *rec}
+	case in.Replay != "":
+		spec.Replay = &instance.ReplaySpec{Name: in.Replay}
 	case in.Record != "":
 		spec.Record = &instance.RecordSpec{Name: in.Record}
 	}
@@ -291,10 +279,10 @@ func bootText(o BootOutput, waitFor string) string {
 	return b.String()
 }
 
-// bootSnapshot fills the machine arguments of a boot into in.Snapshot from
-// the machine it was saved on, when the call gives none (the instance
-// finds the snapshot of the machine given, and checks it, at its boot).
-func (s *Server) bootSnapshot(root string, in *BootInput) error {
+// fillMachine sets the machine arguments of a boot that gives none to
+// the machine a snapshot or a recording was made on (machine says which);
+// the instance checks given ones against it at the boot.
+func (s *Server) fillMachine(in *BootInput, machine func(*instance.Manager) (profile.Profile, error)) error {
 	if givenMachine(in) {
 		return nil
 	}
@@ -302,7 +290,7 @@ func (s *Server) bootSnapshot(root string, in *BootInput) error {
 	if err != nil {
 		return err
 	}
-	m, err := mgr.SnapshotMachine(root, in.Snapshot, s.cfg.BuiltinKernel)
+	m, err := machine(mgr)
 	if err != nil {
 		return err
 	}
@@ -316,13 +304,6 @@ func (s *Server) bootSnapshot(root string, in *BootInput) error {
 func givenMachine(in *BootInput) bool {
 	return in.Kernel != "" || in.Initrd != "" || in.DTB != "" || in.BIOS != "" || in.Memory != "" || in.SMP != 0 ||
 		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != "" || in.Shares != nil
-}
-
-// fillMachine sets the machine arguments to m's (a recording's).
-func (s *Server) fillMachine(in *BootInput, m snapshot.Machine) {
-	args := in.machine()
-	instance.MachineArgs(m, s.cfg.BuiltinKernel).Under(&args)
-	in.setMachine(args)
 }
 
 // openSymbols opens the debugger's symbols: in.Symbols, else those

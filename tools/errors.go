@@ -171,6 +171,9 @@ func advise(err error) error {
 	if e := (*recording.NotFoundError)(nil); errors.As(err, &e) {
 		after(e, ": qemu_recordings lists the project's recordings")
 	}
+	if e := (*instance.RecordingInUseError)(nil); errors.As(err, &e) {
+		after(e, ": shut it down first")
+	}
 	if e := (*recording.MachineError)(nil); errors.As(err, &e) {
 		replace(e, fmt.Sprintf("recording %q was made on another machine than these arguments give: %s; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)",
 			e.Name, strings.Join(e.Diffs, "; ")))

@@ -11,10 +11,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/recording"
 )
 
-func (s *Server) recordings() recording.Store {
-	return recording.Store{Dir: s.cfg.Recordings, Logger: s.log}
-}
-
 // RecordingInfo is a recording as the tools show it.
 type RecordingInfo struct {
 	Name string `json:"name"`
@@ -67,39 +63,24 @@ type RecordingsOutput struct {
 }
 
 func (s *Server) recordingsTool(ctx context.Context, _ *mcp.CallToolRequest, in RecordingsInput) (*mcp.CallToolResult, RecordingsOutput, error) {
-	root, _, _, err := s.snapshotProject(in.ProjectRoot, in.Target)
+	root, _, mgr, err := s.snapshotProject(in.ProjectRoot, in.Target)
 	if err != nil {
 		return nil, RecordingsOutput{}, err
 	}
-	store := s.recordings()
-	out := RecordingsOutput{Project: root, Recordings: []RecordingInfo{}, Cap: s.cfg.KeepCap}
+	out := RecordingsOutput{Project: root, Recordings: []RecordingInfo{}, Cap: mgr.KeepCap()}
 	if in.Delete != "" {
-		m, err := store.Get(root, in.Delete)
-		if err != nil {
-			return nil, out, err
-		}
-		if mgr, err := s.manager(); err == nil {
-			if who := mgr.RecordingUser(root, in.Delete); who != "" {
-				return nil, out, fmt.Errorf("recording %q is being replayed by guest %q: shut it down first", in.Delete, who)
-			}
-			for _, inst := range mgr.List() {
-				if rm, ok := inst.Recording(); ok && rm.Dir == m.Dir && inst.State() != "stopped" {
-					return nil, out, fmt.Errorf("recording %q is being recorded by guest %q: shut it down first", in.Delete, inst.Name())
-				}
-			}
-		}
-		if err := store.Delete(m); err != nil {
+		if _, err := mgr.DeleteRecording(root, in.Delete); err != nil {
 			return nil, out, err
 		}
 		out.Deleted = in.Delete
 	}
-	metas, err := store.List(root)
+	list, err := mgr.ListRecordings(root)
 	if err != nil {
 		return nil, out, err
 	}
-	out.Total, _ = store.Total()
+	out.Total = list.Total
 	var lines []string
-	for _, m := range metas {
+	for _, m := range list.Recordings {
 		ri := recordingListed(m)
 		out.Recordings = append(out.Recordings, ri)
 		line := fmt.Sprintf("%s (%s, %d instructions, %s", ri.Name, ri.State, ri.Instructions, size(ri.Size))

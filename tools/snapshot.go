@@ -71,8 +71,8 @@ func (s *Server) snapshotSave(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	}
 	out := info(meta)
 	text := fmt.Sprintf("saved snapshot %q of %q in %d ms: %s (%s)", meta.Name, inst.Name(), time.Since(t).Milliseconds(), size(meta.Size), out.Machine)
-	if total := mgr.Snapshots().Total(); s.cfg.KeepCap > 0 && total > s.cfg.KeepCap {
-		text += fmt.Sprintf("; snapshots now take %s, over the %s the server keeps (--max-kept): delete some with qemu_snapshot_delete", size(total), size(s.cfg.KeepCap))
+	if total, keep := mgr.Snapshots().Total(), mgr.KeepCap(); total > keep {
+		text += fmt.Sprintf("; snapshots now take %s, over the %s the server keeps (--max-kept): delete some with qemu_snapshot_delete", size(total), size(keep))
 	}
 	return textResult(text), out, nil
 }
@@ -166,7 +166,7 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Total(), Cap: s.cfg.KeepCap, More: more}
+	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Total(), Cap: mgr.KeepCap(), More: more}
 	for _, ls := range list {
 		si := info(ls.Meta)
 		si.Incomplete, si.Matches = ls.Incomplete, ls.Loads

@@ -1,0 +1,188 @@
+package instance
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/profile"
+	"github.com/qemu-mcp/qemu-mcp/recording"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
+)
+
+// The Manager owns the recordings as it owns the snapshots: one store,
+// the match of a recording to the machine a replay boots, which guest
+// records or replays which, listing, deleting, and their part of the cap
+// on kept files.
+
+// ErrRecordingInUse is wrapped by a *RecordingInUseError.
+var ErrRecordingInUse = errors.New("the recording is in use")
+
+// RecordingInUseError is a recording that cannot be deleted (or recorded
+// over) while a guest records or replays it.
+type RecordingInUseError struct {
+	Name  string
+	Guest string
+	// Replayed says the guest replays it (else it records it).
+	Replayed bool
+}
+
+func (e *RecordingInUseError) Error() string {
+	how := "recorded"
+	if e.Replayed {
+		how = "replayed"
+	}
+	return fmt.Sprintf("recording %q is being %s by guest %q", e.Name, how, e.Guest)
+}
+
+func (e *RecordingInUseError) Is(target error) bool { return target == ErrRecordingInUse }
+
+// FindRecording returns the project root's recording name, or a
+// *recording.NotFoundError.
+func (m *Manager) FindRecording(root, name string) (recording.Meta, error) {
+	if m.cfg.Recordings == "" {
+		return recording.Meta{}, errNoRecordings
+	}
+	return m.recordings().Get(root, name)
+}
+
+// errNoRecordings is a server without a state directory.
+var errNoRecordings = errors.New("this server keeps no recordings (no state directory)")
+
+// RecordingMachine is the machine the project root's recording name was
+// made on, as boot arguments, for a replay that gives none (builtin as
+// for SnapshotMachine).
+func (m *Manager) RecordingMachine(root, name string, builtin []byte) (profile.Profile, error) {
+	meta, err := m.FindRecording(root, name)
+	if err != nil {
+		return profile.Profile{}, err
+	}
+	return MachineArgs(meta.Machine, builtin), nil
+}
+
+// findReplay finds the recording spec.Replay names and checks that it
+// was made on the machine spec.QEMU gives.
+func (m *Manager) findReplay(spec *Spec) error {
+	r := spec.Replay
+	if r.Meta.Dir == "" {
+		meta, err := m.FindRecording(spec.Root, r.Name)
+		if err != nil {
+			return err
+		}
+		r = &ReplaySpec{Name: r.Name, Meta: meta}
+	}
+	mach, err := snapshot.Describe(spec.QEMU)
+	if err != nil {
+		return err
+	}
+	if mach.Hash() != r.Meta.Machine.Hash() {
+		return &recording.MachineError{Name: r.Meta.Name, Diffs: snapshot.Diff(r.Meta.Machine, mach)}
+	}
+	spec.Replay = r
+	return nil
+}
+
+// RecordingList is a project's recordings, newest first, and what all
+// recordings (of every project) take against the cap on kept files.
+type RecordingList struct {
+	Recordings []recording.Meta
+	Total, Cap int64
+}
+
+// ListRecordings lists the project root's recordings.
+func (m *Manager) ListRecordings(root string) (RecordingList, error) {
+	l := RecordingList{Cap: m.cfg.KeepCap}
+	if m.cfg.Recordings == "" {
+		return l, nil
+	}
+	store := m.recordings()
+	metas, err := store.List(root)
+	if err != nil {
+		return l, err
+	}
+	l.Recordings = metas
+	l.Total, _ = store.Total()
+	return l, nil
+}
+
+// DeleteRecording deletes the project root's recording name, unless a
+// guest records or replays it (a *RecordingInUseError).
+func (m *Manager) DeleteRecording(root, name string) (recording.Meta, error) {
+	meta, err := m.FindRecording(root, name)
+	if err != nil {
+		return recording.Meta{}, err
+	}
+	if who := m.recordingUser(root, name); who != "" {
+		return meta, &RecordingInUseError{Name: name, Guest: who, Replayed: true}
+	}
+	for _, i := range m.List() {
+		if rm, ok := i.Recording(); ok && rm.Dir == meta.Dir && i.State() != Stopped {
+			return meta, &RecordingInUseError{Name: name, Guest: i.Name()}
+		}
+	}
+	return meta, m.recordings().Delete(meta)
+}
+
+// recordings is the recording store.
+func (m *Manager) recordings() recording.Store {
+	return recording.Store{Dir: m.cfg.Recordings, Owner: m.owner, Logger: m.log}
+}
+
+// claimRecording marks meta as replayed by instance name until release:
+// it is neither deleted nor replaced meanwhile.
+func (m *Manager) claimRecording(meta recording.Meta, name string) (release func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if who, ok := m.replays[meta.Dir]; ok && who != name {
+		return nil, fmt.Errorf("recording %q is being replayed by guest %q already: one replay of a recording at a time", meta.Name, who)
+	}
+	m.replays[meta.Dir] = name
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.replays[meta.Dir] == name {
+			delete(m.replays, meta.Dir)
+		}
+	}, nil
+}
+
+// recordingUser is the guest that replays the project's recording name,
+// "" if none does.
+func (m *Manager) recordingUser(root, name string) string {
+	meta, err := m.recordings().Get(root, name)
+	if err != nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.replays[meta.Dir]
+}
+
+// reapRecordings removes what killed recording starts and checkpoint saves
+// left, and marks recordings whose server died while they recorded as
+// cut, adding it to rep if there is one.
+func (m *Manager) reapRecordings(rep *reaper.Report) {
+	if m.cfg.Recordings == "" {
+		return
+	}
+	rr, err := m.recordings().Reap()
+	if err != nil {
+		rr.Errors = append(rr.Errors, err.Error())
+	}
+	for _, l := range rr.Removed {
+		m.log.Info("removed a leftover of a killed recording", "what", l.String())
+	}
+	for _, n := range rr.Cut {
+		m.log.Info("a recording's server was killed while it recorded: the recording is cut", "recording", n)
+	}
+	for _, e := range rr.Errors {
+		m.log.Warn("recording store", "err", e)
+	}
+	if rep == nil {
+		return
+	}
+	for _, l := range rr.Removed {
+		rep.Removed = append(rep.Removed, l.Path)
+	}
+	rep.Errors = append(rep.Errors, rr.Errors...)
+}
