@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
@@ -18,20 +20,46 @@ type NoDisplayError struct {
 
 func (e *NoDisplayError) Error() string { return fmt.Sprintf("the guest has no display (%s)", e.Desc) }
 
-// Screenshot has QEMU write the guest's screen to path as a PNG.
-func (i *Instance) Screenshot(ctx context.Context, path string) error {
+// Screenshot has QEMU write the guest's screen as a PNG into a new kept
+// file, and returns it; keep leaves the file among the kept files (path),
+// else it is removed.
+func (i *Instance) Screenshot(ctx context.Context, keep bool) (png []byte, path string, err error) {
 	m, err := i.Running()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
+	if err := os.MkdirAll(i.mgr.cfg.Captures, 0o700); err != nil {
+		return nil, "", err
+	}
+	// QEMU writes the file itself; a fresh name in our private directory
+	// means nothing else can be there.
+	path = i.mgr.keptPath(names.KeptScreenshot, i.name, ".png")
 	if _, err := m.Monitor().Execute(ctx, "screendump", map[string]any{"filename": path, "format": "png"}); err != nil {
 		var qe *qmp.Error
 		if errors.As(err, &qe) && !m.Config().GPU {
-			return &NoDisplayError{Desc: qe.Desc}
+			return nil, "", &NoDisplayError{Desc: qe.Desc}
 		}
-		return err
+		return nil, "", err
 	}
-	return nil
+	png, err = os.ReadFile(path)
+	if !keep {
+		os.Remove(path)
+		path = ""
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return png, path, nil
+}
+
+// KeepAnswer keeps raw, a QMP answer of the guest too large to return, as
+// a new kept file, and returns its path.
+func (i *Instance) KeepAnswer(raw []byte) (string, error) {
+	path := i.mgr.keptPath(names.KeptAnswer, i.name, ".json")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // PressKeys presses each combination of QEMU key codes (package qemu's

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
@@ -53,7 +54,8 @@ type Config struct {
 	RuntimeDir string
 	// Record describes the server; it is written while an instance holds
 	// something (see New), and every change to an instance rewrites it.
-	// Its PID and start time name every file.
+	// Its PID and start time name every file. Empty means this process's,
+	// described by Transport, Address and Version.
 	Record registry.Record
 	// LockFile overrides the repository lock's path (see lock.Path).
 	LockFile string
@@ -92,6 +94,43 @@ type Config struct {
 	// probed across runs (empty: not kept).
 	ProbeKernel []byte
 	CacheDir    string
+	// QEMUBinary is the QEMU the server boots (reported by Health);
+	// empty means qemu.DefaultBinary.
+	QEMUBinary string
+	// Transport ("stdio" or "http"), Address and Version describe the
+	// server in the record Defaults makes when Record is not given.
+	Transport, Address, Version string
+}
+
+// DefaultName is the name of the guest a call names none of.
+const DefaultName = names.DefaultInstance
+
+// CheckName says why name cannot name an instance, or nil.
+func CheckName(name string) error { return names.CheckInstance(name) }
+
+// Defaults fills in what a server's configuration may leave out: the
+// captures directory in the runtime directory, the snapshot and recording
+// stores beside it, the cache of probed QEMU binaries, the cap.
+func (c Config) Defaults() (Config, error) {
+	if c.RuntimeDir == "" {
+		return c, errors.New("instance: RuntimeDir is required")
+	}
+	if c.Captures == "" {
+		c.Captures = runtimedir.CapturesDir(c.RuntimeDir)
+	}
+	if c.Snapshots == "" {
+		c.Snapshots = kept.Snapshots(c.Captures)
+	}
+	if c.Recordings == "" {
+		c.Recordings = kept.Recordings(c.Captures)
+	}
+	if c.CacheDir == "" {
+		c.CacheDir = caps.DefaultCacheDir()
+	}
+	if c.KeepCap <= 0 {
+		c.KeepCap = kept.DefaultCap
+	}
+	return c, nil
 }
 
 // Manager runs the named instances of one server.
@@ -119,6 +158,11 @@ type Manager struct {
 
 	caps      *caps.Prober // nil without Config.ProbeKernel
 	probeOnce sync.Once
+	// qemuVersion is asked of the emulator on first use, then kept.
+	qemuVersion func() string
+	// seq numbers the files the server keeps for guests (screenshots,
+	// answers).
+	seq atomic.Int64
 
 	// replays are the recordings guests replay, by directory: the
 	// instance's name.
@@ -146,7 +190,17 @@ func New(cfg Config) (*Manager, error) {
 		return nil, errors.New("instance: RuntimeDir is required")
 	}
 	if cfg.Record.PID == 0 {
-		return nil, errors.New("instance: the server's Record is required")
+		// This process's record, made once the server is about to
+		// serve.
+		transport := cfg.Transport
+		if transport == "" {
+			transport = registry.TransportStdio
+		}
+		rec, err := registry.Self(transport, cfg.Address, cfg.Version)
+		if err != nil {
+			return nil, fmt.Errorf("instance: %w", err)
+		}
+		cfg.Record = rec
 	}
 	if cfg.MaxInstances <= 0 {
 		cfg.MaxInstances = DefaultMaxInstances
@@ -175,6 +229,7 @@ func New(cfg Config) (*Manager, error) {
 		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record, replays: map[string]string{},
 		stopKeep: make(chan struct{}),
 	}
+	m.qemuVersion = sync.OnceValue(func() string { return askVersion(cfg.QEMUBinary) })
 	// What saves killed with an earlier server left goes at start.
 	m.reapSnapshots(nil)
 	m.reapRecordings(nil)
@@ -318,6 +373,12 @@ func (m *Manager) enforceCap() []kept.File {
 		m.log.Info("removed the oldest kept file: the kept files passed their cap", "path", f.Path, "size", f.Size, "cap", m.cfg.KeepCap)
 	}
 	return removed
+}
+
+// keptPath is a new file of the kept files: kind (names.Kept*) for
+// instance name, with extension ext.
+func (m *Manager) keptPath(kind, name, ext string) string {
+	return filepath.Join(m.cfg.Captures, fmt.Sprintf("%s-%d%s", names.Kept(kind, m.owner, name), m.seq.Add(1), ext))
 }
 
 // Owner is the identity every name the server gives carries.

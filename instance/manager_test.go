@@ -477,3 +477,28 @@ func TestConsoleTurns(t *testing.T) {
 		t.Fatal("a stop did not end the wait for the console")
 	}
 }
+
+// Health reads the repository lock, the server's executable and the
+// runtime directory without a guest; with one, the lock is the server's.
+func TestHealth(t *testing.T) {
+	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
+	m := newManager(t, lockFile)
+	h := m.Health(t.TempDir())
+	if h.LockFile != lockFile || h.LockState != lock.Absent || h.LockIsOurs || h.LockErr != nil {
+		t.Errorf("the lock before a boot: %+v", h)
+	}
+	if h.ExeChanged != "" || len(h.DeadServers) != 0 || h.ScanErr != nil || h.QEMUVersion == "" {
+		t.Errorf("the server without a guest: %+v", h)
+	}
+	if h.QEMU.State != ProbeFailed || h.QEMU.Binary == "" {
+		t.Errorf("the QEMU of a server that probes none: %+v", h.QEMU)
+	}
+	ctx := testContext(t)
+	root := t.TempDir()
+	if _, _, err := m.Boot(ctx, tinySpec(t, "a", root)); err != nil {
+		t.Fatal(err)
+	}
+	if h := m.Health(root); h.LockState != lock.Held || !h.LockIsOurs || h.LockHolder != os.Getpid() {
+		t.Errorf("the lock while a runs: %+v", h)
+	}
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -114,7 +113,7 @@ const bootMaxBytes = 640
 func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInput) (*mcp.CallToolResult, BootOutput, error) {
 	start := time.Now()
 	name := in.Target.name()
-	if err := names.CheckInstance(name); err != nil {
+	if err := instance.CheckName(name); err != nil {
 		return nil, BootOutput{}, err
 	}
 	root := in.ProjectRoot

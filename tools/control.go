@@ -5,15 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -77,7 +74,7 @@ func (s *Server) qmpCommand(ctx context.Context, req *mcp.CallToolRequest, in QM
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
-	out, err := s.qmpAnswer(inst.Name(), in.Command, raw, in.Offset, s.reader(req).answer)
+	out, err := s.qmpAnswer(inst, in.Command, raw, in.Offset, s.reader(req).answer)
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
@@ -97,7 +94,7 @@ func (s *Server) qmpCommand(ctx context.Context, req *mcp.CallToolRequest, in QM
 // qmpAnswer fits an answer into budget characters of JSON (see
 // answerBudget): whole, a page of a list, or saved to a file in the
 // captures directory.
-func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset, budget int) (QMPOutput, error) {
+func (s *Server) qmpAnswer(inst *instance.Instance, command string, raw json.RawMessage, offset, budget int) (QMPOutput, error) {
 	decode := func(b []byte) (any, error) {
 		// UseNumber keeps 64-bit integers (addresses, sizes) exact.
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -137,8 +134,8 @@ func (s *Server) qmpAnswer(instance, command string, raw json.RawMessage, offset
 		return out, nil
 	}
 	// One large object: the whole of it in a file, nothing lost.
-	path := filepath.Join(s.cfg.Captures, fmt.Sprintf("%s-%d.json", names.Kept(names.KeptAnswer, s.Manager().Owner(), instance), s.seq.Add(1)))
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
+	path, err := inst.KeepAnswer(raw)
+	if err != nil {
 		return QMPOutput{}, fmt.Errorf("qmp %s: the answer (%d bytes) is too large to return, and saving it failed: %w", command, len(raw), err)
 	}
 	return QMPOutput{Size: len(raw), SavedTo: path}, nil
@@ -245,7 +242,7 @@ func captureState(in *instance.Instance) *CaptureState {
 type empty struct{}
 
 func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (*mcp.CallToolResult, StatusOutput, error) {
-	if err := names.CheckInstance(t.name()); err != nil {
+	if err := instance.CheckName(t.name()); err != nil {
 		return nil, StatusOutput{}, err
 	}
 	inst, err := s.instance(t)

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -34,26 +31,11 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	if err != nil {
 		return nil, ScreenshotOutput{}, err
 	}
-	captures := s.cfg.Captures
-	if err := os.MkdirAll(captures, 0o700); err != nil {
-		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
-	}
-	n := s.seq.Add(1)
-	// QEMU writes the file itself; a fresh name in our private directory
-	// means nothing else can be there.
-	path := filepath.Join(captures, fmt.Sprintf("%s-%d.png", names.Kept(names.KeptScreenshot, s.Manager().Owner(), inst.Name()), n))
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := inst.Screenshot(qctx, path); err != nil {
-		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
-	}
-	png, err := os.ReadFile(path)
-	if !in.Save {
-		os.Remove(path)
-		path = ""
-	}
+	png, path, err := inst.Screenshot(qctx, in.Save)
 	if err != nil {
-		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: read %s: %w", path, err)
+		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
 	}
 	out := ScreenshotOutput{Bytes: len(png), Path: path}
 	text := fmt.Sprintf("screenshot: %d bytes of PNG", len(png))

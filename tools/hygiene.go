@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"runtime"
 	"strings"
 	"time"
@@ -11,12 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/lock"
-	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 
 // InfoOutput is server_info's result.
@@ -42,44 +35,13 @@ type InfoOutput struct {
 	Problems    []string      `json:"problems,omitempty"`
 }
 
-// QEMUCaps is server_info's view of package qemu/caps.
-type QEMUCaps struct {
-	Binary string `json:"binary"`
-	// State is "not probed yet", "probing", "probed" or "probe failed".
-	State    string       `json:"state"`
-	ProbedAt string       `json:"probed_at,omitempty"`
-	Error    string       `json:"error,omitempty"`
-	Timer    *caps.Result `json:"timer_kept,omitempty" jsonschema:"a loaded snapshot keeps the guest's timer (else the server repairs it after each load)"`
-	InPlace  *caps.Result `json:"in_place_load,omitempty" jsonschema:"a snapshot loads into the running QEMU"`
-	Replay   *caps.Result `json:"replay_checkpoint,omitempty" jsonschema:"a checkpoint taken during a replay reloads faithfully (double load)"`
-}
+// QEMUCaps is server_info's view of what the QEMU binary was found to do.
+type QEMUCaps = instance.QEMUCaps
 
-// qemuCaps reports what mgr knows of this server's QEMU binary.
-func (s *Server) qemuCaps(mgr *instance.Manager) QEMUCaps {
-	bin := s.cfg.QEMUBinary
-	if bin == "" {
-		bin = qemu.DefaultBinary
-	}
-	if p, err := exec.LookPath(bin); err == nil {
-		bin = p
-	}
-	out := QEMUCaps{Binary: bin}
-	st, c, err := mgr.QEMUCaps(bin)
-	out.State = string(st)
-	if st == caps.NotProbed && err != nil {
-		out.State, out.Error = "probe failed", err.Error()
-	}
-	if c != nil {
-		out.ProbedAt = c.Probed.Format(time.RFC3339)
-		out.Timer, out.InPlace, out.Replay = &c.TimerKept, &c.InPlaceLoad, &c.ReplayCheckpoint
-	}
-	return out
-}
-
-// String is the capabilities in one line.
-func (q QEMUCaps) String() string {
+// capsText is the capabilities in one line.
+func capsText(q QEMUCaps) string {
 	switch {
-	case q.State == "probe failed":
+	case q.State == instance.ProbeFailed:
 		return "qemu capabilities: probe failed (" + q.Error + "): the server takes the safe paths"
 	case q.Timer == nil:
 		return "qemu capabilities: " + q.State
@@ -94,13 +56,14 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		return nil, InfoOutput{}, err
 	}
 	rec := mgr.Record()
+	h := mgr.Health(s.cfg.WorkDir)
 	out := InfoOutput{
 		Version:     s.cfg.Version,
 		Revision:    s.cfg.Revision,
 		PID:         rec.PID,
 		UptimeMS:    time.Since(s.started).Milliseconds(),
 		GoVersion:   runtime.Version(),
-		QEMUVersion: s.qemuVersion(),
+		QEMUVersion: h.QEMUVersion,
 		Transport:   rec.Transport,
 		RuntimeDir:  s.cfg.RuntimeDir,
 	}
@@ -123,7 +86,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: its QMP monitor is closed (%v): qemu_boot it again with restart: true", in.Name(), err))
 			}
 		}
-		if in.Name() != names.DefaultInstance {
+		if in.Name() != instance.DefaultName {
 			continue
 		}
 		if m, err := in.Running(); err == nil {
@@ -134,32 +97,24 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		}
 		out.PCAP = captureState(in)
 	}
-	if path, err := mgr.LockPath(s.cfg.WorkDir); err != nil {
-		out.Problems = append(out.Problems, "lock: "+err.Error())
-	} else {
-		out.LockFile = path
-		st, err := lock.Inspect(path)
-		if err != nil {
-			out.Problems = append(out.Problems, "lock: "+err.Error())
-		}
-		out.LockState = string(st.State)
-		out.LockHolder = st.Record.PID
-		out.LockIsOurs = st.Record.PID == rec.PID && st.State == lock.Held
+	out.LockFile, out.LockState, out.LockHolder, out.LockIsOurs = h.LockFile, string(h.LockState), h.LockHolder, h.LockIsOurs
+	if h.LockErr != nil {
+		out.Problems = append(out.Problems, "lock: "+h.LockErr.Error())
 	}
-	if h := registry.Assess(rec); h.ExeMatch == registry.No {
-		out.Problems = append(out.Problems, "stale code: the executable changed on disk since this server started ("+h.ExeDetail+"); restart the server to run the new build")
+	if h.ExeChanged != "" {
+		out.Problems = append(out.Problems, "stale code: the executable changed on disk since this server started ("+h.ExeChanged+"); restart the server to run the new build")
 	}
-	if inv, err := reaper.Scan(s.cfg.RuntimeDir, reaper.Options{Self: rec.Owner()}); err != nil {
-		out.Problems = append(out.Problems, "scan runtime dir: "+err.Error())
-	} else if dead := inv.Dead(); len(dead) > 0 {
-		pids := make([]string, len(dead))
-		for i, o := range dead {
-			pids[i] = fmt.Sprint(o.PID)
+	if h.ScanErr != nil {
+		out.Problems = append(out.Problems, "scan runtime dir: "+h.ScanErr.Error())
+	} else if len(h.DeadServers) > 0 {
+		pids := make([]string, len(h.DeadServers))
+		for i, pid := range h.DeadServers {
+			pids[i] = fmt.Sprint(pid)
 		}
 		out.Problems = append(out.Problems, fmt.Sprintf("leftovers of %d dead server(s) (pid %s) in %s: reaped at the next boot, or run qemu-mcp doctor --cleanup",
-			len(dead), strings.Join(pids, ", "), s.cfg.RuntimeDir))
+			len(h.DeadServers), strings.Join(pids, ", "), s.cfg.RuntimeDir))
 	}
-	out.QEMUCaps = s.qemuCaps(mgr)
+	out.QEMUCaps = h.QEMU
 	out.Health = "ok"
 	if len(out.Problems) > 0 {
 		out.Health = "degraded"
@@ -174,28 +129,12 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 	if len(out.Instances) > 0 {
 		fmt.Fprintf(&b, "guests: %s\n", strings.Join(out.Instances, ", "))
 	}
-	fmt.Fprintf(&b, "%s\n", out.QEMUCaps)
+	fmt.Fprintf(&b, "%s\n", capsText(out.QEMUCaps))
 	fmt.Fprintf(&b, "health: %s\n", out.Health)
 	for _, p := range out.Problems {
 		fmt.Fprintf(&b, "- %s\n", p)
 	}
 	return textResult(b.String()), out, nil
-}
-
-// qemuVersion asks the emulator for its version line. The server asks
-// once (see New): the binary does not change under a running server in a
-// way that matters more than the cost of asking on every call.
-func qemuVersion(bin string) string {
-	if bin == "" {
-		bin = qemu.DefaultBinary
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
-	if err != nil {
-		return "unknown (" + err.Error() + ")"
-	}
-	return strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
 }
 
 // ListInput is qemu_list's arguments (none).

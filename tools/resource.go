@@ -7,7 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 
@@ -38,7 +38,7 @@ func (s *Server) registerResources(ms *mcp.Server) {
 }
 
 func (s *Server) readTranscript(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
-	name := names.DefaultInstance
+	name := instance.DefaultName
 	if rest, ok := strings.CutPrefix(req.Params.URI, TranscriptURI+"/"); ok {
 		name = rest
 	}

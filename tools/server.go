@@ -22,12 +22,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/kept"
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 
 // Config is what the tools need from the process that hosts them.
@@ -108,9 +103,6 @@ type Server struct {
 	closing atomic.Bool
 
 	started time.Time
-	// qemuVersion is asked of the emulator on first use, then kept.
-	qemuVersion func() string
-	seq         atomic.Int64 // numbers the files this server saves (screenshots, answers)
 
 	pcapMu   sync.Mutex
 	readFrom map[string]int // packet cursor per capture file for qemu_pcap_read
@@ -192,26 +184,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Transport == "" {
-		cfg.Transport = registry.TransportStdio
+	// The guests' directories and the cap, as the instance fills them in.
+	ic, err := instance.Config{RuntimeDir: cfg.RuntimeDir, Captures: cfg.Captures, Snapshots: cfg.Snapshots,
+		Recordings: cfg.Recordings, CacheDir: cfg.CacheDir, KeepCap: cfg.KeepCap}.Defaults()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Captures == "" {
-		cfg.Captures = runtimedir.CapturesDir(cfg.RuntimeDir)
-	}
-	if cfg.Snapshots == "" {
-		cfg.Snapshots = kept.Snapshots(cfg.Captures)
-	}
-	if cfg.Recordings == "" {
-		cfg.Recordings = kept.Recordings(cfg.Captures)
-	}
-	if cfg.CacheDir == "" {
-		cfg.CacheDir = caps.DefaultCacheDir()
-	}
+	cfg.Captures, cfg.Snapshots, cfg.Recordings, cfg.CacheDir, cfg.KeepCap = ic.Captures, ic.Snapshots, ic.Recordings, ic.CacheDir, ic.KeepCap
 	ctx, cancel := context.WithCancel(context.Background())
-	bin := cfg.QEMUBinary
 	s := &Server{cfg: cfg, log: cfg.Logger, base: ctx, cancel: cancel, started: time.Now(),
-		qemuVersion: sync.OnceValue(func() string { return qemuVersion(bin) }),
-		mgrReady:    make(chan struct{}), mgrStarted: make(chan struct{})}
+		mgrReady: make(chan struct{}), mgrStarted: make(chan struct{})}
 	// The manager (this server's record, its directories) is made once
 	// initialize is answered, or at the first use before that; every use
 	// waits for it, and Ready reports its failure.
@@ -232,17 +214,14 @@ func New(cfg Config) (*Server, error) {
 }
 
 func newManager(cfg Config) (*instance.Manager, error) {
-	rec, err := registry.Self(cfg.Transport, cfg.Address, cfg.Version)
-	if err != nil {
-		return nil, fmt.Errorf("tools: %w", err)
-	}
 	if err := os.MkdirAll(qemuFilesDir(cfg.Captures), 0o700); err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
-	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, Record: rec, LockFile: cfg.LockFile,
+	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, LockFile: cfg.LockFile,
+		Transport: cfg.Transport, Address: cfg.Address, Version: cfg.Version,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
 		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots, Recordings: cfg.Recordings,
-		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir})
+		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir, QEMUBinary: cfg.QEMUBinary})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
@@ -315,7 +294,7 @@ type Target struct {
 
 func (t Target) name() string {
 	if t.Instance == "" {
-		return names.DefaultInstance
+		return instance.DefaultName
 	}
 	return t.Instance
 }

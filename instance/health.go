@@ -1,0 +1,126 @@
+package instance
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/lock"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
+)
+
+// Health is what a server can tell of itself on the host: the repository
+// lock of a project, whether its executable changed on disk since it
+// started, what dead servers left in the runtime directory, and its QEMU.
+// The per-guest part (transcripts, monitors) is each Instance's.
+type Health struct {
+	LockFile   string
+	LockState  lock.State
+	LockHolder int
+	LockIsOurs bool
+	// LockErr says why the lock could not be found or read.
+	LockErr error
+	// ExeChanged says how the executable changed since the server
+	// started ("" if it did not): it runs stale code.
+	ExeChanged string
+	// DeadServers are the PIDs of dead servers whose leftovers are in the
+	// runtime directory; ScanErr says why it could not be read.
+	DeadServers []int
+	ScanErr     error
+	// QEMUVersion is the QEMU binary's version line.
+	QEMUVersion string
+	QEMU        QEMUCaps
+}
+
+// QEMUCaps is what is known of the QEMU binary's capabilities (package
+// qemu/caps), as a server reports it.
+type QEMUCaps struct {
+	Binary string `json:"binary"`
+	// State is "not probed yet", "probing", "probed" or "probe failed".
+	State    string       `json:"state"`
+	ProbedAt string       `json:"probed_at,omitempty"`
+	Error    string       `json:"error,omitempty"`
+	Timer    *caps.Result `json:"timer_kept,omitempty" jsonschema:"a loaded snapshot keeps the guest's timer (else the server repairs it after each load)"`
+	InPlace  *caps.Result `json:"in_place_load,omitempty" jsonschema:"a snapshot loads into the running QEMU"`
+	Replay   *caps.Result `json:"replay_checkpoint,omitempty" jsonschema:"a checkpoint taken during a replay reloads faithfully (double load)"`
+}
+
+// ProbeFailed is QEMUCaps.State when the probe could not answer.
+const ProbeFailed = "probe failed"
+
+// Health reports the server's health with root as the project whose
+// repository lock counts.
+func (m *Manager) Health(root string) Health {
+	rec := m.Record()
+	var h Health
+	if path, err := m.LockPath(root); err != nil {
+		h.LockErr = err
+	} else {
+		h.LockFile = path
+		st, err := lock.Inspect(path)
+		h.LockErr = err
+		h.LockState, h.LockHolder = st.State, st.Record.PID
+		h.LockIsOurs = st.Record.PID == rec.PID && st.State == lock.Held
+	}
+	if a := registry.Assess(rec); a.ExeMatch == registry.No {
+		h.ExeChanged = a.ExeDetail
+	}
+	if inv, err := reaper.Scan(m.cfg.RuntimeDir, reaper.Options{Self: rec.Owner()}); err != nil {
+		h.ScanErr = err
+	} else {
+		for _, o := range inv.Dead() {
+			h.DeadServers = append(h.DeadServers, o.PID)
+		}
+	}
+	h.QEMUVersion = m.qemuVersion()
+	h.QEMU = m.qemuCaps()
+	return h
+}
+
+// binary is the QEMU the server boots, by its path when it is found.
+func (m *Manager) binary() string {
+	bin := m.cfg.QEMUBinary
+	if bin == "" {
+		bin = qemu.DefaultBinary
+	}
+	if p, err := exec.LookPath(bin); err == nil {
+		bin = p
+	}
+	return bin
+}
+
+// qemuCaps reports what is known of the server's QEMU binary.
+func (m *Manager) qemuCaps() QEMUCaps {
+	bin := m.binary()
+	out := QEMUCaps{Binary: bin}
+	st, c, err := m.QEMUCaps(bin)
+	out.State = string(st)
+	if st == caps.NotProbed && err != nil {
+		out.State, out.Error = ProbeFailed, err.Error()
+	}
+	if c != nil {
+		out.ProbedAt = c.Probed.Format(time.RFC3339)
+		out.Timer, out.InPlace, out.Replay = &c.TimerKept, &c.InPlaceLoad, &c.ReplayCheckpoint
+	}
+	return out
+}
+
+// askVersion asks the emulator for its version line. The server asks
+// once (Manager.qemuVersion): the binary does not change under a running
+// server in a way that matters more than the cost of asking on every call.
+func askVersion(bin string) string {
+	if bin == "" {
+		bin = qemu.DefaultBinary
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	return strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
+}
