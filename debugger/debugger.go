@@ -776,6 +776,35 @@ func isCall(code []byte) (n int, call bool) {
 	return 4, false
 }
 
+// Listing formats instructions as objdump does, with a label line where
+// a symbol starts and => at the pc.
+func (s *Session) Listing(insts []disasm.Inst, pc uint64) []string {
+	var out []string
+	for k, in := range insts {
+		if w := s.Where(in.Addr); w.Function != "" && (k == 0 || w.Offset == "0x0") {
+			label := "<" + w.Function
+			if w.Offset != "0x0" {
+				label += "+" + w.Offset
+			}
+			label += ">:"
+			if w.File != "" {
+				label += fmt.Sprintf(" %s:%d", w.File, w.Line)
+			}
+			out = append(out, label)
+		}
+		mark := "  "
+		if in.Addr == pc {
+			mark = "=>"
+		}
+		line := fmt.Sprintf("%s %x: %-8s %s", mark, in.Addr, in.Encoding, in.Text)
+		if in.Target != "" {
+			line += " <" + in.Target + ">"
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
 // Disassemble decodes count instructions at loc ("" means the pc) as
 // hart sees them (LastHart: the hart of the last stop); pc is the hart's
 // pc, and on the hart.

@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
@@ -113,14 +112,11 @@ func (m *Manager) qemuCaps() QEMUCaps {
 // once (Manager.qemuVersion): the binary does not change under a running
 // server in a way that matters more than the cost of asking on every call.
 func askVersion(bin string) string {
-	if bin == "" {
-		bin = qemu.DefaultBinary
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	line, err := qemu.VersionLine(ctx, bin)
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
-	return strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
+	return line
 }

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/boundary"
+	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
@@ -98,8 +100,15 @@ type Config struct {
 	// empty means qemu.DefaultBinary.
 	QEMUBinary string
 	// Transport ("stdio" or "http"), Address and Version describe the
-	// server in the record Defaults makes when Record is not given.
+	// server in the record New makes when Record is not given.
 	Transport, Address, Version string
+	// HostPolicy is what host files a boot (BootArgs) may name; Boundary
+	// what QEMU options it may add.
+	HostPolicy hostpath.Policy
+	Boundary   boundary.Policy
+	// BuiltinKernel is booted when a boot names no kernel;
+	// BuiltinSymbols is its ELF, the debugger's symbols for it.
+	BuiltinKernel, BuiltinSymbols []byte
 }
 
 // DefaultName is the name of the guest a call names none of.

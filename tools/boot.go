@@ -2,20 +2,14 @@ package tools
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/debuginfo"
-	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
@@ -116,118 +110,72 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	if err := instance.CheckName(name); err != nil {
 		return nil, BootOutput{}, err
 	}
-	root := in.ProjectRoot
-	if root == "" {
-		root = s.cfg.WorkDir
+	if in.Replay != "" && (in.Record != "" || in.Snapshot != "") {
+		return nil, BootOutput{}, errors.New("replay boots the recording's machine: record and snapshot do not go with it")
+	}
+	mgr, err := s.manager()
+	if err != nil {
+		return nil, BootOutput{}, err
 	}
 	// Every path of this boot is checked against the host-path policy
 	// before anything changes, a running guest included (restart).
-	scope, err := s.hostPolicy().Project(root)
+	args := instance.Args{Name: name, Root: in.ProjectRoot, Machine: in.machine(), VNC: in.VNC, Profile: in.Profile,
+		Snapshot: in.Snapshot, Record: in.Record, Replay: in.Replay, Restart: in.Restart}
+	prof, err := mgr.Resolve(&args)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	root = scope.Dir()
-	explicitWait := in.WaitFor != nil
-	prof, err := applyProfile(root, &in)
-	if err != nil {
-		return nil, BootOutput{}, err
-	}
-	if in.Replay != "" {
-		if in.Record != "" || in.Snapshot != "" {
-			return nil, BootOutput{}, errors.New("replay boots the recording's machine: record and snapshot do not go with it")
-		}
-		if err := s.fillMachine(&in, func(mgr *instance.Manager) (profile.Profile, error) {
-			return mgr.RecordingMachine(root, in.Replay, s.cfg.BuiltinKernel)
-		}); err != nil {
-			return nil, BootOutput{}, err
-		}
-		in.GDB = true
+	mach := args.Machine
+	switch {
+	case in.Replay != "":
 		// A replay is halted at its start: it prints nothing until the
 		// debugger runs it.
 		in.WaitFor = nil
+	case in.Snapshot != "" && in.WaitFor == nil:
+		// A restored guest does not print its prompt again.
+	case in.WaitFor == nil && prof.Prompt != "":
+		in.WaitFor = prof.Prompt
 	}
-	if in.Snapshot != "" {
-		if err := s.fillMachine(&in, func(mgr *instance.Manager) (profile.Profile, error) {
-			return mgr.SnapshotMachine(root, in.Snapshot, s.cfg.BuiltinKernel)
-		}); err != nil {
-			return nil, BootOutput{}, err
-		}
-		if !explicitWait {
-			// A restored guest does not print its prompt again.
-			in.WaitFor = nil
-		}
+	if args.Panics, err = compileAll("panic_patterns of the profile", prof.Panics); err != nil {
+		return nil, BootOutput{}, err
 	}
-	panics, err := compileAll("panic_patterns of the profile", prof.Panics)
+	p, err := s.plan(req, in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, args.Panics)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	p, err := s.plan(req, in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, panics)
-	if err != nil {
-		return nil, BootOutput{}, err
+	if in.VNC && !mach.GPU {
+		return nil, BootOutput{}, errors.New("vnc: true needs gpu: true (there is no display to serve)")
 	}
-	cfg, err := s.bootConfig(scope, in)
-	if err != nil {
-		return nil, BootOutput{}, err
-	}
-	// The instance hands the files to QEMU, which closes them; on every
-	// other way out they are closed here.
-	defer qemu.CloseFiles(cfg.Files)
-	if in.PCAP && in.Network != "tap" {
+	if in.PCAP && mach.Network != "tap" {
 		return nil, BootOutput{}, errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
 	}
-	if (in.TapCIDR != "" || in.Bridge != "" || in.Tap != "") && in.Network != "tap" {
+	if (in.TapCIDR != "" || in.Bridge != "" || in.Tap != "") && mach.Network != "tap" {
 		return nil, BootOutput{}, errors.New(`tap, tap_cidr and bridge need network: "tap"`)
 	}
 	if in.Tap != "" && (in.TapCIDR != "" || in.Bridge != "") {
 		return nil, BootOutput{}, fmt.Errorf("tap %q is used as it is: the server does not configure it, so tap_cidr and bridge do not go with it (root sets its address or bridge)", in.Tap)
 	}
-	spec := instance.Spec{Name: name, Root: root, QEMU: cfg, Restart: in.Restart,
-		Profile: prof.name, Prompt: prof.Prompt, Panics: panics}
-	if in.Snapshot != "" {
-		spec.Snapshot = &instance.SnapshotSpec{Name: in.Snapshot}
-	}
-	switch {
-	case in.Replay != "":
-		spec.Replay = &instance.ReplaySpec{Name: in.Replay}
-	case in.Record != "":
-		spec.Record = &instance.RecordSpec{Name: in.Record}
-	}
-	var symbols string
-	if in.GDB || in.Symbols != "" {
-		d, path, err := s.openSymbols(scope, in, cfg.Kernel)
-		if err != nil {
-			return nil, BootOutput{}, err
-		}
-		spec.Debug, symbols = d, path
-	}
-	if in.Network == "tap" {
-		spec.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge, Name: in.Tap}
+	if mach.Network == "tap" {
+		args.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge, Name: in.Tap}
 		if in.PCAP {
-			spec.Capture = &instance.CaptureSpec{Filter: in.PCAPFilter}
+			args.Capture = &instance.CaptureSpec{Filter: in.PCAPFilter}
 		}
 	}
-	mgr, err := s.manager()
-	if err != nil {
-		if spec.Debug != nil && spec.Debug.Symbols != nil {
-			spec.Debug.Symbols.Close()
-		}
-		return nil, BootOutput{}, err
-	}
-	inst, reaped, err := mgr.Boot(ctx, spec)
+	inst, booted, err := mgr.BootArgs(ctx, args)
 	if err != nil {
 		return nil, BootOutput{}, tapAdvice(err, in.Tap)
 	}
 	m := inst.Machine()
-	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: cfg.Kernel,
-		Lock: inst.LockPath(), Profile: prof.name, Transcript: inst.Transcript(), Symbols: symbols}
-	if reaped != nil {
-		b := reaped.Bounded(10)
+	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: booted.QEMU.Kernel,
+		Lock: inst.LockPath(), Profile: prof.Profile, Transcript: inst.Transcript(), Symbols: booted.Symbols}
+	if booted.Reaped != nil {
+		b := booted.Reaped.Bounded(10)
 		out.Reaped = &b
 	}
 	if dev := inst.TAP(); dev != nil {
 		out.TAP = dev.Name
 	}
-	for _, sh := range cfg.Shares {
+	for _, sh := range booted.QEMU.Shares {
 		out.Shares = append(out.Shares, ShareInfo{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable, Mount: qemu.MountCommand(sh.Tag, "/mnt/"+sh.Tag)})
 	}
 	for _, f := range inst.KeptRemoved() {
@@ -278,80 +226,6 @@ func bootText(o BootOutput, waitFor string) string {
 	return b.String()
 }
 
-// fillMachine sets the machine arguments of a boot that gives none to
-// the machine a snapshot or a recording was made on (machine says which);
-// the instance checks given ones against it at the boot.
-func (s *Server) fillMachine(in *BootInput, machine func(*instance.Manager) (profile.Profile, error)) error {
-	if givenMachine(in) {
-		return nil
-	}
-	mgr, err := s.manager()
-	if err != nil {
-		return err
-	}
-	m, err := machine(mgr)
-	if err != nil {
-		return err
-	}
-	args := in.machine()
-	m.Under(&args)
-	in.setMachine(args)
-	return nil
-}
-
-// givenMachine says whether the call gives any machine argument.
-func givenMachine(in *BootInput) bool {
-	return in.Kernel != "" || in.Initrd != "" || in.DTB != "" || in.BIOS != "" || in.Memory != "" || in.SMP != 0 ||
-		in.Append != "" || in.Drives != nil || in.ExtraArgs != nil || in.GPU || in.Network != "" || in.Shares != nil
-}
-
-// openSymbols opens the debugger's symbols: in.Symbols, else those
-// debuginfo.FindKernelSymbols finds for the kernel, each under the
-// host-path policy; the built-in kernel brings its own.
-func (s *Server) openSymbols(scope *hostpath.Scope, in BootInput, kernel string) (*instance.DebugSpec, string, error) {
-	open := func(p string) (*os.File, string, error) {
-		f, err := scope.Open("symbols", p, false)
-		if err != nil {
-			return nil, "", err
-		}
-		path, _ := hostpath.Real(f)
-		return f, path, nil
-	}
-	var df *debuginfo.File
-	var path string
-	var err error
-	switch {
-	case in.Symbols != "":
-		var f *os.File
-		if f, path, err = open(in.Symbols); err != nil {
-			return nil, "", err
-		}
-		df, err = debuginfo.OpenKernel(f, path)
-	case in.Kernel == "":
-		if path, err = s.builtinSymbols(); err != nil {
-			return nil, "", err
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, "", fmt.Errorf("built-in kernel's symbols: %w", err)
-		}
-		df, err = debuginfo.OpenKernel(f, path)
-	default:
-		df, path, err = debuginfo.FindKernelSymbols(kernel, open)
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	return &instance.DebugSpec{Symbols: df}, path, nil
-}
-
-// activeProfile is the profile a boot used, kept for its prompt.
-type activeProfile struct {
-	name   string
-	Prompt string
-	Panics []string
-}
-
 func compileAll(what string, srcs []string) ([]*regexp.Regexp, error) {
 	res := make([]*regexp.Regexp, 0, len(srcs))
 	for i, src := range srcs {
@@ -362,30 +236,6 @@ func compileAll(what string, srcs []string) ([]*regexp.Regexp, error) {
 		res = append(res, re)
 	}
 	return res, nil
-}
-
-// applyProfile fills the arguments the caller left empty from the
-// project's profile (profile.Profile.Under).
-func applyProfile(root string, in *BootInput) (activeProfile, error) {
-	f, err := profile.Load(root)
-	if err != nil {
-		return activeProfile{}, err
-	}
-	p, ok, err := f.Pick(in.Profile)
-	if err != nil || !ok {
-		return activeProfile{}, err
-	}
-	name := in.Profile
-	if name == "" {
-		name = f.Default
-	}
-	args := in.machine()
-	p.Under(&args)
-	in.setMachine(args)
-	if in.WaitFor == nil && p.Prompt != "" {
-		in.WaitFor = p.Prompt
-	}
-	return activeProfile{name: name, Prompt: p.Prompt, Panics: p.PanicPatterns}, nil
 }
 
 // machine is the machine and debugger arguments of a boot, as a profile
@@ -400,230 +250,4 @@ func (in *BootInput) machine() profile.Profile {
 		}
 	}
 	return p
-}
-
-// setMachine sets a boot's machine and debugger arguments.
-func (in *BootInput) setMachine(p profile.Profile) {
-	in.Kernel, in.Initrd, in.DTB, in.BIOS, in.Memory, in.SMP = p.Kernel, p.Initrd, p.DTB, p.BIOS, p.Memory, p.SMP
-	in.Append, in.Drives, in.Network, in.GPU, in.ExtraArgs = p.Append, p.Drives, p.Network, p.GPU, p.ExtraArgs
-	in.GDB, in.Symbols = p.GDB, p.Symbols
-	in.Shares = nil
-	if p.Shares != nil {
-		in.Shares = make([]ShareArg, 0, len(p.Shares))
-		for _, sh := range p.Shares {
-			in.Shares = append(in.Shares, ShareArg(sh))
-		}
-	}
-}
-
-// bootConfig turns arguments into a QEMU configuration. Every host file it
-// names is opened here through the host-path policy (relative paths are
-// relative to the project root) and handed to QEMU as that descriptor; on
-// error nothing stays open.
-func (s *Server) bootConfig(scope *hostpath.Scope, in BootInput) (cfg qemu.Config, err error) {
-	if err := s.policy().ExtraArgs(in.ExtraArgs); err != nil {
-		return qemu.Config{}, err
-	}
-	files := map[string]*os.File{}
-	defer func() {
-		if err != nil {
-			qemu.CloseFiles(files)
-		}
-	}()
-	// open checks one file and names it by its real path, which is what
-	// the result and QEMU's errors then show.
-	open := func(what, p string, write bool) (string, error) {
-		f, err := scope.Open(what, p, write)
-		if err != nil {
-			return "", err
-		}
-		real, err := hostpath.Real(f)
-		if err != nil {
-			f.Close()
-			return "", fmt.Errorf("%s %s: %w", what, p, err)
-		}
-		if _, dup := files[real]; dup {
-			f.Close()
-		} else {
-			files[real] = f
-		}
-		return real, nil
-	}
-	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
-	if s.cfg.QEMUBinary != "" {
-		opts = append(opts, qemu.WithBinary(s.cfg.QEMUBinary))
-	}
-	kernel := in.Kernel
-	if kernel == "" {
-		if kernel, err = s.builtinKernel(); err != nil {
-			return qemu.Config{}, err
-		}
-	}
-	k, err := open("kernel", kernel, false)
-	if err != nil {
-		return qemu.Config{}, err
-	}
-	opts = append(opts, qemu.WithKernel(k))
-	if in.Initrd != "" {
-		p, err := open("initrd", in.Initrd, false)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithInitrd(p))
-	}
-	if in.DTB != "" {
-		p, err := open("dtb", in.DTB, false)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithDTB(p))
-	}
-	switch in.BIOS {
-	case "", "default":
-	case "none":
-		opts = append(opts, qemu.WithBIOS("none"))
-	default:
-		p, err := open("bios", in.BIOS, false)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithBIOS(p))
-	}
-	if in.Memory != "" {
-		opts = append(opts, qemu.WithMemory(in.Memory))
-	}
-	if in.SMP != 0 {
-		opts = append(opts, qemu.WithSMP(in.SMP))
-	}
-	if in.Append != "" {
-		opts = append(opts, qemu.WithAppend(in.Append))
-	}
-	if in.VNC && !in.GPU {
-		return qemu.Config{}, errors.New("vnc: true needs gpu: true (there is no display to serve)")
-	}
-	opts = append(opts, qemu.WithGPU(in.GPU), qemu.WithVNC(in.VNC))
-	switch in.Network {
-	case "", "none", "user":
-		opts = append(opts, qemu.WithNetwork(in.Network, "", ""))
-	case "tap":
-		// The instance makes and names the TAP.
-	default:
-		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
-	}
-	for i, d := range in.Drives {
-		what := fmt.Sprintf("drives[%d]", i)
-		if d.Path, err = open(what, d.Path, !d.ReadOnly); err != nil {
-			return qemu.Config{}, err
-		}
-		if err := scope.CheckImage(what+" "+d.Path, files[d.Path], d.Format); err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithDrive(d))
-	}
-	tags := map[string]bool{}
-	for i, sh := range in.Shares {
-		what := fmt.Sprintf("shares[%d]", i)
-		f, err := scope.OpenDir(what, sh.Path, sh.Writable)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		real, err := hostpath.Real(f)
-		if err != nil {
-			f.Close()
-			return qemu.Config{}, fmt.Errorf("%s %s: %w", what, sh.Path, err)
-		}
-		if _, dup := files[real]; dup {
-			f.Close()
-			return qemu.Config{}, fmt.Errorf("%s %s: that directory is shared already", what, sh.Path)
-		}
-		files[real] = f
-		tag := sh.Tag
-		if tag == "" {
-			tag = defaultTag(real, tags)
-		}
-		tags[tag] = true
-		share := qemu.Share{Path: real, Tag: tag, Writable: sh.Writable}
-		if sh.Writable {
-			share.Model = qemu.ShareModel(f)
-		}
-		opts = append(opts, qemu.WithShare(share))
-	}
-	cfg = qemu.NewConfig(opts...)
-	cfg.Files = files
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
-}
-
-// defaultTag names a share by its directory (letters, digits, '_', '.',
-// '-', at most 31), made unique among taken.
-func defaultTag(dir string, taken map[string]bool) string {
-	base := []byte(filepath.Base(dir))
-	for i, c := range base {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			base[i] = '_'
-		}
-	}
-	tag := string(base)
-	if len(tag) > 28 {
-		tag = tag[:28]
-	}
-	if tag == "" || tag == "/" || tag == "." || tag == ".." {
-		tag = "share"
-	}
-	for n, t := 1, tag; ; n++ {
-		if !taken[t] {
-			return t
-		}
-		t = fmt.Sprintf("%s%d", tag, n)
-	}
-}
-
-// builtinKernel writes the embedded tiny kernel to the runtime directory,
-// named by its hash so every server shares one copy and no stale copy can
-// be booted by mistake.
-func (s *Server) builtinKernel() (string, error) {
-	if len(s.cfg.BuiltinKernel) == 0 {
-		return "", errors.New("no kernel given and this binary has no built-in kernel: pass kernel")
-	}
-	return s.builtinImage(s.cfg.BuiltinKernel, ".bin")
-}
-
-// builtinSymbols writes the built-in kernel's ELF (its symbols) the same way.
-func (s *Server) builtinSymbols() (string, error) {
-	if len(s.cfg.BuiltinSymbols) == 0 {
-		return "", errors.New("this binary has no symbols for its built-in kernel: pass symbols")
-	}
-	return s.builtinImage(s.cfg.BuiltinSymbols, ".elf")
-}
-
-func (s *Server) builtinImage(data []byte, ext string) (string, error) {
-	sum := sha256.Sum256(data)
-	dir := filepath.Join(s.cfg.RuntimeDir, "images")
-	path := filepath.Join(dir, "tiny-"+hex.EncodeToString(sum[:8])+ext)
-	if b, err := os.ReadFile(path); err == nil && sha256.Sum256(b) == sum {
-		return path, nil
-	}
-	fail := func(err error) (string, error) { return "", fmt.Errorf("write built-in image: %w", err) }
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(err)
-	}
-	f, err := os.CreateTemp(dir, ".tiny-*")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		return fail(err)
-	}
-	// rename is atomic: a concurrent server sees the old file or the new.
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fail(err)
-	}
-	return path, nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/disasm"
 )
 
 // debugTimeout bounds a debugger operation other than debug_continue's
@@ -434,37 +433,8 @@ func (s *Server) debugDisassemble(ctx context.Context, _ *mcp.CallToolRequest, i
 	if err != nil {
 		return nil, DisassembleOutput{}, err
 	}
-	out := DisassembleOutput{Hart: on, PC: fmt.Sprintf("0x%x", pc), Instructions: listing(d, insts, pc)}
+	out := DisassembleOutput{Hart: on, PC: fmt.Sprintf("0x%x", pc), Instructions: d.Listing(insts, pc)}
 	return textResult(fmt.Sprintf("%d instructions from 0x%x on hart %d", len(insts), insts[0].Addr, on)), out, nil
-}
-
-// listing formats instructions as objdump does, with a label line where
-// a symbol starts and => at the pc.
-func listing(d *debugger.Session, insts []disasm.Inst, pc uint64) []string {
-	var out []string
-	for k, in := range insts {
-		if w := d.Where(in.Addr); w.Function != "" && (k == 0 || w.Offset == "0x0") {
-			label := "<" + w.Function
-			if w.Offset != "0x0" {
-				label += "+" + w.Offset
-			}
-			label += ">:"
-			if w.File != "" {
-				label += fmt.Sprintf(" %s:%d", w.File, w.Line)
-			}
-			out = append(out, label)
-		}
-		mark := "  "
-		if in.Addr == pc {
-			mark = "=>"
-		}
-		line := fmt.Sprintf("%s %x: %-8s %s", mark, in.Addr, in.Encoding, in.Text)
-		if in.Target != "" {
-			line += " <" + in.Target + ">"
-		}
-		out = append(out, line)
-	}
-	return out
 }
 
 // SymbolizeInput is debug_symbolize's arguments.

@@ -165,6 +165,15 @@ func advise(err error) error {
 	if e := (*instance.ReplayingError)(nil); errors.As(err, &e) {
 		after(e, " (debug_continue icount: N goes to any point of it)")
 	}
+	if errors.Is(err, instance.ErrNoBuiltinKernel) {
+		after(instance.ErrNoBuiltinKernel, ": pass kernel")
+	}
+	if errors.Is(err, instance.ErrNoBuiltinSymbols) {
+		after(instance.ErrNoBuiltinSymbols, ": pass symbols")
+	}
+	if e := (*instance.ReplayCommandError)(nil); errors.As(err, &e) {
+		replace(e, fmt.Sprintf("guest %q replays recording %q: qmp_command runs only query-* commands on it (the debug_* tools move the replay)", e.Name, e.Recording))
+	}
 	if e := (*instance.NoEchoError)(nil); errors.As(err, &e) {
 		after(e, "; give char_delay_ms for input it does not echo")
 	}

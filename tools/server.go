@@ -221,7 +221,9 @@ func newManager(cfg Config) (*instance.Manager, error) {
 		Transport: cfg.Transport, Address: cfg.Address, Version: cfg.Version,
 		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
 		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots, Recordings: cfg.Recordings,
-		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir, QEMUBinary: cfg.QEMUBinary})
+		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir, QEMUBinary: cfg.QEMUBinary,
+		HostPolicy: hostPolicy(cfg), Boundary: boundaryPolicy(cfg),
+		BuiltinKernel: cfg.BuiltinKernel, BuiltinSymbols: cfg.BuiltinSymbols})
 	if err != nil {
 		return nil, fmt.Errorf("tools: %w", err)
 	}
@@ -257,17 +259,19 @@ func (s *Server) Manager() *instance.Manager {
 
 // hostPolicy is the policy for every host path a tool takes; AllowHostAccess
 // lifts it too.
-func (s *Server) hostPolicy() hostpath.Policy {
+func (s *Server) hostPolicy() hostpath.Policy { return hostPolicy(s.cfg) }
+
+func hostPolicy(cfg Config) hostpath.Policy {
 	return hostpath.Policy{
-		AllowAll: s.cfg.AllowHostAccess, WorkDir: s.cfg.WorkDir,
-		Captures: s.cfg.Captures, Images: filepath.Join(s.cfg.RuntimeDir, "images"),
-		ReadOnly: append(slices.Clone(hostpath.FirmwareDirs), s.cfg.AllowPaths...),
+		AllowAll: cfg.AllowHostAccess, WorkDir: cfg.WorkDir,
+		Captures: cfg.Captures, Images: instance.ImagesDir(cfg.RuntimeDir),
+		ReadOnly: append(slices.Clone(hostpath.FirmwareDirs), cfg.AllowPaths...),
 	}
 }
 
-// policy is the host-access boundary for QMP and extra_args.
-func (s *Server) policy() boundary.Policy {
-	return boundary.Policy{AllowHostAccess: s.cfg.AllowHostAccess, CapturesDir: qemuFilesDir(s.cfg.Captures)}
+// boundaryPolicy is the host-access boundary for QMP and extra_args.
+func boundaryPolicy(cfg Config) boundary.Policy {
+	return boundary.Policy{AllowHostAccess: cfg.AllowHostAccess, CapturesDir: qemuFilesDir(cfg.Captures)}
 }
 
 // qemuFilesDir is where QMP commands may have QEMU write files (screendump,

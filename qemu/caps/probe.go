@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -69,11 +68,10 @@ func (p *Prober) probeAll(ctx context.Context, k Key) (*Caps, error) {
 func qemuVersion(ctx context.Context, bin string) string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	line, err := qemu.VersionLine(ctx, bin)
 	if err != nil {
 		return ""
 	}
-	line, _, _ := strings.Cut(string(out), "\n")
 	return strings.TrimPrefix(line, "QEMU emulator version ")
 }
 

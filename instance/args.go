@@ -1,0 +1,429 @@
+package instance
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/qemu-mcp/qemu-mcp/debuginfo"
+	"github.com/qemu-mcp/qemu-mcp/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/profile"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+)
+
+// Args is a boot as a caller asks for it: the machine and the debugger in
+// the words of a .qemu-mcp.json profile, paths relative to the project.
+// Manager.Resolve completes it from the project's profile and from the
+// snapshot or recording it starts from; Manager.BootArgs opens every host
+// file it names under the host-path policy (Config.HostPolicy), turns it
+// into a Spec and boots it.
+type Args struct {
+	Name string
+	// Root is the project: the base of relative paths, whose repository
+	// lock the guest holds; "" means the policy's working directory.
+	// Resolve sets it to the project's real path.
+	Root    string
+	Machine profile.Profile
+	// VNC also serves the display over VNC.
+	VNC bool
+	// Profile names the profile of the project's .qemu-mcp.json to apply
+	// ("" its default, if it has one).
+	Profile string
+	// Snapshot, Record and Replay name the project's snapshot to start
+	// from, recording to record into, recording to replay.
+	Snapshot, Record, Replay string
+	Restart                  bool
+	TAP                      *TAPSpec
+	Capture                  *CaptureSpec
+	// Panics are what ends a wait as a panic on this guest (the profile's
+	// patterns, compiled by the caller).
+	Panics []*regexp.Regexp
+
+	scope    *hostpath.Scope
+	resolved Resolved
+}
+
+// Resolved is what Resolve applied: the profile (its name, "" for none),
+// with its prompt and panic patterns.
+type Resolved struct {
+	Profile string
+	Prompt  string
+	Panics  []string
+}
+
+var (
+	// ErrNoBuiltinKernel is a boot that names no kernel by a server that
+	// has no built-in one.
+	ErrNoBuiltinKernel = errors.New("no kernel given and this binary has no built-in kernel")
+	// ErrNoBuiltinSymbols is a debugger asked of the built-in kernel by a
+	// server that has no symbols for it.
+	ErrNoBuiltinSymbols = errors.New("this binary has no symbols for its built-in kernel")
+)
+
+// Resolve checks a's project against the host-path policy and completes
+// a's machine: the project's profile fills what a leaves empty, and a
+// boot from a snapshot or a replay that gives no machine at all gets the
+// machine it was made on (Boot checks a given one against it). A replay
+// always has its debugger.
+func (m *Manager) Resolve(a *Args) (Resolved, error) {
+	root := a.Root
+	if root == "" {
+		root = m.cfg.HostPolicy.WorkDir
+	}
+	scope, err := m.cfg.HostPolicy.Project(root)
+	if err != nil {
+		return Resolved{}, err
+	}
+	a.scope, a.Root = scope, scope.Dir()
+	var res Resolved
+	f, err := profile.Load(a.Root)
+	if err != nil {
+		return Resolved{}, err
+	}
+	p, ok, err := f.Pick(a.Profile)
+	if err != nil {
+		return Resolved{}, err
+	}
+	if ok {
+		res = Resolved{Profile: a.Profile, Prompt: p.Prompt, Panics: p.PanicPatterns}
+		if res.Profile == "" {
+			res.Profile = f.Default
+		}
+		p.Under(&a.Machine)
+	}
+	given := givenMachine(a.Machine)
+	if a.Replay != "" {
+		if !given {
+			mach, err := m.RecordingMachine(a.Root, a.Replay, m.cfg.BuiltinKernel)
+			if err != nil {
+				return Resolved{}, err
+			}
+			mach.Under(&a.Machine)
+		}
+		a.Machine.GDB = true
+	}
+	if a.Snapshot != "" && !given {
+		mach, err := m.SnapshotMachine(a.Root, a.Snapshot, m.cfg.BuiltinKernel)
+		if err != nil {
+			return Resolved{}, err
+		}
+		mach.Under(&a.Machine)
+	}
+	a.resolved = res
+	return res, nil
+}
+
+// givenMachine says whether p gives any of the machine.
+func givenMachine(p profile.Profile) bool {
+	return p.Kernel != "" || p.Initrd != "" || p.DTB != "" || p.BIOS != "" || p.Memory != "" || p.SMP != 0 ||
+		p.Append != "" || p.Drives != nil || p.ExtraArgs != nil || p.GPU || p.Network != "" || p.Shares != nil
+}
+
+// Booted is what BootArgs booted beside the instance.
+type Booted struct {
+	// Reaped is what dead servers had left and the boot removed.
+	Reaped *reaper.Report
+	// QEMU is the configuration booted: files by their real paths,
+	// shares with their tags.
+	QEMU qemu.Config
+	// Symbols is the ELF the debugger names addresses by.
+	Symbols string
+}
+
+// BootArgs boots a, which Resolve completed.
+func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, error) {
+	if a.scope == nil {
+		return nil, Booted{}, errors.New("instance: BootArgs of arguments Resolve did not complete")
+	}
+	cfg, err := m.machineConfig(a)
+	if err != nil {
+		return nil, Booted{}, err
+	}
+	// The instance hands the files to QEMU, which closes them; on every
+	// other way out they are closed here.
+	defer qemu.CloseFiles(cfg.Files)
+	spec := Spec{Name: a.Name, Root: a.Root, QEMU: cfg, Restart: a.Restart,
+		Profile: a.resolved.Profile, Prompt: a.resolved.Prompt, Panics: a.Panics, TAP: a.TAP, Capture: a.Capture}
+	if a.Snapshot != "" {
+		spec.Snapshot = &SnapshotSpec{Name: a.Snapshot}
+	}
+	switch {
+	case a.Replay != "":
+		spec.Replay = &ReplaySpec{Name: a.Replay}
+	case a.Record != "":
+		spec.Record = &RecordSpec{Name: a.Record}
+	}
+	var symbols string
+	if a.Machine.GDB || a.Machine.Symbols != "" {
+		d, path, err := m.openSymbols(a.scope, a.Machine, cfg.Kernel)
+		if err != nil {
+			return nil, Booted{}, err
+		}
+		spec.Debug, symbols = d, path
+	}
+	i, reaped, err := m.Boot(ctx, spec)
+	if err != nil {
+		return nil, Booted{Reaped: reaped}, err
+	}
+	return i, Booted{Reaped: reaped, QEMU: cfg, Symbols: symbols}, nil
+}
+
+// openSymbols opens the debugger's symbols: mach.Symbols, else those
+// debuginfo.FindKernelSymbols finds for the kernel, each under the
+// host-path policy; the built-in kernel brings its own.
+func (m *Manager) openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string) (*DebugSpec, string, error) {
+	open := func(p string) (*os.File, string, error) {
+		f, err := scope.Open("symbols", p, false)
+		if err != nil {
+			return nil, "", err
+		}
+		path, _ := hostpath.Real(f)
+		return f, path, nil
+	}
+	var df *debuginfo.File
+	var path string
+	var err error
+	switch {
+	case mach.Symbols != "":
+		var f *os.File
+		if f, path, err = open(mach.Symbols); err != nil {
+			return nil, "", err
+		}
+		df, err = debuginfo.OpenKernel(f, path)
+	case mach.Kernel == "":
+		if path, err = m.builtinSymbols(); err != nil {
+			return nil, "", err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, "", fmt.Errorf("built-in kernel's symbols: %w", err)
+		}
+		df, err = debuginfo.OpenKernel(f, path)
+	default:
+		df, path, err = debuginfo.FindKernelSymbols(kernel, open)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return &DebugSpec{Symbols: df}, path, nil
+}
+
+// machineConfig turns a's machine into a QEMU configuration. Every host
+// file it names is opened here through the host-path policy (relative
+// paths are relative to the project) and handed to QEMU as that
+// descriptor; on error nothing stays open.
+func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
+	in, scope := a.Machine, a.scope
+	if err := m.cfg.Boundary.ExtraArgs(in.ExtraArgs); err != nil {
+		return qemu.Config{}, err
+	}
+	files := map[string]*os.File{}
+	defer func() {
+		if err != nil {
+			qemu.CloseFiles(files)
+		}
+	}()
+	// open checks one file and names it by its real path, which is what
+	// the result and QEMU's errors then show.
+	open := func(what, p string, write bool) (string, error) {
+		f, err := scope.Open(what, p, write)
+		if err != nil {
+			return "", err
+		}
+		real, err := hostpath.Real(f)
+		if err != nil {
+			f.Close()
+			return "", fmt.Errorf("%s %s: %w", what, p, err)
+		}
+		if _, dup := files[real]; dup {
+			f.Close()
+		} else {
+			files[real] = f
+		}
+		return real, nil
+	}
+	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
+	if m.cfg.QEMUBinary != "" {
+		opts = append(opts, qemu.WithBinary(m.cfg.QEMUBinary))
+	}
+	kernel := in.Kernel
+	if kernel == "" {
+		if kernel, err = m.builtinKernel(); err != nil {
+			return qemu.Config{}, err
+		}
+	}
+	k, err := open("kernel", kernel, false)
+	if err != nil {
+		return qemu.Config{}, err
+	}
+	opts = append(opts, qemu.WithKernel(k))
+	if in.Initrd != "" {
+		p, err := open("initrd", in.Initrd, false)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithInitrd(p))
+	}
+	if in.DTB != "" {
+		p, err := open("dtb", in.DTB, false)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithDTB(p))
+	}
+	switch in.BIOS {
+	case "", "default":
+	case "none":
+		opts = append(opts, qemu.WithBIOS("none"))
+	default:
+		p, err := open("bios", in.BIOS, false)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithBIOS(p))
+	}
+	if in.Memory != "" {
+		opts = append(opts, qemu.WithMemory(in.Memory))
+	}
+	if in.SMP != 0 {
+		opts = append(opts, qemu.WithSMP(in.SMP))
+	}
+	if in.Append != "" {
+		opts = append(opts, qemu.WithAppend(in.Append))
+	}
+	opts = append(opts, qemu.WithGPU(in.GPU), qemu.WithVNC(a.VNC))
+	switch in.Network {
+	case "", "none", "user":
+		opts = append(opts, qemu.WithNetwork(in.Network, "", ""))
+	case "tap":
+		// The instance makes and names the TAP.
+	default:
+		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
+	}
+	for i, d := range in.Drives {
+		what := fmt.Sprintf("drives[%d]", i)
+		if d.Path, err = open(what, d.Path, !d.ReadOnly); err != nil {
+			return qemu.Config{}, err
+		}
+		if err := scope.CheckImage(what+" "+d.Path, files[d.Path], d.Format); err != nil {
+			return qemu.Config{}, err
+		}
+		opts = append(opts, qemu.WithDrive(d))
+	}
+	tags := map[string]bool{}
+	for i, sh := range in.Shares {
+		what := fmt.Sprintf("shares[%d]", i)
+		f, err := scope.OpenDir(what, sh.Path, sh.Writable)
+		if err != nil {
+			return qemu.Config{}, err
+		}
+		real, err := hostpath.Real(f)
+		if err != nil {
+			f.Close()
+			return qemu.Config{}, fmt.Errorf("%s %s: %w", what, sh.Path, err)
+		}
+		if _, dup := files[real]; dup {
+			f.Close()
+			return qemu.Config{}, fmt.Errorf("%s %s: that directory is shared already", what, sh.Path)
+		}
+		files[real] = f
+		tag := sh.Tag
+		if tag == "" {
+			tag = defaultTag(real, tags)
+		}
+		tags[tag] = true
+		share := qemu.Share{Path: real, Tag: tag, Writable: sh.Writable}
+		if sh.Writable {
+			share.Model = qemu.ShareModel(f)
+		}
+		opts = append(opts, qemu.WithShare(share))
+	}
+	cfg = qemu.NewConfig(opts...)
+	cfg.Files = files
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// defaultTag names a share by its directory (letters, digits, '_', '.',
+// '-', at most 31), made unique among taken.
+func defaultTag(dir string, taken map[string]bool) string {
+	base := []byte(filepath.Base(dir))
+	for i, c := range base {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			base[i] = '_'
+		}
+	}
+	tag := string(base)
+	if len(tag) > 28 {
+		tag = tag[:28]
+	}
+	if tag == "" || tag == "/" || tag == "." || tag == ".." {
+		tag = "share"
+	}
+	for n, t := 1, tag; ; n++ {
+		if !taken[t] {
+			return t
+		}
+		t = fmt.Sprintf("%s%d", tag, n)
+	}
+}
+
+// builtinKernel writes the embedded tiny kernel to the runtime
+// directory's images (ImagesDir), named by its hash so every server
+// shares one copy and no stale copy can be booted by mistake.
+func (m *Manager) builtinKernel() (string, error) {
+	if len(m.cfg.BuiltinKernel) == 0 {
+		return "", ErrNoBuiltinKernel
+	}
+	return m.builtinImage(m.cfg.BuiltinKernel, ".bin")
+}
+
+// builtinSymbols writes the built-in kernel's ELF (its symbols) the same way.
+func (m *Manager) builtinSymbols() (string, error) {
+	if len(m.cfg.BuiltinSymbols) == 0 {
+		return "", ErrNoBuiltinSymbols
+	}
+	return m.builtinImage(m.cfg.BuiltinSymbols, ".elf")
+}
+
+// ImagesDir is where a server with runtime directory dir writes its
+// built-in images: the host-path policy lets QEMU read them.
+func ImagesDir(dir string) string { return filepath.Join(dir, "images") }
+
+func (m *Manager) builtinImage(data []byte, ext string) (string, error) {
+	sum := sha256.Sum256(data)
+	dir := ImagesDir(m.cfg.RuntimeDir)
+	path := filepath.Join(dir, "tiny-"+hex.EncodeToString(sum[:8])+ext)
+	if b, err := os.ReadFile(path); err == nil && sha256.Sum256(b) == sum {
+		return path, nil
+	}
+	fail := func(err error) (string, error) { return "", fmt.Errorf("write built-in image: %w", err) }
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fail(err)
+	}
+	f, err := os.CreateTemp(dir, ".tiny-*")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	// rename is atomic: a concurrent server sees the old file or the new.
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fail(err)
+	}
+	return path, nil
+}
