@@ -263,6 +263,8 @@ type Restored struct {
 	InPlace bool
 	// Note says why a load in place gave way to a new QEMU, if it did.
 	Note string
+	// PID is the QEMU that runs the restored guest (LoadSnapshot).
+	PID int
 }
 
 // CheckLoad says why meta cannot be loaded into this instance now, or nil:
@@ -323,6 +325,9 @@ func (i *Instance) RestoreSnapshot(ctx context.Context, meta snapshot.Meta) (res
 // the machine it runs (see RestoreSnapshot), and returns that snapshot.
 // If none of that name can load, the error says why for each.
 func (i *Instance) LoadSnapshot(ctx context.Context, name string) (snapshot.Meta, Restored, error) {
+	if _, err := i.Running(); err != nil {
+		return snapshot.Meta{}, Restored{}, err
+	}
 	metas, err := i.mgr.FindSnapshots(i.spec.Root, name)
 	if err != nil {
 		return snapshot.Meta{}, Restored{}, err
@@ -332,6 +337,9 @@ func (i *Instance) LoadSnapshot(ctx context.Context, name string) (snapshot.Meta
 		err := i.CheckSnapshot(meta)
 		if err == nil {
 			res, err := i.RestoreSnapshot(ctx, meta)
+			if m := i.Machine(); err == nil && m != nil {
+				res.PID = m.PID()
+			}
 			return meta, res, err
 		}
 		errs = append(errs, err)

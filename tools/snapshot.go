@@ -104,7 +104,7 @@ type SnapshotLoadOutput struct {
 }
 
 func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in SnapshotInput) (*mcp.CallToolResult, SnapshotLoadOutput, error) {
-	inst, _, err := s.running(in.Target)
+	inst, err := s.instance(in.Target)
 	if err != nil {
 		return nil, SnapshotLoadOutput{}, err
 	}
@@ -117,10 +117,7 @@ func (s *Server) snapshotLoad(ctx context.Context, req *mcp.CallToolRequest, in 
 	}
 	s.setCursor(req, inst, r.Cursor)
 	out := SnapshotLoadOutput{Name: meta.Name, Cursor: r.Cursor, ElapsedMS: time.Since(t).Milliseconds(), DiscardedInput: r.DiscardedInput,
-		InPlace: r.InPlace, Note: r.Note}
-	if m := inst.Machine(); m != nil {
-		out.PID = m.PID()
-	}
+		InPlace: r.InPlace, Note: r.Note, PID: r.PID}
 	how := "new qemu"
 	if r.InPlace {
 		how = "in place, qemu"
