@@ -250,13 +250,6 @@ func (s *Server) manager() (*instance.Manager, error) {
 	return s.mgr, s.mgrErr
 }
 
-// Manager is the guests' manager, for the process that hosts the tools;
-// nil if it could not be made (see Ready).
-func (s *Server) Manager() *instance.Manager {
-	m, _ := s.manager()
-	return m
-}
-
 // hostPolicy is the policy for every host path a tool takes; AllowHostAccess
 // lifts it too.
 func (s *Server) hostPolicy() hostpath.Policy { return hostPolicy(s.cfg) }
