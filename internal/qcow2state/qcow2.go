@@ -292,8 +292,15 @@ func (m *clusterMap) readAt(p []byte, off int64) error {
 	cs := int64(1) << m.clusterBits
 	for len(p) > 0 {
 		k, in := off/cs, off%cs
-		n := min(int64(len(p)), cs-in)
-		if h := m.hosts[k]; h == zeroCluster {
+		h := m.hosts[k]
+		// Clusters that follow each other in the file too are read at
+		// once.
+		end := k + 1
+		for end < int64(len(m.hosts)) && h != zeroCluster && m.hosts[end] == h+(end-k)*cs {
+			end++
+		}
+		n := min(int64(len(p)), (end-k)*cs-in)
+		if h == zeroCluster {
 			clear(p[:n])
 		} else if got, err := m.r.ReadAt(p[:n], h+in); int64(got) < n {
 			return damaged("read the machine state at %d: %v", off, err)

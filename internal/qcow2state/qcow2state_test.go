@@ -284,8 +284,13 @@ func TestCache(t *testing.T) {
 	if err := os.Rename(paths[2]+".new", paths[2]); err != nil {
 		t.Fatal(err)
 	}
-	if b := use(paths[2]).Blocks(); len(b) != 1 || b[0].Name != "other" {
+	changed := use(paths[2])
+	if b := changed.Blocks(); len(b) != 1 || b[0].Name != "other" {
 		t.Errorf("after the file changed: %+v", b)
+	}
+	c.Forget(paths[2])
+	if _, err := changed.f.Stat(); err == nil || len(c.entries) != 1 {
+		t.Errorf("forgotten: the file is still open (%v) or cached (%d entries)", err, len(c.entries))
 	}
 	// A state that cannot be read says so, every time.
 	bad := filepath.Join(dir, "bad.qcow2")

@@ -234,6 +234,18 @@ func (c *Cache) drop(k cacheKey, e *cacheEntry) {
 	delete(c.entries, k)
 }
 
+// Forget closes and drops the states cached of the image at path (its
+// file was removed: the space is freed once no one holds it open).
+func (c *Cache) Forget(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.entries {
+		if k.path == path {
+			c.drop(k, e)
+		}
+	}
+}
+
 // Close closes every cached state.
 func (c *Cache) Close() {
 	c.mu.Lock()

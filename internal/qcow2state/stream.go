@@ -59,7 +59,9 @@ type reader struct {
 	pos int   // the next byte in buf
 }
 
-const readBuf = 4096
+// readBuf is how much is read at once: a few hundred reads of a state of
+// 17 MB (a Linux guest's), where one read a page took thousands.
+const readBuf = 256 << 10
 
 func (r *reader) offset() int64 { return r.at + int64(r.pos) }
 
@@ -73,8 +75,8 @@ func (r *reader) fill(n int) error {
 		return damaged("the machine state ends inside a record at %d", off)
 	}
 	want := min(int64(readBuf), r.m.size-off)
-	if cap(r.buf) < readBuf {
-		r.buf = make([]byte, 0, readBuf)
+	if int64(cap(r.buf)) < want {
+		r.buf = make([]byte, 0, want)
 	}
 	r.buf = r.buf[:want]
 	if err := r.m.readAt(r.buf, off); err != nil {
@@ -155,25 +157,62 @@ type block struct {
 	length uint64
 	// data holds, by page number, the stream offset of a page's bytes,
 	// or ^fill for a page filled with one byte other than 0. zero marks
-	// the pages saved as zeros (a bitmap, sparse: a damaged stream may
-	// claim any length). A page in neither was not saved.
-	data map[uint64]int64
-	zero map[uint64]uint64
+	// the pages saved as zeros: a bitmap, dense (most of a guest's pages
+	// are zero records) unless the block is too big for the index's
+	// budget, then sparse (a damaged stream may claim any length). A page
+	// in neither was not saved.
+	data   map[uint64]int64
+	dense  []uint64
+	sparse map[uint64]uint64
+	// inData marks the pages data holds, with a dense zero bitmap: a
+	// zero record (most are) then costs no map lookup.
+	inData []uint64
+}
+
+// forget takes page p out of data.
+func (b *block) forget(p uint64) {
+	if b.inData != nil {
+		w, bit := p/64, uint64(1)<<(p%64)
+		if b.inData[w]&bit == 0 {
+			return
+		}
+		b.inData[w] &^= bit
+	}
+	delete(b.data, p)
+}
+
+// keep puts page p's place into data.
+func (b *block) keep(p uint64, v int64) {
+	if b.inData != nil {
+		b.inData[p/64] |= 1 << (p % 64)
+	}
+	b.data[p] = v
 }
 
 func (b *block) setZero(p uint64, on bool) {
 	w, bit := p/64, uint64(1)<<(p%64)
-	if on {
-		b.zero[w] |= bit
-	} else if b.zero[w]&bit != 0 {
-		b.zero[w] &^= bit
-		if b.zero[w] == 0 {
-			delete(b.zero, w)
+	switch {
+	case b.dense != nil && on:
+		b.dense[w] |= bit
+	case b.dense != nil:
+		b.dense[w] &^= bit
+	case on:
+		b.sparse[w] |= bit
+	case b.sparse[w]&bit != 0:
+		b.sparse[w] &^= bit
+		if b.sparse[w] == 0 {
+			delete(b.sparse, w)
 		}
 	}
 }
 
-func (b *block) isZero(p uint64) bool { return b.zero[p/64]&(1<<(p%64)) != 0 }
+func (b *block) isZero(p uint64) bool {
+	w, bit := p/64, uint64(1)<<(p%64)
+	if b.dense != nil {
+		return b.dense[w]&bit != 0
+	}
+	return b.sparse[w]&bit != 0
+}
 
 // index is what parsing a state's stream found: its RAM blocks and pages.
 type index struct {
@@ -390,14 +429,14 @@ func (ix *index) ram(r *reader, setup bool) error {
 				}
 				b.setZero(p, fill == 0)
 				if fill == 0 {
-					delete(b.data, p)
+					b.forget(p)
 				} else {
-					b.data[p] = ^int64(fill)
+					b.keep(p, ^int64(fill))
 				}
 				continue
 			}
 			b.setZero(p, false)
-			b.data[p] = r.offset()
+			b.keep(p, r.offset())
 			if err := r.skip(int64(page)); err != nil {
 				return err
 			}
@@ -426,6 +465,9 @@ func flagNames(f uint64) string {
 
 // memSize reads the RAM blocks: total is the sum of their lengths.
 func (ix *index) memSize(r *reader, total uint64) error {
+	// What the dense bitmaps of zero pages may take: a bit a page, up
+	// to a quarter of the state's size (a 256 MiB guest's is 8 KiB).
+	budget := max(uint64(r.m.size)/4, 1<<20)
 	for total > 0 {
 		name, err := r.str()
 		if err != nil {
@@ -444,7 +486,13 @@ func (ix *index) memSize(r *reader, total uint64) error {
 		if _, dup := ix.byName[name]; dup || name == "" {
 			return damaged("RAM block %q named twice (or unnamed)", name)
 		}
-		b := &block{name: name, length: length, data: map[uint64]int64{}, zero: map[uint64]uint64{}}
+		b := &block{name: name, length: length, data: map[uint64]int64{}}
+		words := (length>>ix.pageBits + 63) / 64
+		if 2*words*8 <= budget {
+			b.dense, b.inData, budget = make([]uint64, words), make([]uint64, words), budget-2*words*8
+		} else {
+			b.sparse = map[uint64]uint64{}
+		}
 		ix.blocks = append(ix.blocks, b)
 		ix.byName[name] = b
 		total -= length
