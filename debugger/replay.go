@@ -55,6 +55,11 @@ type Timeline interface {
 	Checkpoint(ctx context.Context, n uint64, spent time.Duration) error
 	// Sync brings the console up to what the guest printed so far.
 	Sync()
+	// ReadPhysical reads length bytes of guest-physical memory at pa as
+	// they were at start point n, out of the point's saved state without
+	// loading it (milliseconds, against a load's hundreds); an error says
+	// it cannot, and the caller loads the point instead.
+	ReadPhysical(ctx context.Context, n, pa uint64, length int) ([]byte, error)
 }
 
 // ErrAtEnd is a forward step or continue at the end of the recording.
@@ -813,15 +818,44 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 			vHi = v
 		}
 	}
+	// Where the location is in physical memory, when its value at a
+	// start point can be read out of the point's saved state instead of
+	// loading the point; saved holds what was read so, to be checked
+	// against the load if the interval is searched after all.
+	pa, phys := s.physical(ctx, c, a, length)
+	saved := map[uint64][]byte{}
+	progress := progressOf(ctx)
+	lastNote := time.Now()
 	for hi > 0 {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
 		// What the location held at the start point this interval
-		// begins at, if an earlier search read it: an interval whose
-		// ends hold the same value is skipped without going there (a
-		// value changed and changed back within it is not seen).
+		// begins at, if an earlier search read it, or as the point's
+		// saved state holds it: an interval whose ends hold the same
+		// value is skipped without going there (a value changed and
+		// changed back within it is not seen).
 		if starts := tl.Starts(hi - 1); len(starts) > 0 && starts[0] > 0 && vHi != nil {
-			if v, ok := s.values[valueAt{starts[0], a, length}]; ok && string(v) == string(vHi) {
-				s.cfg.Logger.Debug("debugger: the same value at both ends of an interval (read before): skipped", "from", starts[0], "to", hi)
-				hi = starts[0]
+			st := starts[0]
+			v, ok := s.values[valueAt{st, a, length}]
+			how := "read before"
+			if !ok && phys {
+				t0 := time.Now()
+				if fv, err := tl.ReadPhysical(ctx, st, pa, length); err == nil && len(fv) == length {
+					v, ok, how = fv, true, "its saved state"
+					saved[st] = fv
+					s.cfg.Logger.Debug("debugger: read a start point's saved state", "icount", st, "pa", hex(pa), "value", number(fv), "took", time.Since(t0))
+				} else {
+					s.cfg.Logger.Debug("debugger: a start point's saved state is not readable: it is loaded", "icount", st, "err", err)
+				}
+			}
+			if ok && string(v) == string(vHi) {
+				s.cfg.Logger.Debug("debugger: the same value at both ends of an interval: skipped", "from", st, "to", hi, "read", how)
+				if time.Since(lastNote) >= tick {
+					progress(fmt.Sprintf("looking for the last change of %s: unchanged back to instruction %d", hex(a), st), before-st, before)
+					lastNote = time.Now()
+				}
+				hi = st
 				continue
 			}
 		}
@@ -835,6 +869,13 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 		w.value = v
 		if len(v) == length {
 			s.values[valueAt{start, a, length}] = v
+			if fv, ok := saved[start]; ok && string(fv) != string(v) {
+				// The saved state and the loaded machine disagree: the
+				// physical address is not the location's here. Loads
+				// only, from now on.
+				s.cfg.Logger.Warn("debugger: a start point's saved state disagrees with the point loaded: its states are no longer read", "icount", start, "location", hex(a), "pa", hex(pa), "saved", number(fv), "loaded", number(v))
+				phys = false
+			}
 		}
 		if vHi != nil && len(v) == length && string(v) == string(vHi) && start > 0 {
 			s.cfg.Logger.Debug("debugger: the same value at both ends of an interval: skipped", "from", start, "to", hi)
@@ -882,6 +923,30 @@ func (s *Session) LastWrite(ctx context.Context, loc string, length int, before 
 	res.Value = number(vHi)
 	res.Note = fmt.Sprintf("no earlier write changed it: it held %s from the start of the recording to instruction %d", res.Value, before)
 	return res, nil
+}
+
+// physical is the guest-physical address of the length bytes at a, when
+// their value at a start point can be read out of the point's saved
+// state: a location in the kernel image (its global and static data),
+// whose mapping the kernel fixes in its first instructions and keeps,
+// translated once here through the stopped hart's page tables (the
+// kernel's half is in every process's). Elsewhere (the heap, vmalloc
+// areas, modules, user space) what a physical address holds at another
+// point in time may be another location: those start points are loaded.
+func (s *Session) physical(ctx context.Context, c *gdb.Client, a uint64, length int) (uint64, bool) {
+	if s.cfg.Symbols == nil || !s.cfg.Symbols.Loaded(a, length) || a>>12 != (a+uint64(length)-1)>>12 {
+		return 0, false
+	}
+	th, _, err := s.on(ctx, c, LastHart)
+	if err != nil {
+		return 0, false
+	}
+	w, err := s.translate(ctx, th, a, nil)
+	if err != nil || w.PA == "" {
+		s.cfg.Logger.Debug("debugger: no physical address for a location: start points are loaded", "location", hex(a), "err", err, "fault", w.Fault)
+		return 0, false
+	}
+	return w.pa, true
 }
 
 // dataSize is the size of the symbol at a (up to 8), else 8.

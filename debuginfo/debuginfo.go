@@ -115,6 +115,19 @@ func (f *File) Close() error {
 // should refuse others because their addresses mean nothing to this guest.
 func (f *File) Machine() elf.Machine { return f.elf.Machine }
 
+// Loaded says whether the n bytes at addr lie within one loadable segment
+// of the ELF as loaded (its .bss included): the kernel image's code and
+// data, mapped at the same place for the kernel's whole life (unlike the
+// heap, vmalloc areas or modules).
+func (f *File) Loaded(addr uint64, n int) bool {
+	for _, p := range f.elf.Progs {
+		if p.Type == elf.PT_LOAD && addr >= p.Vaddr && addr-p.Vaddr <= p.Memsz && uint64(n) <= p.Memsz-(addr-p.Vaddr) {
+			return true
+		}
+	}
+	return false
+}
+
 // Stats reports indexing costs so far.
 func (f *File) Stats() Stats {
 	f.statsMu.Lock()

@@ -333,3 +333,28 @@ func TestNoAranges(t *testing.T) {
 		t.Error("the DIE range index was not used")
 	}
 }
+
+// The tiny kernel's one loadable segment, .bss included, is loaded; what
+// lies outside it or runs past its end is not.
+func TestTinyLoaded(t *testing.T) {
+	f := openTiny(t)
+	qmem := elfSym(t, tinyELF, "qmem")
+	for _, c := range []struct {
+		addr uint64
+		n    int
+		want bool
+	}{
+		{0x80200000, 4, true},
+		{qmem.Value, int(qmem.Size), true},
+		{0x80200000 + 0x143000 - 4, 4, true},
+		{0x80200000 + 0x143000 - 4, 5, false},
+		{0x80200000 + 0x143000, 1, false},
+		{0x801fffff, 1, false},
+		{0, 8, false},
+		{^uint64(0), 8, false},
+	} {
+		if got := f.Loaded(c.addr, c.n); got != c.want {
+			t.Errorf("Loaded(%#x, %d) = %v, want %v", c.addr, c.n, got, c.want)
+		}
+	}
+}

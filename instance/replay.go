@@ -18,6 +18,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/qcow2state"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 	"github.com/qemu-mcp/qemu-mcp/recording"
@@ -61,7 +62,17 @@ type replayer struct {
 	mu      sync.Mutex
 	failed  map[uint64]bool
 	runFrom uint64 // the position the last run or checkpoint began at
+	// regions is where RAM is in the machine's physical address space
+	// (asked of QEMU once); states the start points' saved states, read
+	// without loading them.
+	regions []qcow2state.Region
+	states  *qcow2state.Cache
 }
+
+// savedStates is how many start points' saved states stay indexed and
+// open (a 10^9-instruction recording has about 50 checkpoints; an index
+// of a 256 MiB guest's state is about 200 KB).
+const savedStates = 64
 
 // replayPosition is the record or replay position, in instructions.
 func replayPosition(ctx context.Context, mch *qemu.Machine) (uint64, error) {
@@ -125,7 +136,9 @@ func (i *Instance) prepareReplay(ctx context.Context, cfg *qemu.Config, rt *qemu
 	dir := m.cfg.RuntimeDir
 	r := &replayer{i: i, store: m.recordings(), meta: meta, failed: map[uint64]bool{},
 		staged:  filepath.Join(dir, names.Name(names.ReplayStage, m.owner, i.name)),
-		conFile: filepath.Join(dir, names.Name(names.ReplayConsole, m.owner, i.name))}
+		conFile: filepath.Join(dir, names.Name(names.ReplayConsole, m.owner, i.name)),
+		states:  qcow2state.NewCache(savedStates)}
+	i.push("replay saved states", func() error { r.states.Close(); return nil })
 	for _, p := range []string{r.staged, r.conFile} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("replay: %w", err)
@@ -379,6 +392,7 @@ func (r *replayer) Failed(n uint64, why string) {
 			if err := r.store.DropCheckpoint(c); err != nil {
 				r.i.mgr.log.Warn("drop a checkpoint that does not load", "path", c.Path, "err", err)
 			}
+			r.states.Forget(c.Path)
 		}
 	}
 }
@@ -467,6 +481,68 @@ func (r *replayer) Checkpoint(ctx context.Context, n uint64, spent time.Duration
 }
 
 func (r *replayer) Sync() { r.pump.sync() }
+
+// ReadPhysical reads guest-physical memory at start point n out of its
+// saved state: a checkpoint's image, or the recording's own at
+// instruction 0.
+func (r *replayer) ReadPhysical(ctx context.Context, n, pa uint64, length int) ([]byte, error) {
+	path, tag := r.meta.Image(), recording.InitTag
+	if n > 0 {
+		path = ""
+		for _, c := range r.checkpoints() {
+			if c.ICount == n {
+				path, tag = c.Path, recording.CheckpointTag
+			}
+		}
+		if path == "" {
+			return nil, fmt.Errorf("no checkpoint at instruction %d any more (evicted)", n)
+		}
+	}
+	regions, err := r.ramRegions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, length)
+	err = r.states.Use(path, tag, func(st *qcow2state.State) error { return st.ReadPhysical(regions, pa, b) })
+	if err != nil {
+		return nil, fmt.Errorf("read the saved state at instruction %d: %w", n, err)
+	}
+	return b, nil
+}
+
+// ramRegions is where RAM is in the replaying machine's physical address
+// space, as its QEMU says (HMP info mtree -f), asked once: a new QEMU of
+// the same replay has the same machine.
+func (r *replayer) ramRegions(ctx context.Context) ([]qcow2state.Region, error) {
+	r.mu.Lock()
+	regions := r.regions
+	r.mu.Unlock()
+	if regions != nil {
+		return regions, nil
+	}
+	m, err := r.mch()
+	if err != nil {
+		return nil, err
+	}
+	raw, err := m.Monitor().Execute(ctx, "human-monitor-command", map[string]any{"command-line": "info mtree -f"})
+	if err != nil {
+		return nil, fmt.Errorf("ask QEMU where RAM is: %w", err)
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("ask QEMU where RAM is: %w", err)
+	}
+	if regions, err = qcow2state.ParseFlatView(out); err != nil {
+		return nil, err
+	}
+	if len(regions) == 0 {
+		return nil, errors.New("QEMU names no RAM in the machine's address space")
+	}
+	r.mu.Lock()
+	r.regions = regions
+	r.mu.Unlock()
+	return regions, nil
+}
 
 // restartReplay replaces the replaying QEMU with a new one at the
 // recording's start, on the same console, halted.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/qcow2state"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -123,6 +125,15 @@ func TestTimeTravelLinux(t *testing.T) {
 	t0 := time.Now()
 	bootLinux(t, s, map[string]any{"record": "crash", "gdb": true})
 	t.Logf("recorded boot in %v", time.Since(t0))
+	// Where RAM is in the machine (a replay answers only query-*).
+	var mtree struct {
+		Return string `json:"return"`
+	}
+	s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "info mtree -f"}}, &mtree)
+	regions, err := qcow2state.ParseFlatView(mtree.Return)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, cmd := range []string{"echo 7 > /proc/sys/kernel/panic", "echo 9 > /proc/sys/kernel/panic", "uname -a"} {
 		var w struct {
 			waitOut
@@ -269,10 +280,68 @@ func TestTimeTravelLinux(t *testing.T) {
 		if *again.ICount != *first.ICount || again.Access.New != "0x7" {
 			t.Errorf("with checkpoints: %+v at %d, before %+v at %d", again.Access, *again.ICount, first.Access, *first.ICount)
 		}
+		savedStatesAreLoaded(t, s, m, regions)
 	}
 
 	// Input to a replay is refused, plainly.
 	s.wantError("serial_send", map[string]any{"data": "ls"}, "replays a recording")
+}
+
+// savedStatesAreLoaded checks that what debug_last_write reads out of each
+// checkpoint's saved state without loading it (panic_timeout, through its
+// physical address and QEMU's map of RAM) is what the replay holds once
+// that checkpoint is loaded.
+func savedStatesAreLoaded(t *testing.T, s *session, m recording.Meta, regions []qcow2state.Region) {
+	t.Helper()
+	var tr struct {
+		PA string `json:"pa"`
+	}
+	s.mustCall("debug_translate", map[string]any{"address": "panic_timeout"}, &tr)
+	pa, err := strconv.ParseUint(strings.TrimPrefix(tr.PA, "0x"), 16, 64)
+	if err != nil {
+		t.Fatalf("panic_timeout's physical address %q: %v", tr.PA, err)
+	}
+	cks := m.Checkpoints("")
+	if len(cks) == 0 {
+		t.Fatal("no checkpoints to compare")
+	}
+	for _, ck := range cks {
+		st, err := qcow2state.Open(ck.Path, recording.CheckpointTag)
+		if err != nil {
+			t.Errorf("checkpoint at %d: %v", ck.ICount, err)
+			continue
+		}
+		saved := make([]byte, 4)
+		err = st.ReadPhysical(regions, pa, saved)
+		st.Close()
+		if err != nil {
+			t.Errorf("checkpoint at %d: %v", ck.ICount, err)
+			continue
+		}
+		var at replayStopOut
+		s.mustCall("debug_continue", map[string]any{"icount": ck.ICount}, &at)
+		if at.ICount == nil || *at.ICount != ck.ICount {
+			t.Fatalf("go to checkpoint %d: %+v", ck.ICount, at)
+		}
+		var mem struct {
+			Hexdump string `json:"hexdump"`
+		}
+		// Physical: a hart stopped in user mode reads no kernel address.
+		s.mustCall("debug_memory", map[string]any{"location": tr.PA, "physical": true, "length": 4}, &mem)
+		f := strings.Fields(mem.Hexdump)
+		loaded := make([]byte, 4)
+		for i := range loaded {
+			b, err := strconv.ParseUint(f[1+i], 16, 8)
+			if err != nil {
+				t.Fatalf("hexdump %q: %v", mem.Hexdump, err)
+			}
+			loaded[i] = byte(b)
+		}
+		t.Logf("checkpoint at %d: panic_timeout saved % x, loaded % x", ck.ICount, saved, loaded)
+		if string(saved) != string(loaded) {
+			t.Errorf("checkpoint at %d: panic_timeout saved as % x, but the loaded checkpoint holds % x", ck.ICount, saved, loaded)
+		}
+	}
 }
 
 // A recording whose QEMU is killed mid-run is kept and listed as cut; its
