@@ -303,6 +303,10 @@ func TestCache(t *testing.T) {
 	if err := c.Use(filepath.Join(dir, "none"), "ck", func(*State) error { return nil }); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("no file: %v", err)
 	}
+	c.Close()
+	if err := c.Use(paths[0], "ck", func(*State) error { return nil }); !errors.Is(err, ErrClosed) || len(c.entries) != 0 {
+		t.Errorf("after Close: %v, %d entries", err, len(c.entries))
+	}
 }
 
 // The fuzzers' seed reads as written: 1 KiB pages.

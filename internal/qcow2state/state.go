@@ -1,6 +1,7 @@
 package qcow2state
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -165,7 +166,11 @@ type Cache struct {
 	mu      sync.Mutex
 	entries map[cacheKey]*cacheEntry
 	tick    uint64
+	closed  bool
 }
+
+// ErrClosed is a use of a closed cache.
+var ErrClosed = errors.New("the cache of saved states is closed")
 
 type cacheKey struct{ path, tag string }
 
@@ -190,6 +195,9 @@ func (c *Cache) Use(path, tag string, f func(*State) error) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
 	k := cacheKey{path, tag}
 	e := c.entries[k]
 	if e != nil && e.id != id {
@@ -246,10 +254,11 @@ func (c *Cache) Forget(path string) {
 	}
 }
 
-// Close closes every cached state.
+// Close closes every cached state; the cache is not used again.
 func (c *Cache) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	for k, e := range c.entries {
 		c.drop(k, e)
 	}
