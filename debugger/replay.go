@@ -137,8 +137,10 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 	}
 	lastPos, _ := tl.Position(ctx)
 	lastMove := time.Now()
-	from, began := lastPos, time.Now()
-	spent := func(time.Time) time.Duration { return max(time.Since(began), time.Millisecond) }
+	// The replay's speed at the last poll: it changes with what the
+	// guest did (busy code 400 M instructions a second, typed input a few
+	// M, an idle guest less).
+	prevPos, prevAt := lastPos, time.Now()
 	var sinceCk time.Duration
 	// ckAt is a break set ahead to save a checkpoint at: a checkpoint is
 	// taken where a replay break stopped the replay (one taken where an
@@ -197,12 +199,18 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 				c.Interrupt(context.WithoutCancel(ctx))
 				return gdb.Stop{}, pos, fmt.Errorf("debugger: the replay made no progress for %v at instruction %d: stopped there", stall, pos)
 			}
-			if spacing > 0 && sinceCk >= spacing && ckAt == 0 {
-				// Far enough ahead that the replay has not passed it by
-				// the time the break is set: what it replays in 20 ms.
-				ahead := max(uint64(float64(pos-from)/spent(t0).Seconds()*0.02), minAhead)
+			// Far enough ahead that the replay has not passed it by the
+			// time the break is set: what it replays in 20 ms at its
+			// speed now. A break set when the replay ran faster is set
+			// again, nearer, so that a slow stretch (typed input, an idle
+			// guest) still gets its checkpoints.
+			rate := float64(pos-min(prevPos, pos)) / max(time.Since(prevAt), time.Millisecond).Seconds()
+			prevPos, prevAt = pos, time.Now()
+			ahead := max(uint64(rate*0.02), minAhead)
+			if spacing > 0 && sinceCk >= spacing && (ckAt == 0 || ckAt > pos+2*ahead) {
 				if at := pos + ahead; at < limit && tl.StopAt(ctx, at) == nil {
 					ckAt = at
+					s.cfg.Logger.Debug("debugger: a checkpoint's break set", "icount", pos, "at", at, "since", sinceCk)
 				}
 			}
 		}
