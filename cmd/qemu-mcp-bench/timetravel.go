@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ var (
 	ttRuns   = flag.Int("timetravel-runs", 3, "boots per side for the recording overhead, and runs of each going-back figure (0 skips them)")
 	busyIter = flag.Int("busy-iterations", 60000, "iterations of the guest shell's loop in the long recordings (about 17,000 instructions each)")
 	long     = flag.Bool("long", true, "the 10^9-instruction recordings (on a QEMU that reloads replay checkpoints)")
+	longOnly = flag.String("long-only", "", "measure only these of the 10^9-instruction recordings (busy, idle: comma-separated), nothing else")
 )
 
 const (
@@ -160,6 +162,9 @@ func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
 	defer srv.close()
 	s := &ttServer{server: srv, dir: dir}
 	var rows []row
+	if *longOnly != "" {
+		return s.longRows(ctx, runs, dir, rows)
+	}
 
 	// Recording's cost: boot to the prompt, recorded and not, alternating.
 	var plain, recorded []time.Duration
@@ -236,6 +241,19 @@ func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
 	if !*long {
 		return rows, nil
 	}
+	return s.longRows(ctx, runs, dir, rows)
+}
+
+// longRows adds the last write 10^9 instructions back, in a busy loop and
+// with idle stretches, to rows.
+func (s *ttServer) longRows(ctx context.Context, runs int, dir string, rows []row) ([]row, error) {
+	if *longOnly != "" {
+		// The probe runs after a first boot.
+		if _, err := s.boot(ctx, nil); err != nil {
+			return nil, err
+		}
+		s.call(ctx, "qemu_shutdown", nil, nil)
+	}
 	if !s.checkpoints(ctx) {
 		fmt.Fprintln(os.Stderr, "bench: this QEMU does not reload replay checkpoints (server_info): the 10^9-instruction figures are for one that does (QEMU 11)")
 		return rows, nil
@@ -252,6 +270,9 @@ func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
 		{"idle", "idle stretches (sleep 2, four times) between four busy loops", []string{"echo 5 > /proc/sys/kernel/panic",
 			"sleep 2", loop(n / 4), "sleep 2", loop(n / 4), "sleep 2", loop(n / 4), "sleep 2", loop(n / 4)}},
 	} {
+		if *longOnly != "" && !slices.Contains(strings.Split(*longOnly, ","), c.name) {
+			continue
+		}
 		meta, err := s.record(ctx, c.name, c.cmds)
 		if err != nil {
 			return nil, err
