@@ -214,7 +214,7 @@ func (im image) build(state []byte) []byte {
 // testState is a stream holding two RAM blocks, "ram" (16 pages) and
 // "dev/rom" (2 pages), with pages saved every way QEMU saves them: data,
 // zero, a nonzero fill, a page saved twice (the later wins), a block
-// continued; page 9 of "ram" is not saved.
+// continued, also in the next section; page 9 of "ram" is not saved.
 func testState() []byte {
 	var s stream
 	s.header()
@@ -224,14 +224,23 @@ func testState() []byte {
 	for p := uint64(3); p < 9; p++ {
 		s.zero("", p<<12, 0)
 	}
-	s.page("dev/rom", 0, pageOf(0xb0)).zero("", 1<<12, 0x5a)
+	s.page("ram", 5<<12, pageOf(0)).page("dev/rom", 0, pageOf(0xb0)).zero("", 1<<12, 0x5a)
+	s.eos().footer(2)
+	s.u8(secPart).u32(2)
+	// Continues "dev/rom", the block of the last section.
+	s.zero("", 1<<12, 0x5a).page("ram", 8<<12, pageOf(0x88))
+	s.eos().footer(2)
+	s.u8(secPart).u32(2)
+	// A section's first page may continue the block of the section
+	// before (QEMU sends a state in parts of about 50 ms each).
+	s.zero("", 10<<12, 0)
 	s.eos().footer(2)
 	s.u8(secEnd).u32(2)
 	// Later occurrences win: page 2 (zero) now data, page 1 (data) now
 	// zero, page 0 data again.
 	s.page("ram", 2<<12, pageOf(0xc2)).zero("", 1<<12, 0).page("", 0, pageOf(0xc0))
-	for p := uint64(10); p < 16; p++ {
-		s.zero("ram", p<<12, 0)
+	for p := uint64(11); p < 16; p++ {
+		s.zero("", p<<12, 0)
 	}
 	s.eos().footer(2)
 	// A device's state, then the end: never read.

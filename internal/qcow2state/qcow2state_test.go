@@ -43,7 +43,7 @@ func TestRead(t *testing.T) {
 			block string
 			page  uint64
 			fill  byte
-		}{{"ram", 0, 0xc0}, {"ram", 1, 0}, {"ram", 2, 0xc2}, {"ram", 3, 0}, {"ram", 8, 0}, {"ram", 15, 0},
+		}{{"ram", 0, 0xc0}, {"ram", 1, 0}, {"ram", 2, 0xc2}, {"ram", 3, 0}, {"ram", 5, 0}, {"ram", 8, 0x88}, {"ram", 10, 0}, {"ram", 15, 0},
 			{"dev/rom", 0, 0xb0}, {"dev/rom", 1, 0x5a}}
 		for _, w := range want {
 			if got := read(t, st, w.block, w.page<<12, 4096); !bytes.Equal(got, pageOf(w.fill)) {
@@ -60,7 +60,7 @@ func TestRead(t *testing.T) {
 			block string
 			off   uint64
 			n     int
-		}{{"ram", 9 << 12, 1}, {"ram", 8<<12 + 4095, 2}, {"ram", 16 << 12, 1}, {"ram", 16<<12 - 1, 2}, {"nvram", 0, 1}, {"ram", 1 << 63, 1}} {
+		}{{"ram", 9 << 12, 1}, {"ram", 8<<12 + 4095, 2}, {"ram", 9<<12 + 4095, 2}, {"ram", 16 << 12, 1}, {"ram", 16<<12 - 1, 2}, {"nvram", 0, 1}, {"ram", 1 << 63, 1}} {
 			if err := st.Read(c.block, c.off, make([]byte, c.n)); !errors.Is(err, ErrNoPage) {
 				t.Errorf("%d bytes of %s at %#x: %v, want ErrNoPage", c.n, c.block, c.off, err)
 			}

@@ -219,6 +219,9 @@ type index struct {
 	pageBits uint
 	blocks   []*block
 	byName   map[string]*block
+	// last is the block the last page named: a page may continue it in
+	// a later section (QEMU's loader keeps it across sections too).
+	last *block
 }
 
 // parse indexes the RAM of the stream m holds.
@@ -389,7 +392,6 @@ func (ix *index) configuration(r *reader) error {
 // is the section's start, which names the RAM blocks.
 func (ix *index) ram(r *reader, setup bool) error {
 	page := uint64(1) << ix.pageBits
-	var last *block
 	for {
 		v, err := r.u64()
 		if err != nil {
@@ -405,7 +407,7 @@ func (ix *index) ram(r *reader, setup bool) error {
 				return err
 			}
 		case flags&^flagContinue == flagZero || flags&^flagContinue == flagPage:
-			b := last
+			b := ix.last
 			if flags&flagContinue == 0 {
 				name, err := r.str()
 				if err != nil {
@@ -417,7 +419,7 @@ func (ix *index) ram(r *reader, setup bool) error {
 			} else if b == nil {
 				return damaged("a page continuing no RAM block")
 			}
-			last = b
+			ix.last = b
 			if addr+page > b.length || addr+page < addr {
 				return damaged("page %#x past the end of RAM block %q (%#x bytes)", addr, b.name, b.length)
 			}
