@@ -2,6 +2,7 @@ package tools_test
 
 import (
 	"encoding/base64"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -280,8 +281,8 @@ func TestTimeTravelLinux(t *testing.T) {
 		if *again.ICount != *first.ICount || again.Access.New != "0x7" {
 			t.Errorf("with checkpoints: %+v at %d, before %+v at %d", again.Access, *again.ICount, first.Access, *first.ICount)
 		}
-		savedStatesAreLoaded(t, s, m, regions)
 	}
+	savedStatesAreLoaded(t, s, m, regions, inPlace)
 
 	// Input to a replay is refused, plainly.
 	s.wantError("serial_send", map[string]any{"data": "ls"}, "replays a recording")
@@ -289,57 +290,87 @@ func TestTimeTravelLinux(t *testing.T) {
 
 // savedStatesAreLoaded checks that what debug_last_write reads out of each
 // checkpoint's saved state without loading it (panic_timeout, through its
-// physical address and QEMU's map of RAM) is what the replay holds once
-// that checkpoint is loaded.
-func savedStatesAreLoaded(t *testing.T, s *session, m recording.Meta, regions []qcow2state.Region) {
+// physical address and QEMU's map of RAM; and 16 bytes of linux_banner,
+// which the kernel image holds from the start) is what the replay holds
+// once that checkpoint is loaded; and the same of the recording's own state
+// at instruction 0.
+func savedStatesAreLoaded(t *testing.T, s *session, m recording.Meta, regions []qcow2state.Region, checkpoints bool) {
 	t.Helper()
-	var tr struct {
-		PA string `json:"pa"`
+	type loc struct {
+		name   string
+		pa     uint64
+		length int
 	}
-	s.mustCall("debug_translate", map[string]any{"address": "panic_timeout"}, &tr)
-	pa, err := strconv.ParseUint(strings.TrimPrefix(tr.PA, "0x"), 16, 64)
-	if err != nil {
-		t.Fatalf("panic_timeout's physical address %q: %v", tr.PA, err)
-	}
-	cks := m.Checkpoints("")
-	if len(cks) == 0 {
-		t.Fatal("no checkpoints to compare")
-	}
-	for _, ck := range cks {
-		st, err := qcow2state.Open(ck.Path, recording.CheckpointTag)
+	var locs []loc
+	for _, l := range []loc{{"panic_timeout", 0, 4}, {"linux_banner", 0, 16}} {
+		var tr struct {
+			PA string `json:"pa"`
+		}
+		s.mustCall("debug_translate", map[string]any{"address": l.name}, &tr)
+		pa, err := strconv.ParseUint(strings.TrimPrefix(tr.PA, "0x"), 16, 64)
 		if err != nil {
-			t.Errorf("checkpoint at %d: %v", ck.ICount, err)
+			t.Fatalf("%s's physical address %q: %v", l.name, tr.PA, err)
+		}
+		l.pa = pa
+		locs = append(locs, l)
+	}
+	type point struct {
+		icount    uint64
+		path, tag string
+	}
+	points := []point{{0, m.Image(), recording.InitTag}}
+	if checkpoints {
+		cks := m.Checkpoints("")
+		if len(cks) == 0 {
+			t.Fatal("no checkpoints to compare")
+		}
+		for _, ck := range cks {
+			points = append(points, point{ck.ICount, ck.Path, recording.CheckpointTag})
+		}
+	}
+	for _, ck := range points {
+		st, err := qcow2state.Open(ck.path, ck.tag)
+		if err != nil {
+			t.Errorf("the state at %d: %v", ck.icount, err)
 			continue
 		}
-		saved := make([]byte, 4)
-		err = st.ReadPhysical(regions, pa, saved)
+		saved := make([][]byte, len(locs))
+		for i, l := range locs {
+			saved[i] = make([]byte, l.length)
+			if err = st.ReadPhysical(regions, l.pa, saved[i]); err != nil {
+				break
+			}
+		}
 		st.Close()
 		if err != nil {
-			t.Errorf("checkpoint at %d: %v", ck.ICount, err)
+			t.Errorf("the state at %d: %v", ck.icount, err)
 			continue
 		}
 		var at replayStopOut
-		s.mustCall("debug_continue", map[string]any{"icount": ck.ICount}, &at)
-		if at.ICount == nil || *at.ICount != ck.ICount {
-			t.Fatalf("go to checkpoint %d: %+v", ck.ICount, at)
+		s.mustCall("debug_continue", map[string]any{"icount": ck.icount}, &at)
+		if at.ICount == nil || *at.ICount != ck.icount {
+			t.Fatalf("go to %d: %+v", ck.icount, at)
 		}
-		var mem struct {
-			Hexdump string `json:"hexdump"`
-		}
-		// Physical: a hart stopped in user mode reads no kernel address.
-		s.mustCall("debug_memory", map[string]any{"location": tr.PA, "physical": true, "length": 4}, &mem)
-		f := strings.Fields(mem.Hexdump)
-		loaded := make([]byte, 4)
-		for i := range loaded {
-			b, err := strconv.ParseUint(f[1+i], 16, 8)
-			if err != nil {
-				t.Fatalf("hexdump %q: %v", mem.Hexdump, err)
+		for i, l := range locs {
+			var mem struct {
+				Hexdump string `json:"hexdump"`
 			}
-			loaded[i] = byte(b)
-		}
-		t.Logf("checkpoint at %d: panic_timeout saved % x, loaded % x", ck.ICount, saved, loaded)
-		if string(saved) != string(loaded) {
-			t.Errorf("checkpoint at %d: panic_timeout saved as % x, but the loaded checkpoint holds % x", ck.ICount, saved, loaded)
+			// Physical: a hart stopped in user mode (or before the MMU
+			// is on) reads no kernel address.
+			s.mustCall("debug_memory", map[string]any{"location": fmt.Sprintf("%#x", l.pa), "physical": true, "length": l.length}, &mem)
+			f := strings.Fields(mem.Hexdump)
+			loaded := make([]byte, l.length)
+			for k := range loaded {
+				b, err := strconv.ParseUint(f[1+k], 16, 8)
+				if err != nil {
+					t.Fatalf("hexdump %q: %v", mem.Hexdump, err)
+				}
+				loaded[k] = byte(b)
+			}
+			t.Logf("the state at %d: %s saved % x, loaded % x", ck.icount, l.name, saved[i], loaded)
+			if string(saved[i]) != string(loaded) {
+				t.Errorf("the state at %d: %s saved as % x, but the replay there holds % x", ck.icount, l.name, saved[i], loaded)
+			}
 		}
 	}
 }
