@@ -16,12 +16,15 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/rawio"
 )
 
 // defaultReadSize is the drain goroutine's read size.
@@ -114,6 +117,7 @@ type Console struct {
 	// writeSem (capacity 1) serialises Write and its use of the write
 	// deadline; unlike a mutex, waiting for it honours the context.
 	writeSem chan struct{}
+	inRC     syscall.RawConn // in.f's
 
 	lifeMu       sync.Mutex // serialises Finish and Close
 	finished     bool
@@ -126,6 +130,15 @@ type Console struct {
 	// wakeR/wakeW is the pipe that wakes the drain's poll(2): to stop
 	// it, or for a Sync.
 	wakeR, wakeW int
+	// np is the output FIFO opened a second time, non-blocking and in the
+	// runtime's netpoller, which the drain reads interactive output
+	// through (see Console.drain); nil while it reads in poll(2) mode.
+	// kicked says a stop or a Sync waits for the drain: whoever sets it
+	// also moves np's read deadline into the past. Both are guarded by
+	// npMu.
+	npMu   sync.Mutex
+	np     *os.File
+	kicked bool
 	// syncs are the Syncs waiting for the drain (guarded by syncMu).
 	syncMu sync.Mutex
 	syncs  []chan struct{}
@@ -153,7 +166,11 @@ func Create(base string, opts ...Option) (*Console, error) {
 	}
 	// Deadlines are how Write honours its context; they need the runtime
 	// poller, which FIFOs support.
-	if err := in.f.SetWriteDeadline(time.Time{}); err != nil {
+	inRC, err := in.f.SyscallConn()
+	if err == nil {
+		err = in.f.SetWriteDeadline(time.Time{})
+	}
+	if err != nil {
 		in.destroy(cfg.logger)
 		out.destroy(cfg.logger)
 		return nil, fmt.Errorf("serial: FIFO not pollable: %w", err)
@@ -183,6 +200,7 @@ func Create(base string, opts ...Option) (*Console, error) {
 		log:       cfg.logger,
 		size:      cfg.readSize,
 		writeSem:  make(chan struct{}, 1),
+		inRC:      inRC,
 		drainDone: make(chan struct{}),
 		wakeR:     wake[0],
 		wakeW:     wake[1],
@@ -346,7 +364,8 @@ func (c *Console) writeLocked(ctx context.Context, p []byte) (int, error) {
 		defer close(fired)
 		_ = f.SetWriteDeadline(time.Unix(1, 0))
 	})
-	n, err := f.Write(p)
+	// A raw write, for the reason the drain reads raw (Console.drain).
+	n, err := rawio.Write(c.inRC, p)
 	if !stop() {
 		<-fired
 	}
@@ -394,7 +413,7 @@ func (c *Console) Sync(ctx context.Context) error {
 	c.syncs = append(c.syncs, ch)
 	c.syncMu.Unlock()
 	// Under lifeMu: stopDrain, which closes the pipe, cannot run now.
-	if _, err := unix.Write(c.wakeW, []byte{1}); err != nil && !errors.Is(err, unix.EAGAIN) {
+	if err := c.kick(1); err != nil {
 		c.lifeMu.Unlock()
 		return fmt.Errorf("serial: sync: %w", err)
 	}
@@ -500,43 +519,294 @@ const idleFlushDelay = 10 * time.Millisecond
 
 // drain copies the output FIFO into the buffer until stopped.
 //
+// QEMU's UART writes the pipe one byte per syscall, and the drain must
+// serve two kinds of output well: an echo or a prompt, where every
+// microsecond between the guest's write and the waiting call counts, and a
+// flood, where waking for each byte would cost the server a core that the
+// emulator needs. So it reads in one of two modes:
+//
+//   - Interactive (the default): through a second, non-blocking descriptor
+//     in the runtime's netpoller, read with raw system calls (package
+//     rawio). The goroutine parks without holding a scheduler P, and its
+//     reads skip the runtime's system-call bookkeeping, which wakes the
+//     runtime's sysmon thread from its deep sleep; a woken sysmon polls
+//     every 20 us for a millisecond or more, on the core that the
+//     emulator's I/O thread needs while the guest echoes. (A goroutine in
+//     a blocking poll(2) holds its P in a system call, which sysmon
+//     retakes whenever the other P is busy, to the same effect.)
+//   - Flood: once more than burstBytes arrive within burstWindow, it
+//     closes that descriptor (the netpoller's edge-triggered epoll would
+//     wake a thread for every byte even while nobody reads) and sleeps in
+//     poll(2) on the blocking one, napping burstNap between reads so the
+//     pipe gathers a batch (interrupt moderation). After floodQuiet
+//     without output it goes back to interactive.
+//
 // With a transcript, a read shorter than asked for emptied the pipe: the
-// guest may have paused. The drain's next poll(2) then times out after
-// idleFlushDelay of quiet and flushes the transcript, which is thus current
-// within about that long after the guest goes quiet. It does not flush at
-// once: QEMU's UART writes a byte at a time, so nearly every read is short,
-// and a file write per read would double the drain's system calls. During a
-// flood the buffer writes the transcript in 64 KiB pieces anyway.
+// guest may have paused. After idleFlushDelay of quiet the drain flushes
+// the transcript, which is thus current within about that long after the
+// guest goes quiet. It does not flush at once: nearly every read is
+// short, and a file write per read would double the drain's system calls.
+// During a flood the buffer writes the transcript in 64 KiB pieces anyway.
 func (c *Console) drain() {
 	defer close(c.drainDone)
-	p := make([]byte, c.size)
 	rc, err := c.out.f.SyscallConn()
 	if err != nil {
 		c.log.Error("serial: drain cannot start", "path", c.out.path, "err", err)
 		return
 	}
-	var fd int
-	_ = rc.Control(func(f uintptr) { fd = int(f) })
-	armed := false // an idle flush is due after idleFlushDelay of quiet
-	// QEMU's UART writes the pipe one byte per syscall. In the runtime's
-	// netpoller (edge-triggered epoll) every such write wakes a scheduler
-	// thread, whether or not anyone reads: a flooding guest then costs the
-	// server a whole core that the emulator needs. So the output FIFO is
-	// kept out of the netpoller and the drain sleeps in poll(2), woken by
-	// data or by the stop pipe; and once more than burstBytes arrive within
-	// burstWindow it naps burstNap between reads so the pipe gathers a
-	// batch (interrupt moderation). Interactive output stays below the
-	// threshold and is read at once.
-	winStart, winBytes := time.Now(), 0
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(c.wakeR), Events: unix.POLLIN}}
+	d := drainer{c: c, p: make([]byte, c.size), winStart: time.Now()}
+	_ = rc.Control(func(f uintptr) { d.fd = int(f) })
+	defer d.closeNP()
+	for {
+		var stop bool
+		var err error
+		if !d.flooding && d.openNP() {
+			stop, err = d.interactive()
+		} else {
+			stop, err = d.flood()
+		}
+		if err != nil {
+			c.log.Error("serial: drain stopped", "path", c.out.path, "err", err)
+			return
+		}
+		if stop {
+			return
+		}
+	}
+}
+
+// kick tells the drain to look at c.stopping and the Syncs waiting: a byte
+// on the wake pipe for its poll(2), a read deadline in the past for its
+// netpoller read. b is the byte written.
+func (c *Console) kick(b byte) error {
+	c.npMu.Lock()
+	c.kicked = true
+	if c.np != nil {
+		_ = c.np.SetReadDeadline(time.Unix(1, 0))
+	}
+	c.npMu.Unlock()
+	if _, err := unix.Write(c.wakeW, []byte{b}); err != nil && !errors.Is(err, unix.EAGAIN) {
+		return err
+	}
+	return nil
+}
+
+// takeKick reports and clears a kick.
+func (c *Console) takeKick() bool {
+	c.npMu.Lock()
+	k := c.kicked
+	c.kicked = false
+	c.npMu.Unlock()
+	return k
+}
+
+// modeHook, if set (by tests), is called when a drain enters flood mode
+// (true) or leaves it (false).
+var modeHook atomic.Pointer[func(c *Console, flood bool)]
+
+// drainer is the drain goroutine's state.
+type drainer struct {
+	c  *Console
+	fd int // the blocking descriptor: poll(2) mode, Syncs
+	p  []byte
+	// noNP: the netpoller descriptor cannot be had here (no /proc, or
+	// the FIFO is not pollable): poll(2) mode only.
+	noNP bool
+	// flooding: in poll(2) mode until floodQuiet without output.
+	flooding bool
+	// armed: an idle flush is due after idleFlushDelay of quiet.
+	armed bool
+	// The burst window: bytes read since winStart.
+	winStart time.Time
+	winBytes int
+	npRC     syscall.RawConn
+	// deadline is np's read deadline as the drain last set it.
+	deadline time.Time
+}
+
+// openNP opens the interactive mode's descriptor unless it is open; false
+// means poll(2) mode. It reopens the FIFO through /proc/self/fd, which
+// gives a new open file description of the very pipe the console made
+// (no path is looked up again), read-write like the first so that it
+// never sees end-of-file.
+func (d *drainer) openNP() bool {
+	c := d.c
+	c.npMu.Lock()
+	defer c.npMu.Unlock()
+	if c.np != nil {
+		return true
+	}
+	if d.noNP {
+		return false
+	}
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(d.fd), os.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err == nil {
+		// Deadlines need the netpoller: this fails if the descriptor is
+		// not in it.
+		if err = f.SetReadDeadline(time.Time{}); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		d.noNP = true
+		c.log.Debug("serial: output FIFO not pollable through the runtime; the drain reads it in poll(2) only", "path", c.out.path, "err", err)
+		return false
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		d.noNP = true
+		return false
+	}
+	c.np, d.npRC, d.deadline = f, rc, time.Time{}
+	if c.kicked {
+		_ = f.SetReadDeadline(time.Unix(1, 0))
+		d.deadline = time.Unix(1, 0)
+	}
+	return true
+}
+
+// closeNP closes the interactive mode's descriptor, which takes it out of
+// the netpoller's epoll set.
+func (d *drainer) closeNP() {
+	c := d.c
+	c.npMu.Lock()
+	defer c.npMu.Unlock()
+	if c.np != nil {
+		c.np.Close()
+		c.np = nil
+	}
+}
+
+// take hands the r bytes just read to the buffer; it reports whether they
+// make the output a flood.
+func (d *drainer) take(r int) (burst bool) {
+	c := d.c
+	if woke, _ := c.buf.write(d.p[:r]); woke {
+		// A wait this woke runs on this thread now, rather than on
+		// another that the scheduler would have to wake: the drain is
+		// about to block anyway.
+		runtime.Gosched()
+	}
+	if c.buf.tr != nil && r < len(d.p) {
+		d.armed = true
+	}
+	now := time.Now()
+	if now.Sub(d.winStart) > burstWindow {
+		d.winStart, d.winBytes = now, 0
+	}
+	d.winBytes += r
+	return d.winBytes > burstBytes && r < len(d.p)/2
+}
+
+// quietTimeout is how long a read may wait before the drain has something
+// to do without output: flush the transcript, or retry a stopped one; 0
+// means no limit.
+func (d *drainer) quietTimeout() time.Duration {
+	switch {
+	case d.armed:
+		return idleFlushDelay
+	case d.c.buf.transcriptStopped():
+		// A stopped transcript is tried again while the guest is quiet
+		// too.
+		return transcriptRetry
+	}
+	return 0
+}
+
+// quiet is the read's timeout expiring without output.
+func (d *drainer) quiet() {
+	if d.armed || d.c.buf.transcriptStopped() {
+		_ = d.c.buf.Flush() // a failure was logged
+	}
+	d.armed = false
+}
+
+// kicked handles a kick: stop reports that the drain must stop.
+func (d *drainer) kicked() (stop bool, err error) {
+	if d.c.stopping.Load() {
+		return true, nil
+	}
+	if err := d.c.syncDrain(d.fd, d.p); err != nil {
+		return false, fmt.Errorf("sync: %w", err)
+	}
+	return false, nil
+}
+
+// interactive reads through the netpoller until a stop (stop), a failure
+// (err) or a flood (neither: the caller goes on in poll(2) mode).
+func (d *drainer) interactive() (stop bool, err error) {
+	c := d.c
+	for {
+		// A kick that comes after this check moves the deadline set
+		// here into the past: none is lost.
+		c.npMu.Lock()
+		kicked := c.kicked
+		c.kicked = false
+		if !kicked {
+			var want time.Time
+			if t := d.quietTimeout(); t > 0 {
+				want = time.Now().Add(t)
+			}
+			// A deadline that is still at least half its delay away
+			// stays: moving a runtime timer for every byte of an echo
+			// costs more than flushing a little early.
+			if !want.Equal(d.deadline) && (want.IsZero() || d.deadline.IsZero() || time.Until(d.deadline) < idleFlushDelay/2) {
+				if err := c.np.SetReadDeadline(want); err != nil {
+					c.npMu.Unlock()
+					return false, fmt.Errorf("read deadline: %w", err)
+				}
+				d.deadline = want
+			}
+		}
+		np := d.npRC
+		c.npMu.Unlock()
+		if kicked {
+			if stop, err := d.kicked(); stop || err != nil {
+				return stop, err
+			}
+			continue
+		}
+		r, err := rawio.Read(np, d.p)
+		if r > 0 && d.take(r) {
+			d.closeNP()
+			d.flooding = true
+			if h := modeHook.Load(); h != nil {
+				(*h)(c, true)
+			}
+			return false, nil
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// A kick (seen at the top of the loop), or quiet.
+			d.deadline = time.Unix(1, 0) // expired: set anew
+			c.npMu.Lock()
+			k := c.kicked
+			c.npMu.Unlock()
+			if !k {
+				d.quiet()
+			}
+		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
+		default:
+			return false, fmt.Errorf("read: %w", err)
+		}
+	}
+}
+
+// flood reads in poll(2) with naps between reads until a stop (stop), a
+// failure (err), or floodQuiet without output (neither: the caller goes
+// back to interactive).
+func (d *drainer) flood() (stop bool, err error) {
+	c := d.c
+	fds := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}, {Fd: int32(c.wakeR), Events: unix.POLLIN}}
 	for {
 		timeout := -1
-		if armed {
-			timeout = int(idleFlushDelay / time.Millisecond)
-		} else if c.buf.transcriptStopped() {
-			// A stopped transcript is tried again while the guest is
-			// quiet too.
-			timeout, armed = int(transcriptRetry/time.Millisecond), true
+		if t := d.quietTimeout(); t > 0 {
+			timeout = int(t / time.Millisecond)
+		}
+		if !d.noNP && (timeout < 0 || timeout > int(floodQuiet/time.Millisecond)) {
+			timeout = int(floodQuiet / time.Millisecond)
 		}
 		fds[0].Revents, fds[1].Revents = 0, 0
 		n, err := unix.Poll(fds, timeout)
@@ -544,57 +814,40 @@ func (c *Console) drain() {
 			continue
 		}
 		if err != nil {
-			c.log.Error("serial: drain stopped: poll", "path", c.out.path, "err", err)
-			return
+			return false, fmt.Errorf("poll: %w", err)
 		}
-		if c.stopping.Load() {
-			return
-		}
-		if fds[1].Revents != 0 {
-			if err := c.syncDrain(fd, p); err != nil {
-				c.log.Error("serial: drain stopped: sync", "path", c.out.path, "err", err)
-				return
+		if fds[1].Revents != 0 || c.stopping.Load() {
+			c.takeKick()
+			if stop, err := d.kicked(); stop || err != nil {
+				return stop, err
 			}
 			continue
 		}
 		if n == 0 {
-			_ = c.buf.Flush() // a failure was logged
-			armed = false
+			d.quiet()
+			if !d.noNP {
+				d.flooding = false
+				if h := modeHook.Load(); h != nil {
+					(*h)(c, false)
+				}
+				return false, nil // quiet: back to interactive
+			}
 			continue
 		}
 		if fds[0].Revents&unix.POLLIN == 0 {
 			// POLLERR/POLLHUP cannot happen while we hold a write end;
 			// if they do, the guest will stall once the pipe fills.
-			c.log.Error("serial: drain stopped", "path", c.out.path, "revents", fds[0].Revents)
-			return
+			return false, fmt.Errorf("poll: revents %#x", fds[0].Revents)
 		}
 		// Poll said readable and the drain is the only reader: no block.
-		r, err := unix.Read(fd, p)
+		r, err := unix.Read(d.fd, d.p)
 		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
 			continue
 		}
 		if err != nil {
-			c.log.Error("serial: drain stopped: read", "path", c.out.path, "err", err)
-			return
+			return false, fmt.Errorf("read: %w", err)
 		}
-		if r <= 0 {
-			continue
-		}
-		if woke, _ := c.buf.write(p[:r]); woke {
-			// A wait this woke runs on this thread now, rather than on
-			// another that the scheduler would have to wake: the drain is
-			// about to block in poll(2) anyway.
-			runtime.Gosched()
-		}
-		if c.buf.tr != nil && r < len(p) {
-			armed = true
-		}
-		now := time.Now()
-		if now.Sub(winStart) > burstWindow {
-			winStart, winBytes = now, 0
-		}
-		winBytes += r
-		if winBytes > burstBytes && r < len(p)/2 {
+		if r > 0 && d.take(r) {
 			time.Sleep(burstNap)
 		}
 	}
@@ -607,6 +860,9 @@ const (
 	burstWindow = time.Millisecond
 	burstBytes  = 256
 	burstNap    = time.Millisecond
+	// floodQuiet is how long the output stays quiet before the drain
+	// leaves poll(2) mode for interactive again.
+	floodQuiet = 20 * time.Millisecond
 )
 
 // stopDrain stops the drain goroutine and waits for it. Everything it read
@@ -617,7 +873,7 @@ func (c *Console) stopDrain() {
 	}
 	c.drainStopped = true
 	c.stopping.Store(true)
-	if _, err := unix.Write(c.wakeW, []byte{0}); err != nil && !errors.Is(err, unix.EAGAIN) {
+	if err := c.kick(0); err != nil {
 		c.log.Error("serial: stopping drain", "path", c.out.path, "err", err)
 	}
 	<-c.drainDone
