@@ -1,0 +1,84 @@
+package rpcframe
+
+import (
+	"io"
+	"os"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func blocking(t *testing.T, f *os.File) bool {
+	t.Helper()
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fl&unix.O_NONBLOCK == 0
+}
+
+// A pipe is opened anew, non-blocking and in the netpoller, while the
+// descriptor it came from keeps its blocking mode; messages go through.
+func TestReopenPipe(t *testing.T) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil { // blocking, as a client hands it
+		t.Fatal(err)
+	}
+	pr, pw := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+	defer pr.Close()
+	defer pw.Close()
+	rf := reopen(p[0], os.O_RDONLY)
+	wf := reopen(p[1], os.O_WRONLY)
+	if rf == nil || wf == nil {
+		t.Fatal("a pipe was not reopened")
+	}
+	defer rf.Close()
+	defer wf.Close()
+	if !blocking(t, pr) || !blocking(t, pw) {
+		t.Fatal("reopening changed the original descriptors' blocking mode")
+	}
+	r, err := newRawFile(rf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newRawFile(wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 100)
+	n, err := r.Read(b)
+	if err != nil || string(b[:n]) != string(msg) {
+		t.Fatalf("read %q, %v", b[:n], err)
+	}
+	// EOF once every write end is closed, the original one included.
+	w.Close()
+	pw.Close()
+	if _, err := r.Read(b); err != io.EOF {
+		t.Fatalf("read after the writers closed: %v, want io.EOF", err)
+	}
+}
+
+// Anything but a pipe is left as it is.
+func TestReopenOthers(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if reopen(int(f.Fd()), os.O_RDONLY) != nil {
+		t.Fatal("a regular file was reopened")
+	}
+	s, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(s)
+	if reopen(s, os.O_RDONLY) != nil {
+		t.Fatal("a socket was reopened")
+	}
+}
