@@ -200,7 +200,7 @@ func (r *rawStub) close() {
 // continues, and waits for the stop.
 func (r *rawStub) stops(ctx context.Context, n int) ([]time.Duration, error) {
 	return timed(n, func() error {
-		_, err := r.q.in.WriteString("echo x\r")
+		_, err := r.q.type_("echo x\r")
 		return err
 	}, func(int) error {
 		if err := r.c.Continue(ctx); err != nil {

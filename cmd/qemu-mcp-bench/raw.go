@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/rawio"
 )
 
 var qemuBin = flag.String("qemu", "qemu-system-riscv64", "the QEMU to measure: the servers get it as -qemu, the raw runs run it")
@@ -105,6 +106,7 @@ type rawReader interface {
 
 var readers = []reader{
 	{"netpoller", openNetpoll},
+	{"netpoller, raw read(2)", openNetpollRaw},
 	{"blocking read(2) on a locked thread", openBlocking},
 	{"poll(2), batched under a flood", openBatched},
 	{"poll(2), 4 ms naps under a flood", func(path string) (rawReader, error) { return openBatchedNap(path, 4*time.Millisecond) }},
@@ -128,6 +130,31 @@ func openNetpoll(path string) (rawReader, error) {
 
 func (r netpoll) read(b []byte) (int, error) { return r.f.Read(b) }
 func (r netpoll) close()                     { r.f.Close() }
+
+// netpollRaw: the netpoller, read with raw system calls, which wake
+// neither the runtime's sysmon nor a thread beyond the one per write (the
+// server's drain reads interactive output so).
+type netpollRaw struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+func openNetpollRaw(path string) (rawReader, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.SetReadDeadline(time.Now().Add(readDeadline))
+	return netpollRaw{f, rc}, nil
+}
+
+func (r netpollRaw) read(b []byte) (int, error) { return rawio.Read(r.rc, b) }
+func (r netpollRaw) close()                     { r.f.Close() }
 
 // blocking: a plain blocking read(2) on a thread of its own.
 type blocking struct {
@@ -226,6 +253,7 @@ type rawQEMU struct {
 	ident proc.Identity
 	cmd   *execCmd
 	in    *os.File
+	inRC  syscall.RawConn // in's, written raw as the server does
 	out   rawReader
 	dir   string
 	acc   []byte
@@ -264,6 +292,10 @@ func startRawWith(rd reader, extra ...string) (*rawQEMU, error) {
 		return nil, err
 	}
 	q := &rawQEMU{cmd: cmd, in: in, out: out, dir: dir, buf: make([]byte, 1<<20)}
+	if q.inRC, err = in.SyscallConn(); err != nil {
+		q.close()
+		return nil, err
+	}
 	if q.ident, err = identity(cmd.c.Process.Pid); err != nil {
 		q.close()
 		return nil, err
@@ -301,6 +333,10 @@ func (q *rawQEMU) readUntil(s string) ([]byte, error) {
 	}
 }
 
+// type_ writes s to the guest's console with a raw write(2), as the
+// server writes typed input (package rawio).
+func (q *rawQEMU) type_(s string) (int, error) { return rawio.Write(q.inRC, []byte(s)) }
+
 // echoes times n echo round trips on a raw QEMU at its prompt, the tokens
 // numbered from seq.
 func (q *rawQEMU) echoes(seq, n int) ([]time.Duration, error) {
@@ -308,7 +344,7 @@ func (q *rawQEMU) echoes(seq, n int) ([]time.Duration, error) {
 	for i := seq; i < seq+n; i++ {
 		tok := "e" + strconv.Itoa(i)
 		t := time.Now()
-		if _, err := q.in.WriteString("echo " + tok + "\r"); err != nil {
+		if _, err := q.type_("echo " + tok + "\r"); err != nil {
 			return nil, err
 		}
 		if _, err := q.readUntil(tok + "\r\ntiny> "); err != nil {
@@ -331,7 +367,7 @@ func rawFloodWith(rd reader, size int) (float64, error) {
 	}
 	cmd := "flood " + strconv.Itoa(size)
 	t := time.Now()
-	q.in.WriteString(cmd + "\r")
+	q.type_(cmd + "\r")
 	out, err := q.readUntil("flood done " + strconv.Itoa(size) + "\r\n")
 	if err != nil {
 		return 0, err

@@ -170,7 +170,7 @@ func rawRestores(ctx context.Context, dir string, n int, inPlace bool) ([]time.D
 		if err != nil {
 			return nil, err
 		}
-		if _, err := q.in.WriteString("true\r"); err != nil {
+		if _, err := q.type_("true\r"); err != nil {
 			q.close()
 			return nil, err
 		}
@@ -198,7 +198,7 @@ func rawLoadsInPlace(ctx context.Context, q *rawQEMU, mon *qmp.Monitor, n int) (
 		if out := strings.TrimSpace(string(raw)); out != `""` {
 			return nil, fmt.Errorf("loadvm: %s", out)
 		}
-		if _, err := q.in.WriteString("true\r"); err != nil {
+		if _, err := q.type_("true\r"); err != nil {
 			return nil, err
 		}
 		if got, err := q.readUntil("true\r\n" + prompt); err != nil {
