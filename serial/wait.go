@@ -386,12 +386,13 @@ type waiter struct {
 
 // filter is what the writer checks before waking this wait, given the
 // window it has seen (see watch). It errs only towards waking:
-//   - while the echo of Spec.Echo is still arriving, the wait's state
-//     changes only when the output stops following the echo or the echo
-//     is complete;
-//   - after it, a pattern can only match where its literal prefix is
+//   - a pattern can only match where its literal prefix is
 //     (regexp.LiteralPrefix): while no pattern's prefix has been in the
-//     window, new bytes can end the wait only if they complete one.
+//     window, new bytes can end the wait only if they complete one;
+//   - while the echo of Spec.Echo is still arriving, the wait's state
+//     changes only when the output stops following the echo; once the
+//     echo is whole, the prefixes are looked for in what follows it, so
+//     that an echo and its answer wake the wait once, not twice.
 //
 // Anything else (a pattern without a literal prefix, a prefix seen
 // already, a panic line waiting for its end) wakes the wait on every
@@ -400,9 +401,30 @@ func (w *waiter) filter(window []byte, panicked bool) func([]byte, int64, int) b
 	if panicked {
 		return nil
 	}
+	// The patterns' literal prefixes: a pattern can match only where its
+	// prefix is. nil: some pattern has none (or one too long to see).
+	var prefixes [][]byte
+	for _, m := range w.ms {
+		if len(m.prefix) == 0 || len(m.prefix) > watchTail {
+			prefixes = nil
+			break
+		}
+		prefixes = append(prefixes, m.prefix)
+	}
+	// completes says whether the n bytes just written (the end of recent)
+	// may complete a prefix that starts at or after index lo of recent.
+	completes := func(recent []byte, n, lo int) bool {
+		for _, p := range prefixes {
+			if bytes.Contains(recent[max(0, lo, len(recent)-n-len(p)+1):], p) {
+				return true
+			}
+		}
+		return false
+	}
 	if !w.echoDone {
 		echo := w.spec.Echo
 		start := w.winStart // the echo's first byte is at start
+		echoEnd := start + int64(len(echo))
 		return func(recent []byte, end int64, n int) bool {
 			if n > len(recent) {
 				return true // the ring dropped some: let the wait see
@@ -413,30 +435,39 @@ func (w *waiter) filter(window []byte, panicked bool) func([]byte, int64, int) b
 				if k < 0 {
 					continue
 				}
-				if k >= int64(len(echo)) || echo[k] != c {
-					return true
+				if k >= int64(len(echo)) {
+					break
+				}
+				if echo[k] != c {
+					return true // no echo after all: the wait decides
 				}
 			}
-			return end-start >= int64(len(echo))
+			if end < echoEnd {
+				return false // the echo is still arriving
+			}
+			if prefixes == nil {
+				return true
+			}
+			// The echo is whole. The wait, woken now, would skip it and
+			// find nothing to match unless the bytes after it hold a
+			// prefix: the same filter goes on for them, and the wait
+			// is woken once, by the write that may end it.
+			return completes(recent, n, int(echoEnd-(end-int64(len(recent)))))
 		}
 	}
-	var prefixes [][]byte
-	for _, m := range w.ms {
-		if len(m.prefix) == 0 || len(m.prefix) > watchTail || bytes.Contains(window, m.prefix) {
+	if prefixes == nil {
+		return nil
+	}
+	for _, p := range prefixes {
+		if bytes.Contains(window, p) {
 			return nil
 		}
-		prefixes = append(prefixes, m.prefix)
 	}
 	return func(recent []byte, _ int64, n int) bool {
 		// recent holds what the ring has of the watchTail bytes before
 		// the write: a prefix the write completes starts there (waits
 		// see only the ring).
-		for _, p := range prefixes {
-			if bytes.Contains(recent[max(0, len(recent)-n-len(p)+1):], p) {
-				return true
-			}
-		}
-		return false
+		return completes(recent, n, 0)
 	}
 }
 

@@ -575,9 +575,10 @@ func TestWaitForStop(t *testing.T) {
 	}
 }
 
-// A wait is woken by the writes that may end it, not by every byte: the
-// guest's echo of the typed line, and the prompt's last byte. Written a
-// byte at a time, as QEMU's UART writes it.
+// A wait is woken by the write that may end it, not by every byte: the
+// prompt's last byte, which completes the pattern's prefix (not the end of
+// the guest's echo of the typed line too). Written a byte at a time, as
+// QEMU's UART writes it.
 func TestWaitWokenRarely(t *testing.T) {
 	var woken atomic.Int32
 	wokenHook = func() { woken.Add(1) }
@@ -609,9 +610,9 @@ func TestWaitWokenRarely(t *testing.T) {
 	if !r.Matched || r.EchoEnd != since+8 || r.Start != since+10 {
 		t.Fatalf("result %+v", r)
 	}
-	// The echo's end, and the ' ' that completes the pattern's prefix.
-	if n := woken.Load(); n > 3 {
-		t.Errorf("woken %d times for %d bytes, want at most 3", n, len(out))
+	// The ' ' that completes the pattern's prefix.
+	if n := woken.Load(); n != 1 {
+		t.Errorf("woken %d times for %d bytes, want once", n, len(out))
 	}
 	t.Logf("woken %d times for %d bytes", woken.Load(), len(out))
 }
@@ -633,5 +634,56 @@ func TestWaitWithoutPrefixWokenByEveryWrite(t *testing.T) {
 	}
 	if r := <-done; !r.Matched || string(r.Match) != "abc" {
 		t.Fatalf("result %+v", r)
+	}
+}
+
+// Once the echo is whole, the wait is woken only by what follows it: a
+// pattern's prefix inside the echo does not wake it, the echo and its
+// answer arriving in one write wake it once, and output that is not the
+// echo at all wakes it at once so the wait can decide.
+func TestWaitWokenAfterEcho(t *testing.T) {
+	var woken atomic.Int32
+	wokenHook = func() { woken.Add(1) }
+	t.Cleanup(func() { wokenHook = nil })
+	run := func(echo, pattern string, writes []string) (Result, int32) {
+		t.Helper()
+		woken.Store(0)
+		b := NewBuffer()
+		since := b.End()
+		done := make(chan Result, 1)
+		go func() {
+			r, err := b.WaitFor(context.Background(), since, Spec{
+				Patterns: []*regexp.Regexp{regexp.MustCompile(pattern)},
+				Echo:     []byte(echo),
+				Timeout:  2 * time.Second,
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- r
+		}()
+		for !b.sleeping() {
+			time.Sleep(time.Millisecond)
+		}
+		for _, w := range writes {
+			b.Write([]byte(w))
+			time.Sleep(time.Millisecond)
+		}
+		return <-done, woken.Load()
+	}
+	// "hi" is in the echo "echo hi": only the answer's "hi" wakes.
+	r, n := run("echo hi", `hi\r\n`, []string{"e", "c", "h", "o", " ", "h", "i", "\r", "\n", "h", "i", "\r", "\n"})
+	if !r.Matched || r.Start != 9 || n != 1 {
+		t.Fatalf("a prefix in the echo: matched %v at %d, woken %d times; want a match at 9, woken once", r.Matched, r.Start, n)
+	}
+	r, n = run("echo hi", `hi\r\n`, []string{"echo hi\r\nhi\r\n"})
+	if !r.Matched || r.Start != 9 || n != 1 {
+		t.Fatalf("echo and answer in one write: matched %v at %d, woken %d times; want a match at 9, woken once", r.Matched, r.Start, n)
+	}
+	// No echo: the first byte that differs wakes the wait, which then
+	// matches from the start.
+	r, n = run("echo hi", `hi\r\n`, []string{"h", "i", "\r", "\n"})
+	if !r.Matched || r.Start != 0 || r.EchoEnd != 0 {
+		t.Fatalf("no echo: %+v", r)
 	}
 }
