@@ -152,6 +152,8 @@ type Manager struct {
 	// remove the same leftovers.
 	reapMu sync.Mutex
 
+	cursors captureCursors // where reads of capture files ended
+
 	mu        sync.Mutex // guards the fields below
 	closed    bool
 	instances map[string]*Instance

@@ -84,6 +84,9 @@ func advise(err error) error {
 			after(e, " (qemu_shutdown)")
 		}
 	}
+	if e := (*instance.NoCaptureError)(nil); errors.As(err, &e) {
+		after(e, ": boot it with pcap: true or call qemu_pcap_start, or give path")
+	}
 	if errors.Is(err, instance.ErrNoTAP) {
 		after(instance.ErrNoTAP, `: boot it with network: "tap" (captures see the guest's own TAP from the host side)`)
 	}

@@ -3,11 +3,9 @@ package tools
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 )
 
@@ -30,19 +28,7 @@ func (s *Server) pcapStart(_ context.Context, _ *mcp.CallToolRequest, in PcapSta
 	if err != nil {
 		return nil, PcapStartOutput{}, err
 	}
-	var f *os.File
-	if in.Path != "" {
-		// Relative to the guest's project root, and created there or in
-		// the captures directory only.
-		scope, err := s.hostPolicy().Project(inst.Spec().Root)
-		if err != nil {
-			return nil, PcapStartOutput{}, err
-		}
-		if f, err = scope.Create("path", in.Path); err != nil {
-			return nil, PcapStartOutput{}, err
-		}
-	}
-	c, err := inst.StartCapture(f, in.Filter, in.Snaplen)
+	c, err := inst.StartCaptureFile(in.Path, in.Filter, in.Snaplen)
 	if err != nil {
 		return nil, PcapStartOutput{}, err
 	}
@@ -97,59 +83,28 @@ func (s *Server) pcapRead(_ context.Context, req *mcp.CallToolRequest, in PcapRe
 	if in.Count < 0 || in.Count > pcap.MaxSummaries {
 		return nil, PcapReadOutput{}, fmt.Errorf("count %d: want 1 to %d", in.Count, pcap.MaxSummaries)
 	}
-	path := in.Path
+	mgr, err := s.manager()
+	if err != nil {
+		return nil, PcapReadOutput{}, err
+	}
 	inst, ierr := s.instance(in.Target)
-	var f *os.File
-	if path == "" {
-		if ierr != nil {
+	if ierr != nil {
+		if in.Path == "" {
 			return nil, PcapReadOutput{}, ierr
 		}
-		st, _, ok := inst.CaptureStats()
-		if !ok {
-			return nil, PcapReadOutput{}, fmt.Errorf("no capture of guest %q yet: boot it with pcap: true or call qemu_pcap_start, or give path", inst.Name())
-		}
-		path = st.Path
-	} else {
-		// Any other file is read only where the host-path policy allows,
-		// relative to the guest's project root (or the server's).
-		root := s.cfg.WorkDir
-		if ierr == nil {
-			root = inst.Spec().Root
-		}
-		scope, err := s.hostPolicy().Project(root)
-		if err != nil {
-			return nil, PcapReadOutput{}, err
-		}
-		if f, err = scope.Open("path", path, false); err != nil {
-			return nil, PcapReadOutput{}, err
-		}
-		defer f.Close()
-		if path, err = hostpath.Real(f); err != nil {
-			return nil, PcapReadOutput{}, err
-		}
-	}
-	from := in.From
-	if from == 0 {
-		s.pcapMu.Lock()
-		from = s.readFrom[path]
-		s.pcapMu.Unlock()
+		inst = nil // the path is the server's project's
 	}
 	count := in.Count
 	if count == 0 {
 		count = pcap.DefaultSummaries
 	}
-	var sums []pcap.Summary
-	var next int
-	if f != nil {
-		sums, next, err = pcap.ReadSummariesFrom(f, path, from, count)
-	} else {
-		sums, next, err = pcap.ReadSummaries(path, from, count)
-	}
+	r, err := mgr.ReadCapture(inst, in.Path, in.From, count)
 	if err != nil {
-		return nil, PcapReadOutput{}, fmt.Errorf("read capture: %w", err)
+		return nil, PcapReadOutput{}, err
 	}
 	// Within the result budget: the packets that fit, and next says
 	// where the rest starts.
+	sums, next := r.Packets, r.Next
 	size := 0
 	for k, p := range sums {
 		if size += len(p.Text) + 120; size > s.reader(req).answer && k > 0 {
@@ -157,17 +112,12 @@ func (s *Server) pcapRead(_ context.Context, req *mcp.CallToolRequest, in PcapRe
 			break
 		}
 	}
-	s.pcapMu.Lock()
-	if s.readFrom == nil {
-		s.readFrom = map[string]int{}
-	}
-	s.readFrom[path] = next
-	s.pcapMu.Unlock()
-	text := fmt.Sprintf("%s: %d packet(s), next %d", path, len(sums), next)
+	mgr.CaptureReadTo(r.Path, next)
+	text := fmt.Sprintf("%s: %d packet(s), next %d", r.Path, len(sums), next)
 	if sums == nil {
 		sums = []pcap.Summary{}
 	}
-	return textResult(text), PcapReadOutput{Path: path, Packets: sums, Next: next}, nil
+	return textResult(text), PcapReadOutput{Path: r.Path, Packets: sums, Next: next}, nil
 }
 
 func (s *Server) registerNetwork(ms *mcp.Server) {

@@ -104,9 +104,6 @@ type Server struct {
 
 	started time.Time
 
-	pcapMu   sync.Mutex
-	readFrom map[string]int // packet cursor per capture file for qemu_pcap_read
-
 	// cursors is where each session's next serial_read of each guest
 	// starts: sessions over HTTP share the guests, not their reading.
 	cursorMu sync.Mutex
@@ -252,8 +249,6 @@ func (s *Server) manager() (*instance.Manager, error) {
 
 // hostPolicy is the policy for every host path a tool takes; AllowHostAccess
 // lifts it too.
-func (s *Server) hostPolicy() hostpath.Policy { return hostPolicy(s.cfg) }
-
 func hostPolicy(cfg Config) hostpath.Policy {
 	return hostpath.Policy{
 		AllowAll: cfg.AllowHostAccess, WorkDir: cfg.WorkDir,

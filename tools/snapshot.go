@@ -195,18 +195,10 @@ func (s *Server) snapshotProject(projectRoot string, t Target) (root string, ins
 		return "", nil, nil, err
 	}
 	inst, _ = s.instance(t)
-	root = projectRoot
-	if root == "" && inst != nil {
-		root = inst.Spec().Root
-	}
-	if root == "" {
-		root = s.cfg.WorkDir
-	}
-	scope, err := s.hostPolicy().Project(root)
-	if err != nil {
+	if root, err = mgr.Project(projectRoot, inst); err != nil {
 		return "", nil, nil, err
 	}
-	return scope.Dir(), inst, mgr, nil
+	return root, inst, mgr, nil
 }
 
 // SnapshotDeleteInput is qemu_snapshot_delete's arguments.
