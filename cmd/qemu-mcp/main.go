@@ -198,6 +198,8 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 	// Answers go out whole, one at a time; lines that are not JSON-RPC
 	// messages are answered with errors and dropped, not handed to the
 	// SDK, which would end the session.
+	// The client's socket, if it is one, goes back to blocking mode.
+	defer rpcframe.Restore()
 	out := rpcframe.NewWriter(&endOnError{w: rpcframe.Stdout(), end: cancel})
 	why := serveStdio(ctx, srv, rpcframe.Filter(rpcframe.Stdin(), out, 0), out)
 	if cause := context.Cause(ctx); cause != nil {
