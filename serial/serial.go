@@ -538,7 +538,8 @@ const idleFlushDelay = 10 * time.Millisecond
 //     closes that descriptor (the netpoller's edge-triggered epoll would
 //     wake a thread for every byte even while nobody reads) and sleeps in
 //     poll(2) on the blocking one, napping burstNap between reads so the
-//     pipe gathers a batch (interrupt moderation). After floodQuiet
+//     pipe gathers a batch (interrupt moderation), and up to floodNap
+//     while the flood goes on. After floodQuiet
 //     without output it goes back to interactive.
 //
 // With a transcript, a read shorter than asked for emptied the pipe: the
@@ -800,6 +801,7 @@ func (d *drainer) interactive() (stop bool, err error) {
 func (d *drainer) flood() (stop bool, err error) {
 	c := d.c
 	fds := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}, {Fd: int32(c.wakeR), Events: unix.POLLIN}}
+	nap := burstNap
 	for {
 		timeout := -1
 		if t := d.quietTimeout(); t > 0 {
@@ -848,18 +850,25 @@ func (d *drainer) flood() (stop bool, err error) {
 			return false, fmt.Errorf("read: %w", err)
 		}
 		if r > 0 && d.take(r) {
-			time.Sleep(burstNap)
+			time.Sleep(nap)
+			// A flood that goes on: longer naps, fewer wake-ups, the
+			// emulator the CPU for longer.
+			nap = min(2*nap, floodNap)
+		} else {
+			nap = burstNap
 		}
 	}
 }
 
 // Burst moderation of the drain (see drain). A 64 KiB pipe holds over
-// 100 ms of the fastest UART output seen here, so a 1 ms nap cannot stall
-// the guest.
+// 25 ms of the fastest UART output seen here (2.5 MB/s), so naps of a few
+// milliseconds cannot stall the guest.
 const (
 	burstWindow = time.Millisecond
 	burstBytes  = 256
 	burstNap    = time.Millisecond
+	// floodNap is the longest nap: naps double while a flood goes on.
+	floodNap = 4 * time.Millisecond
 	// floodQuiet is how long the output stays quiet before the drain
 	// leaves poll(2) mode for interactive again.
 	floodQuiet = 20 * time.Millisecond
