@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/gdb"
@@ -968,9 +967,6 @@ func (s *Session) dataSize(a uint64) int {
 	}
 	return 8
 }
-
-// icountText is n for messages.
-func icountText(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // continueReplay runs the replay forward to the next breakpoint or
 // watchpoint hit, or to the end of the recording; past timeout it pauses

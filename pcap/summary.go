@@ -112,12 +112,6 @@ func ReadSummariesFrom(f io.Reader, path string, from, max int) ([]Summary, int,
 	return out, next, nil
 }
 
-// Summarize decodes one Ethernet frame into a Summary without Index, Time
-// and lengths; its Text has no timestamp.
-func Summarize(data []byte) Summary {
-	return summarize(data, len(data))
-}
-
 // summarizeLink summarizes a record of a file of the given link type: only
 // Ethernet is decoded (what captures here write).
 func summarizeLink(data []byte, link uint32, wire int) Summary {

@@ -126,6 +126,13 @@ func TestDrainModes(t *testing.T) {
 		t.Fatal("the buffer is not what was written, in order")
 	}
 	// Close while the drain is parked in the netpoller returns at once.
+	closeWithin(t, c, "parked in the netpoller")
+}
+
+// closeWithin closes c and fails if that takes more than a few seconds:
+// the drain, where, did not stop.
+func closeWithin(t *testing.T, c *Console, where string) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- c.Close() }()
 	select {
@@ -134,7 +141,7 @@ func TestDrainModes(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not stop the drain parked in the netpoller")
+		t.Fatalf("Close did not stop the drain %s", where)
 	}
 }
 
@@ -159,16 +166,7 @@ func TestDrainCloseDuringFlood(t *testing.T) {
 		}
 	}()
 	waitMode(t, c, false, 2*time.Second)
-	done := make(chan error, 1)
-	go func() { done <- c.Close() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not stop the drain during a flood")
-	}
+	closeWithin(t, c, "during a flood")
 	close(stop)
 	p.close()
 	<-flooding
