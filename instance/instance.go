@@ -14,6 +14,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
+	"github.com/qemu-mcp/qemu-mcp/internal/cpus"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
@@ -373,7 +374,11 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	if err != nil {
 		return rep, fmt.Errorf("boot: %w", err)
 	}
+	// The guest's harts get host CPUs; the server's goroutines the rest.
+	harts := max(1, cfg.SMP)
+	cpus.Add(harts)
 	i.push("qemu", func() error {
+		defer cpus.Add(-harts)
 		if mch := i.Machine(); mch != nil {
 			return mch.Close()
 		}
