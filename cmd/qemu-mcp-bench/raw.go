@@ -110,6 +110,7 @@ var readers = []reader{
 	{"blocking read(2) on a locked thread", openBlocking},
 	{"poll(2), batched under a flood", openBatched},
 	{"poll(2), 4 ms naps under a flood", func(path string) (rawReader, error) { return openBatchedNap(path, 4*time.Millisecond) }},
+	{"naps of 1 to 4 ms, then what FIONREAD says is there", openNapRead},
 }
 
 // readDeadline bounds a raw run's reads: a guest that stops answering
@@ -247,6 +248,55 @@ func (r *batched) read(b []byte) (int, error) {
 }
 
 func (r *batched) close() { unix.Close(r.fd) }
+
+// napRead never waits in a system call: it reads what the pipe holds
+// (FIONREAD, raw system calls) and naps when it is empty or a flood goes
+// on, 1 ms doubling to 4 ms (the server's drain under a flood).
+type napRead struct {
+	fd       int
+	nap      time.Duration
+	winStart time.Time
+	winBytes int
+}
+
+func openNapRead(path string) (rawReader, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &napRead{fd: fd, nap: time.Millisecond, winStart: time.Now()}, nil
+}
+
+func (r *napRead) read(b []byte) (int, error) {
+	for {
+		avail, err := rawio.Available(r.fd)
+		if err != nil {
+			return 0, err
+		}
+		if avail == 0 {
+			time.Sleep(r.nap)
+			r.nap = min(2*r.nap, 4*time.Millisecond)
+			continue
+		}
+		n, err := rawio.ReadNow(r.fd, b[:min(avail, len(b))])
+		if n > 0 {
+			now := time.Now()
+			if now.Sub(r.winStart) > time.Millisecond {
+				r.winStart, r.winBytes = now, 0
+			}
+			r.winBytes += n
+			if r.winBytes > 256 && n < len(b)/2 {
+				time.Sleep(r.nap)
+				r.nap = min(2*r.nap, 4*time.Millisecond)
+			} else {
+				r.nap = time.Millisecond
+			}
+		}
+		return n, err
+	}
+}
+
+func (r *napRead) close() { unix.Close(r.fd) }
 
 // rawQEMU is QEMU alone on FIFOs, with the server's options.
 type rawQEMU struct {
