@@ -536,11 +536,11 @@ const idleFlushDelay = 10 * time.Millisecond
 //     retakes whenever the other P is busy, to the same effect.)
 //   - Flood: once more than burstBytes arrive within burstWindow, it
 //     closes that descriptor (the netpoller's edge-triggered epoll would
-//     wake a thread for every byte even while nobody reads) and sleeps in
-//     poll(2) on the blocking one, napping burstNap between reads so the
-//     pipe gathers a batch (interrupt moderation), and up to floodNap
-//     while the flood goes on. After floodQuiet
-//     without output it goes back to interactive.
+//     wake a thread for every byte even while nobody reads) and naps,
+//     reading what the pipe gathered between naps (interrupt moderation):
+//     burstNap, doubling up to floodNap while the flood goes on. After
+//     floodQuiet without output it goes back to interactive. Where the
+//     second descriptor cannot be had, it sleeps in poll(2) instead.
 //
 // With a transcript, a read shorter than asked for emptied the pipe: the
 // guest may have paused. After idleFlushDelay of quiet the drain flushes
@@ -561,10 +561,13 @@ func (c *Console) drain() {
 	for {
 		var stop bool
 		var err error
-		if !d.flooding && d.openNP() {
+		switch {
+		case !d.flooding && d.openNP():
 			stop, err = d.interactive()
-		} else {
+		case !d.noNP:
 			stop, err = d.flood()
+		default:
+			stop, err = d.pollOnly()
 		}
 		if err != nil {
 			c.log.Error("serial: drain stopped", "path", c.out.path, "err", err)
@@ -795,10 +798,65 @@ func (d *drainer) interactive() (stop bool, err error) {
 	}
 }
 
-// flood reads in poll(2) with naps between reads until a stop (stop), a
-// failure (err), or floodQuiet without output (neither: the caller goes
-// back to interactive).
+// flood reads a flood without waiting in a system call: it naps, then
+// reads what the pipe holds (Available says how much, so the read of the
+// blocking descriptor cannot block), with raw system calls. A goroutine
+// blocked in poll(2) holds a scheduler P, and with one P (package cpus) or
+// two the runtime's sysmon takes it back, and polls every 20 us for it,
+// many times a second; a napping goroutine holds nothing. It returns at a
+// stop (stop), a failure (err), or after floodQuiet without output
+// (neither: the caller goes back to interactive). A stop or a Sync waits
+// for the current nap, floodNap at most.
 func (d *drainer) flood() (stop bool, err error) {
+	c := d.c
+	nap := burstNap
+	var quiet time.Duration
+	for {
+		if c.takeKick() || c.stopping.Load() {
+			if stop, err := d.kicked(); stop || err != nil {
+				return stop, err
+			}
+		}
+		avail, err := rawio.Available(d.fd)
+		if err != nil {
+			return false, fmt.Errorf("FIONREAD: %w", err)
+		}
+		if avail > 0 {
+			r, err := rawio.ReadNow(d.fd, d.p[:min(avail, len(d.p))])
+			if err != nil {
+				return false, fmt.Errorf("read: %w", err)
+			}
+			quiet = 0
+			if !d.take(r) {
+				// A read that filled half the buffer: read on at once.
+				nap = burstNap
+				continue
+			}
+		} else {
+			quiet += nap
+			if quiet >= floodQuiet {
+				d.quiet()
+				d.flooding = false
+				if h := modeHook.Load(); h != nil {
+					(*h)(c, false)
+				}
+				return false, nil // quiet: back to interactive
+			}
+			if quiet >= idleFlushDelay {
+				d.quiet()
+			}
+		}
+		time.Sleep(nap)
+		// A flood that goes on: longer naps, fewer wake-ups, the
+		// emulator the CPU for longer.
+		nap = min(2*nap, floodNap)
+	}
+}
+
+// pollOnly is the drain where the netpoller descriptor cannot be had: it
+// sleeps in poll(2), napping between reads during a flood, until a stop
+// (stop) or a failure (err).
+func (d *drainer) pollOnly() (stop bool, err error) {
 	c := d.c
 	fds := []unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}, {Fd: int32(c.wakeR), Events: unix.POLLIN}}
 	nap := burstNap
@@ -806,9 +864,6 @@ func (d *drainer) flood() (stop bool, err error) {
 		timeout := -1
 		if t := d.quietTimeout(); t > 0 {
 			timeout = int(t / time.Millisecond)
-		}
-		if !d.noNP && (timeout < 0 || timeout > int(floodQuiet/time.Millisecond)) {
-			timeout = int(floodQuiet / time.Millisecond)
 		}
 		fds[0].Revents, fds[1].Revents = 0, 0
 		n, err := unix.Poll(fds, timeout)
@@ -827,13 +882,6 @@ func (d *drainer) flood() (stop bool, err error) {
 		}
 		if n == 0 {
 			d.quiet()
-			if !d.noNP {
-				d.flooding = false
-				if h := modeHook.Load(); h != nil {
-					(*h)(c, false)
-				}
-				return false, nil // quiet: back to interactive
-			}
 			continue
 		}
 		if fds[0].Revents&unix.POLLIN == 0 {
@@ -851,8 +899,6 @@ func (d *drainer) flood() (stop bool, err error) {
 		}
 		if r > 0 && d.take(r) {
 			time.Sleep(nap)
-			// A flood that goes on: longer naps, fewer wake-ups, the
-			// emulator the CPU for longer.
 			nap = min(2*nap, floodNap)
 		} else {
 			nap = burstNap

@@ -80,3 +80,38 @@ func Write(rc syscall.RawConn, p []byte) (int, error) {
 	}
 	return done, nil
 }
+
+// Available is how many bytes the pipe behind fd holds (FIONREAD), asked
+// with a raw system call.
+func Available(fd int) (int, error) {
+	var n int32
+	for {
+		_, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+		switch e {
+		case 0:
+			return int(n), nil
+		case syscall.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
+
+// ReadNow reads into p from fd with a raw system call. The caller knows
+// the read cannot block: fd is non-blocking, or Available said p's worth
+// is there and nobody else reads fd.
+func ReadNow(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case 0:
+			return int(r), nil
+		case syscall.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}

@@ -106,3 +106,37 @@ func TestWriteDeadline(t *testing.T) {
 		t.Fatalf("wrote %d bytes before the deadline: want what the pipe holds", n)
 	}
 }
+
+// Available says what the pipe holds, and ReadNow takes it without waiting;
+// on an empty non-blocking pipe ReadNow says EAGAIN rather than blocking.
+func TestAvailableReadNow(t *testing.T) {
+	r, w, _, _ := pipe(t)
+	fd := int(r.Fd()) // Fd makes r blocking; set it back as the netpoller had it
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Available(fd); n != 0 || err != nil {
+		t.Fatalf("empty pipe: Available %d, %v", n, err)
+	}
+	if _, err := ReadNow(fd, make([]byte, 8)); err != syscall.EAGAIN {
+		t.Fatalf("ReadNow on an empty pipe: %v, want EAGAIN", err)
+	}
+	msg := bytes.Repeat([]byte("uart "), 1000)
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Available(fd)
+	if n != len(msg) || err != nil {
+		t.Fatalf("after %d bytes: Available %d, %v", len(msg), n, err)
+	}
+	b := make([]byte, n)
+	if got, err := ReadNow(fd, b); got != n || err != nil || !bytes.Equal(b, msg) {
+		t.Fatalf("ReadNow: %d, %v", got, err)
+	}
+	if n, err := ReadNow(fd, nil); n != 0 || err != nil {
+		t.Fatalf("empty ReadNow: %d, %v", n, err)
+	}
+	if _, err := Available(-1); err == nil {
+		t.Fatal("Available of a closed descriptor: no error")
+	}
+}
