@@ -163,7 +163,7 @@ func splitNameID(file, suffix string) (name, id string, ok bool) {
 		return "", "", false
 	}
 	name, id = base[:k], base[k+1:]
-	if _, ok := parseID(id); !ok || !validName(name) {
+	if _, ok := parseID(id); !ok || !names.ValidUserName(name) {
 		return "", "", false
 	}
 	return name, id, true

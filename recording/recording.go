@@ -43,9 +43,7 @@
 package recording
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,38 +198,13 @@ func alive(o names.Owner) bool {
 // CheckName accepts a recording name: letters, digits, '.', '_', '-', at
 // most 64, not starting with a punctuation mark.
 func CheckName(name string) error {
-	if !validName(name) {
+	if !names.ValidUserName(name) {
 		return fmt.Errorf("recording name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	return nil
 }
 
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 64 {
-		return false
-	}
-	for i, c := range []byte(name) {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// project names a project root's directory, as the snapshot store does.
-func project(root string) string {
-	sum := sha256.Sum256([]byte(filepath.Clean(root)))
-	base := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			return r
-		}
-		return '_'
-	}, filepath.Base(root))
-	return base + "-" + hex.EncodeToString(sum[:4])
-}
-
-func (s Store) projectDir(root string) string { return filepath.Join(s.Dir, project(root)) }
+func (s Store) projectDir(root string) string { return filepath.Join(s.Dir, names.Project(root)) }
 
 // newID names a recording of owner o.
 func newID(o names.Owner) string {
@@ -289,7 +262,7 @@ func read(path string) (Meta, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Meta{}, fmt.Errorf("recording record %s: %w", path, err)
 	}
-	if !validName(m.Name) || m.ID == "" || m.ID != filepath.Base(m.ID) || strings.HasPrefix(m.ID, ".") {
+	if !names.ValidUserName(m.Name) || m.ID == "" || m.ID != filepath.Base(m.ID) || strings.HasPrefix(m.ID, ".") {
 		return Meta{}, fmt.Errorf("recording record %s: names a directory outside the store", path)
 	}
 	m.Dir = filepath.Join(filepath.Dir(path), m.Name+"."+m.ID)

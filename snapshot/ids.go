@@ -84,7 +84,7 @@ func readIntent(path string) (Intent, error) {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return Intent{}, fmt.Errorf("intent %s: %w", path, err)
 	}
-	if !validName(in.Name) || in.Image != filepath.Base(in.Image) || (in.Replaces != nil && in.Replaces.Image != filepath.Base(in.Replaces.Image)) {
+	if !names.ValidUserName(in.Name) || in.Image != filepath.Base(in.Image) || (in.Replaces != nil && in.Replaces.Image != filepath.Base(in.Replaces.Image)) {
 		return Intent{}, fmt.Errorf("intent %s: names files outside its directory", path)
 	}
 	return in, nil

@@ -77,23 +77,10 @@ import (
 // one never touches a user's own snapshots in a drive.
 const TagPrefix = "qemu-mcp-"
 
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 64 {
-		return false
-	}
-	for i, c := range []byte(name) {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // CheckName accepts a snapshot name: letters, digits, '.', '_', '-', at
 // most 64, not starting with a punctuation mark.
 func CheckName(name string) error {
-	if !validName(name) {
+	if !names.ValidUserName(name) {
 		return fmt.Errorf("snapshot name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	return nil
@@ -399,20 +386,8 @@ func (s Store) owner() names.Owner {
 	return names.Owner{PID: os.Getpid()}
 }
 
-// project names a project root's directory: readable and unique.
-func project(root string) string {
-	sum := sha256.Sum256([]byte(filepath.Clean(root)))
-	base := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			return r
-		}
-		return '_'
-	}, filepath.Base(root))
-	return base + "-" + hex.EncodeToString(sum[:4])
-}
-
 func (s Store) dir(root, machineHash string) string {
-	return filepath.Join(s.Dir, project(root), machineHash)
+	return filepath.Join(s.Dir, names.Project(root), machineHash)
 }
 
 func (s Store) recordPath(root, machineHash, name string) string {
@@ -421,7 +396,7 @@ func (s Store) recordPath(root, machineHash, name string) string {
 
 // List returns the project's snapshots, newest first.
 func (s Store) List(root string) ([]Meta, error) {
-	pdir := filepath.Join(s.Dir, project(root))
+	pdir := filepath.Join(s.Dir, names.Project(root))
 	machines, err := os.ReadDir(pdir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -483,7 +458,7 @@ func read(metaPath string) (Meta, error) {
 	if m.Image == "" {
 		m.Image = m.Name + ".qcow2"
 	}
-	if m.Image != filepath.Base(m.Image) || !validName(m.Name) {
+	if m.Image != filepath.Base(m.Image) || !names.ValidUserName(m.Name) {
 		return Meta{}, fmt.Errorf("snapshot record %s: names an image %q outside its directory", metaPath, m.Image)
 	}
 	m.Path = filepath.Join(filepath.Dir(metaPath), m.Image)

@@ -17,8 +17,10 @@ package names
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -465,4 +467,34 @@ func TAP(o Owner, instance string) string {
 func GuestMAC(o Owner, instance string) net.HardwareAddr {
 	sum := sha256.Sum256([]byte("mac\x00" + o.Tag() + "\x00" + instance))
 	return net.HardwareAddr{0x52, 0x54, 0x00, sum[0], sum[1], sum[2]}
+}
+
+// ValidUserName reports whether name may name what a user saves (a
+// snapshot, a recording): 1 to 64 letters, digits, '.', '_' or '-',
+// starting with a letter or digit. Such a name is a file name as it is.
+func ValidUserName(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for i, c := range []byte(name) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Project names a project root's directory in a store (snapshots,
+// recordings): the root's base name made safe, and a hash of its clean
+// path, so two roots never share one and the name still says whose it is.
+func Project(root string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(root)))
+	base := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(root))
+	return base + "-" + hex.EncodeToString(sum[:4])
 }

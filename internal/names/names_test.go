@@ -133,3 +133,25 @@ func TestTAPAndMAC(t *testing.T) {
 		}
 	}
 }
+
+// The stores take user names as file names: only safe ones pass.
+func TestValidUserName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"boot": true, "a.b_c-d": true, "9lives": true, strings.Repeat("x", 64): true,
+		"": false, ".hidden": false, "-x": false, "a/b": false, "..": false, "a b": false, strings.Repeat("x", 65): false,
+	} {
+		if got := names.ValidUserName(name); got != want {
+			t.Errorf("ValidUserName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// A project's directory is one per clean root, and says whose it is.
+func TestProject(t *testing.T) {
+	if names.Project("/p") == names.Project("/q") || names.Project("/p") != names.Project("/p/") {
+		t.Errorf("project names: %q %q %q", names.Project("/p"), names.Project("/q"), names.Project("/p/"))
+	}
+	if p := names.Project("/home/me/my os"); !strings.HasPrefix(p, "my_os-") || len(p) != len("my_os-")+8 {
+		t.Errorf("Project: %q", p)
+	}
+}
