@@ -2,9 +2,15 @@ package serial
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // interactive reports whether the drain reads through the netpoller now.
@@ -201,5 +207,192 @@ func TestDrainInteractiveIdleFlush(t *testing.T) {
 	}
 	if !c.interactive() {
 		t.Fatal("the drain left interactive mode for a prompt")
+	}
+}
+
+// rawPeer plays QEMU with plain descriptors, outside the test process's
+// netpoller, so that what is in an epoll set is the drain's doing.
+func rawPeer(t *testing.T, base string) (out int) {
+	t.Helper()
+	in, err := unix.Open(base+".in", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = unix.Open(base+".out", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(in)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(in); unix.Close(out) })
+	return out
+}
+
+// typeSlowly writes s a byte per write(2), as QEMU's UART does.
+func typeSlowly(t *testing.T, fd int, s string) {
+	t.Helper()
+	for _, b := range []byte(s) {
+		if _, err := unix.Write(fd, []byte{b}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// watching reports whether the drain waits on an inotify watch now.
+func (c *Console) watching() bool {
+	c.npMu.Lock()
+	defer c.npMu.Unlock()
+	return c.np != nil && c.np.Name() == "inotify"
+}
+
+// polledFIFOs lists the descriptors of this process's epoll sets that
+// refer to the inode ino.
+func polledFIFOs(t *testing.T, ino uint64) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, e := range ents {
+		if link, _ := os.Readlink("/proc/self/fd/" + e.Name()); link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			var tfd int
+			var events, data, pos, lino uint64
+			if n, _ := fmt.Sscanf(line, "tfd: %d events: %x data: %x pos:%d ino:%x", &tfd, &events, &data, &pos, &lino); n == 5 && lino == ino {
+				found = append(found, fmt.Sprintf("epoll %s: fd %d", e.Name(), tfd))
+			}
+		}
+	}
+	return found
+}
+
+// The drain learns of interactive output from an inotify watch: the
+// output FIFO is in no epoll set, so Linux does not wake its readers on
+// every one of QEMU's writes, and an echo still reaches a waiting call at
+// once (well within watchGuard), through both modes.
+func TestDrainLeavesPipeUnpolled(t *testing.T) {
+	ctx := testCtx(t)
+	c := newConsole(t)
+	switches := modes(t, c)
+	out := rawPeer(t, c.Base())
+	var st unix.Stat_t
+	if err := unix.Stat(c.Base()+".out", &st); err != nil {
+		t.Fatal(err)
+	}
+	waitMode(t, c, true, 2*time.Second)
+	if !c.watching() {
+		t.Fatal("the drain does not wait on an inotify watch")
+	}
+	echo := func(tok string) {
+		t.Helper()
+		start := c.Buffer().End()
+		t0 := time.Now()
+		typeSlowly(t, out, "echo "+tok+"\r\n"+tok+"\r\ntiny> ")
+		m, err := c.Buffer().Wait(ctx, start, regexp.MustCompile(tok+`\r\ntiny> $`), 2*time.Second)
+		if err != nil || !m.Matched {
+			t.Fatalf("the echo of %s did not reach the wait: %+v %v", tok, m, err)
+		}
+		if d := time.Since(t0); d > watchGuard {
+			t.Fatalf("the echo of %s took %v: the drain did not wake on the watch", tok, d)
+		}
+	}
+	echo("one")
+	if p := polledFIFOs(t, st.Ino); len(p) > 0 {
+		t.Fatalf("the output FIFO is in an epoll set: %v", p)
+	}
+	// A flood closes the watch; quiet opens a new one.
+	chunk := bytes.Repeat([]byte("0123456789abcdef"), 32)
+	for k := 0; ; k++ {
+		if _, err := unix.Write(out, chunk); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Microsecond)
+		select {
+		case flood := <-switches:
+			if !flood {
+				t.Fatal("the drain left flood mode without having entered it")
+			}
+		default:
+			if k < 20000 {
+				continue
+			}
+			t.Fatal("the drain did not enter flood mode during 10 MB of output")
+		}
+		break
+	}
+	nextMode(t, switches, false, floodQuiet+2*time.Second)
+	waitMode(t, c, true, 2*time.Second)
+	echo("two")
+	if !c.watching() {
+		t.Fatal("after a flood the drain does not wait on an inotify watch")
+	}
+	if p := polledFIFOs(t, st.Ino); len(p) > 0 {
+		t.Fatalf("after a flood the output FIFO is in an epoll set: %v", p)
+	}
+	closeWithin(t, c, "waiting on the watch")
+}
+
+// Where the watch cannot be had (here: its file is missing), or does not
+// report the FIFO's writes (here: it watches another file), the drain
+// waits on the FIFO itself; the output arrives whole and in order either
+// way, in the second case at most about watchGuard late, once.
+func TestDrainWatchFallbacks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		path func(dir string) string
+		late time.Duration
+	}{
+		{"no watch", func(dir string) string { return filepath.Join(dir, "missing") }, watchGuard / 2},
+		{"a watch that reports nothing", func(dir string) string {
+			p := filepath.Join(dir, "other")
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, 2*watchGuard + time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			path := tc.path(t.TempDir())
+			h := func(int) string { return path }
+			watchPath.Store(&h)
+			t.Cleanup(func() { watchPath.Store(nil) })
+			c := newConsole(t)
+			out := rawPeer(t, c.Base())
+			t0 := time.Now()
+			typeSlowly(t, out, "hello\r\n")
+			m, err := c.Buffer().Wait(ctx, 0, regexp.MustCompile(`hello\r\n$`), 5*time.Second)
+			if err != nil || !m.Matched {
+				t.Fatalf("the output did not arrive: %+v %v", m, err)
+			}
+			if d := time.Since(t0); d > tc.late {
+				t.Fatalf("the output took %v, want at most %v", d, tc.late)
+			}
+			waitMode(t, c, true, 2*time.Second)
+			if c.watching() {
+				t.Fatal("the drain still waits on the watch")
+			}
+			// From now on the FIFO wakes it at once.
+			t0 = time.Now()
+			start := c.Buffer().End()
+			typeSlowly(t, out, "again\r\n")
+			if m, err := c.Buffer().Wait(ctx, start, regexp.MustCompile(`again\r\n$`), 5*time.Second); err != nil || !m.Matched {
+				t.Fatalf("the output did not arrive: %+v %v", m, err)
+			}
+			if d := time.Since(t0); d > watchGuard/2 {
+				t.Fatalf("waiting on the FIFO, the output took %v", d)
+			}
+			if got, _ := c.Buffer().Read(0, 0); string(got) != "hello\r\nagain\r\n" {
+				t.Fatalf("buffer %q", got)
+			}
+			closeWithin(t, c, "waiting on the FIFO")
+		})
 	}
 }
