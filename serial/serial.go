@@ -562,9 +562,14 @@ func (c *Console) drain() {
 		c.log.Error("serial: drain cannot start", "path", c.out.path, "err", err)
 		return
 	}
-	d := drainer{c: c, p: make([]byte, c.size), winStart: time.Now()}
+	d := drainer{c: c, p: make([]byte, c.size), winStart: time.Now(), nb: -1}
 	_ = rc.Control(func(f uintptr) { d.fd = int(f) })
 	defer d.closeNP()
+	defer func() {
+		if d.nb >= 0 {
+			unix.Close(d.nb)
+		}
+	}()
 	for {
 		var stop bool
 		var err error
@@ -639,6 +644,12 @@ type drainer struct {
 	// watchGuard), and np is the FIFO.
 	watching, confirmed, noWatch bool
 	ev                           []byte // inotify events, read and dropped
+	// nb is the FIFO opened a third time, non-blocking and outside the
+	// netpoller (-1 until the watch needs it): one read(2) takes what
+	// the pipe holds or says EAGAIN. pending: the watch has reported a
+	// write that nb has not looked for since.
+	nb      int
+	pending bool
 }
 
 // watchGuard is how long the drain waits for the first inotify event of a
@@ -736,27 +747,42 @@ func (d *drainer) openWatch() (*os.File, error) {
 		f.Close()
 		return nil, fmt.Errorf("inotify not in the netpoller: %w", err)
 	}
+	if d.nb < 0 {
+		nb, err := unix.Open("/proc/self/fd/"+strconv.Itoa(d.fd), unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("non-blocking FIFO: %w", err)
+		}
+		d.nb = nb
+	}
 	if d.ev == nil {
 		d.ev = make([]byte, 4096)
 	}
+	// What QEMU wrote before the watch was there has no event.
+	d.pending = true
 	return f, nil
 }
 
-// readWatched reads what the FIFO holds, or, when it holds nothing, waits
-// in the netpoller for the watch to report a write (r is 0 then).
+// readWatched reads what the FIFO holds once the watch has reported a
+// write, and otherwise waits in the netpoller for the watch (r is 0 then).
+// Every write queues an event (or merges into one not read yet), so data
+// that comes after the read below has an event to wake the drain: an
+// event read, then one read of the FIFO, is all a write costs the drain.
 func (d *drainer) readWatched(np syscall.RawConn) (r int, err error) {
-	avail, err := rawio.Available(d.fd)
-	if err != nil {
-		return 0, fmt.Errorf("FIONREAD: %w", err)
-	}
-	if avail > 0 {
-		// Only the drain reads the FIFO: what FIONREAD says is there
-		// is read without blocking.
-		return rawio.ReadNow(d.fd, d.p[:min(avail, len(d.p))])
+	if d.pending {
+		r, err := rawio.ReadNow(d.nb, d.p)
+		switch {
+		case r == len(d.p):
+			return r, nil // more may be there: look again
+		case err == nil, errors.Is(err, unix.EAGAIN):
+			d.pending = false
+			return r, nil
+		}
+		return 0, fmt.Errorf("read: %w", err)
 	}
 	n, err := rawio.Read(np, d.ev)
 	if n > 0 {
-		d.confirmed = true
+		d.confirmed, d.pending = true, true
 	}
 	return 0, err
 }
