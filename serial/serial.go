@@ -527,8 +527,9 @@ const idleFlushDelay = 10 * time.Millisecond
 // emulator needs. So it reads in one of two modes:
 //
 //   - Interactive (the default): it waits in the runtime's netpoller on an
-//     inotify watch of the FIFO, and reads what FIONREAD says the pipe
-//     holds, with raw system calls (package rawio). The goroutine parks
+//     inotify watch of the FIFO, and reads the FIFO through a non-blocking
+//     descriptor outside the netpoller, with raw system calls (package
+//     rawio). The goroutine parks
 //     without holding a scheduler P, and its system calls skip the
 //     runtime's bookkeeping, which wakes the runtime's sysmon thread from
 //     its deep sleep; a woken sysmon polls every 20 us for a millisecond
