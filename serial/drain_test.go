@@ -59,6 +59,26 @@ func nextMode(t *testing.T, ch <-chan bool, flood bool, within time.Duration) {
 	}
 }
 
+// floodUntilSwitch writes 512-byte pieces (put(k) writes the k-th) 50 us
+// apart until the drain switches to flood mode: a flood that ends before
+// the drain's first read is read in one piece, and rightly is not one.
+func floodUntilSwitch(t *testing.T, switches <-chan bool, put func(k int)) {
+	t.Helper()
+	for k := 0; k < 20000; k++ {
+		put(k)
+		time.Sleep(50 * time.Microsecond)
+		select {
+		case flood := <-switches:
+			if !flood {
+				t.Fatal("the drain left flood mode without having entered it")
+			}
+			return
+		default:
+		}
+	}
+	t.Fatal("the drain did not enter flood mode during 10 MB of output")
+}
+
 // The drain reads interactive output through the netpoller, goes to
 // poll(2) with naps when a flood starts, and back once the output has been
 // quiet for floodQuiet; not a byte is lost or reordered across the
@@ -92,24 +112,8 @@ func TestDrainModes(t *testing.T) {
 	}
 	for round := range 3 {
 		// A flood: many bytes within burstWindow, until the drain
-		// notices (one that ends before the drain's first read is
-		// read in one piece, and rightly is not one).
-		for k := 0; ; k++ {
-			put(bytes.Repeat([]byte{'a' + byte((round*64+k)%26)}, 512))
-			time.Sleep(50 * time.Microsecond)
-			select {
-			case flood := <-switches:
-				if !flood {
-					t.Fatal("the drain left flood mode without having entered it")
-				}
-			default:
-				if k < 20000 {
-					continue
-				}
-				t.Fatal("the drain did not enter flood mode during 10 MB of output")
-			}
-			break
-		}
+		// notices.
+		floodUntilSwitch(t, switches, func(k int) { put(bytes.Repeat([]byte{'a' + byte((round*64+k)%26)}, 512)) })
 		put([]byte("during the flood\n"))
 		if err := c.Sync(ctx); err != nil {
 			t.Fatalf("sync in flood mode: %v", err)
@@ -309,24 +313,11 @@ func TestDrainLeavesPipeUnpolled(t *testing.T) {
 	}
 	// A flood closes the watch; quiet opens a new one.
 	chunk := bytes.Repeat([]byte("0123456789abcdef"), 32)
-	for k := 0; ; k++ {
+	floodUntilSwitch(t, switches, func(int) {
 		if _, err := unix.Write(out, chunk); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Microsecond)
-		select {
-		case flood := <-switches:
-			if !flood {
-				t.Fatal("the drain left flood mode without having entered it")
-			}
-		default:
-			if k < 20000 {
-				continue
-			}
-			t.Fatal("the drain did not enter flood mode during 10 MB of output")
-		}
-		break
-	}
+	})
 	nextMode(t, switches, false, floodQuiet+2*time.Second)
 	waitMode(t, c, true, 2*time.Second)
 	echo("two")
