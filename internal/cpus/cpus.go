@@ -18,23 +18,35 @@ import (
 
 var (
 	mu    sync.Mutex
-	base  = runtime.GOMAXPROCS(0) // the runtime's own choice (CPUs, affinity, cgroup quota)
 	fixed = func() bool { _, ok := os.LookupEnv("GOMAXPROCS"); return ok }()
 	guest int // vCPUs of the guests that run
+	// base is the runtime's own choice (CPUs, affinity, cgroup quota) as
+	// it was when the first of the running guests started.
+	base int
 )
 
 // Add counts n more vCPUs running (a guest's QEMU started, or n < 0: one
-// ended) and sets GOMAXPROCS to the CPUs they leave, at least one. A
-// GOMAXPROCS in the environment is the user's choice and is kept.
+// ended) and sets GOMAXPROCS to the CPUs they leave, at least one. Once no
+// guest runs, the runtime's default is back, and with it the runtime's own
+// updates when the machine's CPUs or the cgroup's quota change (setting
+// GOMAXPROCS turns them off). A GOMAXPROCS in the environment is the
+// user's choice and is kept.
 func Add(n int) {
 	mu.Lock()
 	defer mu.Unlock()
+	was := guest
 	guest = max(0, guest+n)
-	if fixed {
+	if fixed || guest == was {
 		return
 	}
-	want := max(1, base-guest)
-	if runtime.GOMAXPROCS(0) != want {
+	if guest == 0 {
+		runtime.SetDefaultGOMAXPROCS()
+		return
+	}
+	if was == 0 {
+		base = runtime.GOMAXPROCS(0) // the default, while no guest ran
+	}
+	if want := max(1, base-guest); runtime.GOMAXPROCS(0) != want {
 		runtime.GOMAXPROCS(want)
 	}
 }

@@ -11,11 +11,12 @@ func TestAddLeavesGuestsTheirCPUs(t *testing.T) {
 	if fixed {
 		t.Skip("GOMAXPROCS is set in the environment: the user's choice is kept, nothing to test")
 	}
+	base := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() {
 		mu.Lock()
 		guest = 0
 		mu.Unlock()
-		runtime.GOMAXPROCS(base)
+		runtime.SetDefaultGOMAXPROCS()
 	})
 	Add(1)
 	if got, want := runtime.GOMAXPROCS(0), max(1, base-1); got != want {
@@ -27,7 +28,7 @@ func TestAddLeavesGuestsTheirCPUs(t *testing.T) {
 	}
 	Add(-(base + 4))
 	if got := runtime.GOMAXPROCS(0); got != base {
-		t.Fatalf("every guest ended: GOMAXPROCS %d, want %d", got, base)
+		t.Fatalf("every guest ended: GOMAXPROCS %d, want the default %d", got, base)
 	}
 	Add(-1) // an undo run twice must not leave a negative count behind
 	Add(1)
