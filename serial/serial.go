@@ -176,8 +176,8 @@ func Create(base string, opts ...Option) (*Console, error) {
 		out.destroy(cfg.logger)
 		return nil, fmt.Errorf("serial: FIFO not pollable: %w", err)
 	}
-	// The drain sleeps in poll(2) on the output FIFO and this pipe; a
-	// byte on the pipe tells it to stop.
+	// Without /proc the drain sleeps in poll(2) on the output FIFO and
+	// this pipe; a byte on the pipe tells it to stop.
 	var wake [2]int
 	if err := unix.Pipe2(wake[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		in.destroy(cfg.logger)
@@ -529,9 +529,8 @@ const idleFlushDelay = 10 * time.Millisecond
 //   - Interactive (the default): it waits in the runtime's netpoller on an
 //     inotify watch of the FIFO, and reads the FIFO through a non-blocking
 //     descriptor outside the netpoller, with raw system calls (package
-//     rawio). The goroutine parks
-//     without holding a scheduler P, and its system calls skip the
-//     runtime's bookkeeping, which wakes the runtime's sysmon thread from
+//     rawio). The goroutine parks without holding a scheduler P, and its
+//     system calls skip the runtime's bookkeeping, which wakes the runtime's sysmon thread from
 //     its deep sleep; a woken sysmon polls every 20 us for a millisecond
 //     or more, on the core that the emulator's I/O thread needs while the
 //     guest echoes. (A goroutine in a blocking poll(2) holds its P in a
@@ -544,11 +543,12 @@ const idleFlushDelay = 10 * time.Millisecond
 //   - Flood: once more than burstBytes arrive within burstWindow, it
 //     closes the watch (or descriptor: the netpoller's edge-triggered
 //     epoll would wake a thread for every byte even while nobody reads)
-//     and naps,
-//     reading what the pipe gathered between naps (interrupt moderation):
-//     burstNap, doubling up to floodNap while the flood goes on. After
-//     floodQuiet without output it goes back to interactive. Where the
-//     second descriptor cannot be had, it sleeps in poll(2) instead.
+//     and naps, reading what the pipe gathered between naps (interrupt
+//     moderation): burstNap, doubling up to floodNap while the flood goes
+//     on. After floodQuiet without output it goes back to interactive.
+//
+// Where neither the watch nor a second descriptor can be had (no /proc),
+// the drain sleeps in poll(2) for both kinds (pollOnly).
 //
 // With a transcript, a read shorter than asked for emptied the pipe: the
 // guest may have paused. After idleFlushDelay of quiet the drain flushes
@@ -592,9 +592,10 @@ func (c *Console) drain() {
 	}
 }
 
-// kick tells the drain to look at c.stopping and the Syncs waiting: a byte
-// on the wake pipe for its poll(2), a read deadline in the past for its
-// netpoller read. b is the byte written.
+// kick tells the drain to look at c.stopping and the Syncs waiting: the
+// flag its flood naps look at, a read deadline in the past for its
+// netpoller read, a byte on the wake pipe for its poll(2) (pollOnly). b is
+// the byte written.
 func (c *Console) kick(b byte) error {
 	c.npMu.Lock()
 	c.kicked = true
@@ -624,12 +625,12 @@ var modeHook atomic.Pointer[func(c *Console, flood bool)]
 // drainer is the drain goroutine's state.
 type drainer struct {
 	c  *Console
-	fd int // the blocking descriptor: poll(2) mode, Syncs
+	fd int // the blocking descriptor: floods, Syncs, pollOnly
 	p  []byte
 	// noNP: the netpoller descriptor cannot be had here (no /proc, or
-	// the FIFO is not pollable): poll(2) mode only.
+	// the FIFO is not pollable): pollOnly.
 	noNP bool
-	// flooding: in poll(2) mode until floodQuiet without output.
+	// flooding: in flood mode until floodQuiet without output.
 	flooding bool
 	// armed: an idle flush is due after idleFlushDelay of quiet.
 	armed bool
@@ -665,8 +666,8 @@ const watchGuard = 100 * time.Millisecond
 // on in place of the FIFO.
 var watchPath atomic.Pointer[func(fd int) string]
 
-// openNP opens the interactive mode's descriptor unless it is open; false
-// means poll(2) mode. It reopens the FIFO through /proc/self/fd, which
+// openNP opens what the interactive mode waits on unless it is open: the
+// watch (openWatch), or else the FIFO; false means pollOnly. It reopens the FIFO through /proc/self/fd, which
 // gives a new open file description of the very pipe the console made
 // (no path is looked up again), read-write like the first so that it
 // never sees end-of-file.
@@ -872,7 +873,7 @@ func (d *drainer) kicked() (stop bool, err error) {
 }
 
 // interactive reads through the netpoller until a stop (stop), a failure
-// (err) or a flood (neither: the caller goes on in poll(2) mode).
+// (err) or a flood (neither: the caller goes on in flood mode).
 func (d *drainer) interactive() (stop bool, err error) {
 	c := d.c
 	for {
@@ -1067,7 +1068,7 @@ const (
 	// floodNap is the longest nap: naps double while a flood goes on.
 	floodNap = 4 * time.Millisecond
 	// floodQuiet is how long the output stays quiet before the drain
-	// leaves poll(2) mode for interactive again.
+	// leaves flood mode for interactive again.
 	floodQuiet = 20 * time.Millisecond
 )
 
