@@ -196,17 +196,31 @@ func (r *blocking) close() {
 	unix.Close(r.fd)
 }
 
+// burst tells a flood from interactive output as the server's drain does:
+// more than 256 bytes within a millisecond, read short of the buffer.
+type burst struct {
+	start time.Time
+	bytes int
+}
+
+// add counts n bytes just read into a buffer of size; it reports a flood.
+func (w *burst) add(n, size int) bool {
+	if now := time.Now(); now.Sub(w.start) > time.Millisecond {
+		w.start, w.bytes = now, 0
+	}
+	w.bytes += n
+	return w.bytes > 256 && n < size/2
+}
+
 // batched: poll(2), then read; once more than 256 bytes came within a
 // millisecond, a millisecond's nap between reads lets the pipe gather a
 // batch (what the server's drain does: fewer wake-ups leave the emulator
 // the CPU).
 type batched struct {
-	fd           int
-	winStart     time.Time
-	winBytes     int
-	pfd          []unix.PollFd
-	lastWasShort bool
-	nap          time.Duration
+	fd    int
+	burst burst
+	pfd   []unix.PollFd
+	nap   time.Duration
 }
 
 func openBatched(path string) (rawReader, error) { return openBatchedNap(path, time.Millisecond) }
@@ -218,7 +232,7 @@ func openBatchedNap(path string, nap time.Duration) (rawReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &batched{fd: fd, winStart: time.Now(), nap: nap, pfd: []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}}, nil
+	return &batched{fd: fd, nap: nap, pfd: []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}}, nil
 }
 
 func (r *batched) read(b []byte) (int, error) {
@@ -233,15 +247,8 @@ func (r *batched) read(b []byte) (int, error) {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if n > 0 {
-			now := time.Now()
-			if now.Sub(r.winStart) > time.Millisecond {
-				r.winStart, r.winBytes = now, 0
-			}
-			r.winBytes += n
-			if r.winBytes > 256 && n < len(b)/2 {
-				time.Sleep(r.nap)
-			}
+		if n > 0 && r.burst.add(n, len(b)) {
+			time.Sleep(r.nap)
 		}
 		return n, err
 	}
@@ -253,10 +260,9 @@ func (r *batched) close() { unix.Close(r.fd) }
 // (FIONREAD, raw system calls) and naps when it is empty or a flood goes
 // on, 1 ms doubling to 4 ms (the server's drain under a flood).
 type napRead struct {
-	fd       int
-	nap      time.Duration
-	winStart time.Time
-	winBytes int
+	fd    int
+	nap   time.Duration
+	burst burst
 }
 
 func openNapRead(path string) (rawReader, error) {
@@ -264,7 +270,7 @@ func openNapRead(path string) (rawReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &napRead{fd: fd, nap: time.Millisecond, winStart: time.Now()}, nil
+	return &napRead{fd: fd, nap: time.Millisecond}, nil
 }
 
 func (r *napRead) read(b []byte) (int, error) {
@@ -279,18 +285,13 @@ func (r *napRead) read(b []byte) (int, error) {
 			continue
 		}
 		n, err := rawio.ReadNow(r.fd, b[:min(avail, len(b))])
-		if n > 0 {
-			now := time.Now()
-			if now.Sub(r.winStart) > time.Millisecond {
-				r.winStart, r.winBytes = now, 0
-			}
-			r.winBytes += n
-			if r.winBytes > 256 && n < len(b)/2 {
-				time.Sleep(r.nap)
-				r.nap = min(2*r.nap, 4*time.Millisecond)
-			} else {
-				r.nap = time.Millisecond
-			}
+		switch {
+		case n == 0:
+		case r.burst.add(n, len(b)):
+			time.Sleep(r.nap)
+			r.nap = min(2*r.nap, 4*time.Millisecond)
+		default:
+			r.nap = time.Millisecond
 		}
 		return n, err
 	}
