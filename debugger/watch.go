@@ -148,8 +148,8 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 			if v, err := th.ReadMemory(ctx, addr, w.Length); err == nil {
 				old = v
 			}
-			if _, err := th.Step(ctx); err != nil {
-				return acc, fmt.Errorf("step over the access: %w", err)
+			if err := s.stepAccess(ctx, th, pc); err != nil {
+				return acc, err
 			}
 		}
 	}
@@ -186,6 +186,31 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 	acc.Old, acc.New = number(old), number(now)
 	w.value = now
 	return acc, nil
+}
+
+// stepAccess steps th past the instruction at pc, which the stub stopped
+// before. QEMU 11 rarely stops there with its own debug event still
+// pending, and the first step then ends where it began, the instruction
+// not run (seen once in CI: the write caught, its value unchanged): a
+// step that did not move is tried again, twice at most.
+func (s *Session) stepAccess(ctx context.Context, th *gdb.Thread, pc uint64) error {
+	for try := 1; ; try++ {
+		st, err := th.Step(ctx)
+		if err != nil {
+			return fmt.Errorf("step over the access: %w", err)
+		}
+		now, err := th.ReadRegister(ctx, "pc")
+		if err != nil {
+			return fmt.Errorf("step over the access: read pc: %w", err)
+		}
+		if now != pc {
+			return nil
+		}
+		if try == 3 {
+			return fmt.Errorf("step over the access at %s: %d steps did not move the hart (last stop %s); the value shown may be from before the write", hex(pc), try, st.Raw)
+		}
+		s.cfg.Logger.Debug("debugger: a step over a watched access did not move; stepping again", "pc", hex(pc), "stop", st.Raw)
+	}
 }
 
 // number reads b as a little-endian number.

@@ -453,62 +453,136 @@ func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Resul
 // to C with the double load (loadvm, one instruction, loadvm again), and
 // forward to T again, where the registers must be the reference's.
 func (r *run) replayProbe(ctx context.Context) Result {
-	log := filepath.Join(r.dir, "rec.bin")
-	img := filepath.Join(r.dir, "rr.qcow2")
-	if _, err := os.Stat(img); err != nil {
-		return failed("the recording's image", err)
+	// QEMU itself sometimes dies in a replay (its monitor closing under
+	// the probe, about once in 40 probes here): that says nothing of the
+	// checkpoints, whose every load the time travel verifies anyway, so a
+	// probe whose QEMU died is run again, from a new recording.
+	const attempts = 3
+	var crashes []string
+	for i := 1; ; i++ {
+		res, crash := r.replayAttempt(ctx, i)
+		if crash == "" || i == attempts || ctx.Err() != nil {
+			if len(crashes) > 0 {
+				res.Detail += fmt.Sprintf(" (QEMU died in %d earlier attempt(s): %s)", len(crashes), strings.Join(crashes, "; "))
+			}
+			if crash != "" {
+				res = Result{Answer: Failed, Detail: fmt.Sprintf("QEMU died (attempt %d of %d): %s; %s", i, attempts, crash, res.Detail)}
+			}
+			return res
+		}
+		r.p.log.Debug("probe: QEMU died during the replay probe; trying again", "binary", r.bin, "attempt", i, "crash", crash)
+		crashes = append(crashes, crash)
+	}
+}
+
+// replayAttempt records the tiny kernel, replays it to a checkpoint and
+// back through it; crash says how QEMU ended if one of its processes
+// died on its own.
+func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash string) {
+	log := filepath.Join(r.dir, fmt.Sprintf("rec-%d.bin", n))
+	img := filepath.Join(r.dir, fmt.Sprintf("rr-%d.qcow2", n))
+	// Each attempt starts from the empty image: a record writes its
+	// start into it.
+	if err := copyFile(filepath.Join(r.dir, "rr.qcow2"), img); err != nil {
+		return failed("the recording's image", err), ""
 	}
 	rr := func(mode string) []string {
 		return []string{"-icount", "shift=auto,rr=" + mode + ",rrfile=" + log + ",rrsnapshot=init",
 			"-drive", "file=" + img + ",format=qcow2,if=none,id=rr"}
 	}
+	died := func(g *guest) string {
+		if g.mon().Err() != nil {
+			// The monitor went first; the exit is noticed just after.
+			select {
+			case <-g.m.Done():
+			case <-time.After(time.Second):
+			}
+		}
+		if e, ok := g.m.Exited(); ok {
+			return strings.TrimSpace(e.String() + " " + lastWords(g.m.Stderr()))
+		}
+		return ""
+	}
 	rec, err := r.boot(ctx, false, "", nil, rr("record")...)
 	if err != nil {
-		return failed("record", err)
+		return failed("record", err), ""
 	}
 	c, t, err := recordSession(ctx, rec)
+	crash = died(rec)
 	rec.close()
 	if err != nil {
-		return failed("record", err)
+		return failed("record", err), crash
 	}
 	p, err := r.boot(ctx, false, "", func(ctx context.Context, m *qemu.Machine) error {
 		_, err := (&guest{m: m}).hmp(ctx, "replay_break "+strconv.FormatUint(c, 10))
 		return err
 	}, rr("replay")...)
 	if err != nil {
-		return failed("replay", err)
+		return failed("replay", err), ""
 	}
 	defer p.close()
+	if replayStarted != nil {
+		replayStarted(n, p.m)
+	}
+	defer func() {
+		if res.Answer != Yes {
+			crash = died(p)
+		}
+	}()
 	// The break at C was set before the replay ran.
 	if err := p.waitStop(ctx, 10*time.Second); err != nil {
-		return failed("replay to the checkpoint", err)
+		return failed("replay to the checkpoint", err), ""
 	}
 	if _, err := p.hmpOK(ctx, "savevm ck"); err != nil {
-		return failed("checkpoint", err)
+		return failed("checkpoint", err), ""
 	}
 	want, err := p.replayTo(ctx, t, 10*time.Second)
 	if err != nil {
-		return failed("replay past the checkpoint", err)
+		return failed("replay past the checkpoint", err), ""
 	}
 	// The double load: the first load sets the replay's clock shift, the
 	// second restores the timers against it.
 	if _, err := p.hmpOK(ctx, "loadvm ck"); err != nil {
-		return no("loadvm of the checkpoint failed: %v", err)
+		return no("loadvm of the checkpoint failed: %v", err), ""
 	}
 	if _, err := p.replayTo(ctx, c+1, 5*time.Second); err != nil {
-		return no("the replay froze one instruction after loading the checkpoint: %v", err)
+		return no("the replay froze one instruction after loading the checkpoint: %v", err), ""
 	}
 	if _, err := p.hmpOK(ctx, "loadvm ck"); err != nil {
-		return no("the second loadvm of the checkpoint failed: %v", err)
+		return no("the second loadvm of the checkpoint failed: %v", err), ""
 	}
 	got, err := p.replayTo(ctx, t, 10*time.Second)
 	if err != nil {
-		return no("the replay from the checkpoint did not reach instruction %d: %v", t, err)
+		return no("the replay from the checkpoint did not reach instruction %d: %v", t, err), ""
 	}
 	if got != want {
-		return no("the replay from the checkpoint reached instruction %d in another state than the replay from the start", t)
+		return no("the replay from the checkpoint reached instruction %d in another state than the replay from the start", t), ""
 	}
-	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start", c, t)}
+	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start", c, t)}, ""
+}
+
+// lastWords is the last line QEMU printed that is not a deprecation
+// warning (QEMU 11 prints one for -mon at every start): an abort's message.
+func lastWords(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !strings.Contains(l, "deprecated") {
+			return "(" + tail([]byte(l)) + ")"
+		}
+	}
+	return ""
+}
+
+// replayStarted, when a test sets it, sees each attempt's replaying QEMU
+// as it starts.
+var replayStarted func(attempt int, m *qemu.Machine)
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
 }
 
 // recordSession lets the recording guest boot and answer a typed line;
