@@ -509,7 +509,10 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		"-chardev", serial,
 		"-serial", "chardev:serial0",
 		"-chardev", "socket,id=qmp0,fd="+strconv.Itoa(qmpFD)+",server=on,wait=off",
-		"-mon", "chardev=qmp0,mode=control",
+		// -qmp, not -mon chardev=…,mode=control: QEMU 11 warns at every
+		// start that -mon is deprecated, and the warning headed every
+		// error a user read from a failed boot.
+		"-qmp", "chardev:qmp0",
 	)
 	if c.gdbFD > 0 {
 		argv = append(argv, "-chardev", "socket,id=gdb0,fd="+strconv.Itoa(c.gdbFD)+",server=on,wait=off", "-gdb", "chardev:gdb0")

@@ -562,7 +562,8 @@ func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash strin
 }
 
 // lastWords is the last line QEMU printed that is not a deprecation
-// warning (QEMU 11 prints one for -mon at every start): an abort's message.
+// warning (one for an option of the caller's would not say why QEMU
+// died): an abort's message.
 func lastWords(stderr string) string {
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
