@@ -688,7 +688,14 @@ func (d *drainer) openNP() bool {
 			return d.setNP(f)
 		}
 		d.noWatch = true
-		c.log.Debug("serial: no inotify watch on the output FIFO; the drain waits on the FIFO itself, which costs QEMU's writes under a flood", "path", c.out.path, "err", err)
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENOSPC) {
+			// The user's inotify instances or watches ran out (128
+			// instances by default, shared by every program of the user):
+			// the console works, floods are 5-9 % slower; a person can fix it.
+			c.log.Warn("serial: no inotify watch on the output FIFO: this user's inotify limit is reached (sysctl fs.inotify.max_user_instances / max_user_watches); the console works, its floods read slower", "path", c.out.path, "err", err)
+		} else {
+			c.log.Debug("serial: no inotify watch on the output FIFO; the drain waits on the FIFO itself, which costs QEMU's writes under a flood", "path", c.out.path, "err", err)
+		}
 	}
 	d.watching = false
 	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(d.fd), os.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
