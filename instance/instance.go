@@ -841,10 +841,12 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 			t.Stop()
 			ev = i.events.since(began)
 		}
-		if ev != nil && ev.Event == "SHUTDOWN" && !res.Finished {
+		if res.Finished || ev != nil && ev.Event == "SHUTDOWN" {
 			// QEMU 9 and later announce the guest's power-off before
 			// QEMU exits (unless told -no-shutdown): report the exit
-			// with it, as when QEMU exits without a word.
+			// with it, as when QEMU exits without a word. Either way the
+			// end is reported once the instance is torn down, so that a
+			// caller told "exited" finds its files gone.
 			i.awaitExit(2 * time.Second)
 		}
 		if res.Stopped && ev == nil {

@@ -443,6 +443,9 @@ func TestGuestExitIsReported(t *testing.T) {
 		if !w.Exited || w.ExitStatus == nil || *w.ExitStatus != tc.want || w.TimedOut || w.Running {
 			t.Errorf("%s: %+v", tc.cmd, w)
 		}
+		// The call that reported the end returned once the guest was
+		// torn down: nothing of it is left.
+		assertEmptyRuntimeDir(t, s.dir)
 		var st struct {
 			Running    bool `json:"running"`
 			Exited     bool `json:"exited"`
@@ -457,24 +460,6 @@ func TestGuestExitIsReported(t *testing.T) {
 			t.Errorf("%s: socket %s left after the guest exited", tc.cmd, b.Paths.QMPSocket)
 		}
 	}
-	// A guest that ends by itself is torn down by its instance's
-	// watcher, beside the calls that report the end: its FIFOs go
-	// within moments, not necessarily before those calls return.
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && !runtimeDirEmpty(t, s.dir); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	assertEmptyRuntimeDir(t, s.dir)
-}
-
-// runtimeDirEmpty reports whether dir holds nothing of a guest.
-func runtimeDirEmpty(t *testing.T, dir string) bool {
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if guestFile(t, e.Name()) {
-			return false
-		}
-	}
-	return true
 }
 
 // guestFile tells a guest's file in the runtime directory from what stays
