@@ -214,6 +214,54 @@ func TestDrainInteractiveIdleFlush(t *testing.T) {
 	}
 }
 
+// A guest that prints a line every few milliseconds, never quiet for
+// idleFlushDelay, still has its output in the transcript within about
+// flushMaxAge: before, the file trailed by up to transcriptChunk.
+func TestDrainSteadyOutputFlushes(t *testing.T) {
+	dir := t.TempDir()
+	tr := dir + "/transcript.log"
+	c, err := Create(testBase(dir, 1), WithTranscript(tr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p := openPeer(t, c.Base())
+	waitMode(t, c, true, 2*time.Second)
+	var worst time.Duration
+	lines := 0
+	for start := time.Now(); time.Since(start) < time.Second; lines++ {
+		line := fmt.Sprintf("heartbeat %d\n", lines)
+		if _, err := p.out.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Millisecond)
+		if lines%20 != 0 {
+			continue
+		}
+		// How long until the file holds this line, the guest printing on.
+		sent := time.Now()
+		for {
+			b, _ := os.ReadFile(tr)
+			if bytes.Contains(b, []byte(line)) {
+				worst = max(worst, time.Since(sent))
+				break
+			}
+			if time.Since(sent) > 2*time.Second {
+				t.Fatalf("line %d not in the transcript 2 s after it was printed (the file has %d bytes)", lines, len(b))
+			}
+			lines++
+			if _, err := p.out.Write(fmt.Appendf(nil, "heartbeat %d\n", lines)); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}
+	t.Logf("%d lines; the transcript trailed by at most %v", lines, worst)
+	if worst > 5*flushMaxAge {
+		t.Errorf("the transcript trailed steady output by %v", worst)
+	}
+}
+
 // rawPeer plays QEMU with plain descriptors, outside the test process's
 // netpoller, so that what is in an epoll set is the drain's doing.
 func rawPeer(t *testing.T, base string) (out int) {

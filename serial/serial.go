@@ -518,6 +518,12 @@ func (c *Console) Close() error {
 // flushes the transcript, unless a flush happened meanwhile.
 const idleFlushDelay = 10 * time.Millisecond
 
+// flushMaxAge bounds how long output waits for the transcript when the
+// guest never goes quiet for idleFlushDelay: a line every few
+// milliseconds kept pushing the idle flush back, and the file trailed the
+// console by up to transcriptChunk for seconds.
+const flushMaxAge = 100 * time.Millisecond
+
 // drain copies the output FIFO into the buffer until stopped.
 //
 // QEMU's UART writes the pipe one byte per syscall, and the drain must
@@ -632,8 +638,10 @@ type drainer struct {
 	noNP bool
 	// flooding: in flood mode until floodQuiet without output.
 	flooding bool
-	// armed: an idle flush is due after idleFlushDelay of quiet.
-	armed bool
+	// armed: an idle flush is due after idleFlushDelay of quiet, or at
+	// armedAt+flushMaxAge at the latest.
+	armed   bool
+	armedAt time.Time
 	// The burst window: bytes read since winStart.
 	winStart time.Time
 	winBytes int
@@ -834,10 +842,16 @@ func (d *drainer) take(r int) (burst bool) {
 		// about to block anyway.
 		runtime.Gosched()
 	}
-	if c.buf.tr != nil && r < len(d.p) {
-		d.armed = true
-	}
 	now := time.Now()
+	if c.buf.tr != nil && r < len(d.p) {
+		switch {
+		case !d.armed:
+			d.armed, d.armedAt = true, now
+		case now.Sub(d.armedAt) >= flushMaxAge:
+			_ = c.buf.Flush() // a failure was logged; this read's bytes included
+			d.armed = false
+		}
+	}
 	if now.Sub(d.winStart) > burstWindow {
 		d.winStart, d.winBytes = now, 0
 	}
