@@ -189,10 +189,11 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 }
 
 // stepAccess steps th past the instruction at pc, which the stub stopped
-// before. QEMU 11 rarely stops there with its own debug event still
-// pending, and the first step then ends where it began, the instruction
-// not run (seen once in CI: the write caught, its value unchanged): a
-// step that did not move is tried again, twice at most.
+// before. Once, in CI, QEMU 11.1 stopped a write there and the step after
+// ended where it began, the store not run (the write was reported as
+// unchanged); a debug event QEMU still had pending, by its watchpoint
+// code, though it did not recur here. A step that did not move is tried
+// again, twice at most.
 func (s *Session) stepAccess(ctx context.Context, th *gdb.Thread, pc uint64) error {
 	for try := 1; ; try++ {
 		st, err := th.Step(ctx)
