@@ -453,8 +453,8 @@ func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Resul
 // to C with the double load (loadvm, one instruction, loadvm again), and
 // forward to T again, where the registers must be the reference's.
 func (r *run) replayProbe(ctx context.Context) Result {
-	// QEMU itself sometimes dies in a replay (its monitor closing under
-	// the probe, about once in 40 probes here): that says nothing of the
+	// QEMU 11.1 itself once died in this replay (its monitor closing
+	// under the probe, in one of a day's test runs): that says nothing of the
 	// checkpoints, whose every load the time travel verifies anyway, so a
 	// probe whose QEMU died is run again, from a new recording.
 	const attempts = 3
