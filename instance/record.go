@@ -247,6 +247,13 @@ func (i *Instance) finishRecording() error {
 		}
 	}
 	if con := i.console; con != nil {
+		// What QEMU printed last may still be in the pipe: the watcher
+		// that drains it at QEMU's exit runs beside this stop.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := con.Sync(ctx); err != nil {
+			i.mgr.log.Warn("a recording's console: the last output may be missing", "instance", i.name, "err", err)
+		}
+		cancel()
 		meta.ConsoleBytes = con.Buffer().End()
 		if err := saveConsole(con.Buffer(), meta.Console()); err != nil {
 			i.mgr.log.Warn("keep a recording's console", "instance", i.name, "err", err)

@@ -572,3 +572,44 @@ func TestRecordingCap(t *testing.T) {
 		t.Errorf("after delete: %+v", list)
 	}
 }
+
+// A recording stopped while the guest prints (a flood, or an answer still
+// coming) keeps in its console.log all the guest printed, the last bytes
+// QEMU left in the pipe included: the copy was made beside the drain's
+// last read and lost the last 45 to 441 bytes in about one stop in ten.
+func TestRecordingConsoleWhole(t *testing.T) {
+	state, work := t.TempDir(), t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir = work
+		c.Captures = filepath.Join(state, "captures")
+		os.MkdirAll(c.Captures, 0o700)
+	}, nil)
+	for round := range 6 {
+		name := fmt.Sprintf("flood%d", round)
+		var b bootOut
+		s.mustCall("qemu_boot", map[string]any{"record": name, "wait_for": prompt, "timeout": 30, "restart": true, "gdb": round%2 == 1}, &b)
+		if !b.Matched {
+			t.Fatalf("boot: %+v", b)
+		}
+		// A flood cut at some point, or a short answer still coming.
+		cmd := "flood 400000"
+		if round >= 3 {
+			cmd = "help"
+		}
+		s.mustCall("serial_send", map[string]any{"data": cmd}, nil)
+		time.Sleep(time.Duration(20*(round%3)) * time.Millisecond)
+		s.mustCall("qemu_shutdown", nil, nil)
+		printed := consoleBytes(t, s)
+		m, err := recording.Store{Dir: filepath.Join(state, "recordings")}.Get(work, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved, err := os.ReadFile(m.Console())
+		if err != nil || string(saved) != string(printed) {
+			t.Errorf("round %d: console.log has %d bytes (%v), the guest printed %d", round, len(saved), err, len(printed))
+		}
+		if m.ConsoleBytes != int64(len(printed)) {
+			t.Errorf("round %d: the recording counts %d console bytes, the guest printed %d", round, m.ConsoleBytes, len(printed))
+		}
+	}
+}
