@@ -187,7 +187,8 @@ func (i *Instance) prepareReplay(ctx context.Context, cfg *qemu.Config, rt *qemu
 
 // findEnd replays a recording whose end is not known (cut by a kill, or
 // ended by the guest) to its end, where QEMU exits, watching how far it
-// gets: the last count seen is where later replays stop.
+// gets: one instruction before the last count seen is where later
+// replays stop.
 func (i *Instance) findEnd(ctx context.Context, cfg qemu.Config, rt qemu.Runtime, r *replayer) (uint64, error) {
 	rt.GDBSocket, rt.GDBTCP, rt.Paused, rt.BeforeCont = "", "", false, nil
 	cfg.Files = nil
@@ -212,9 +213,15 @@ func (i *Instance) findEnd(ctx context.Context, cfg qemu.Config, rt qemu.Runtime
 			if last == 0 {
 				return 0, fmt.Errorf("recording %q does not replay: QEMU %s: %s", r.meta.Name, mch.Stderr(), "its log holds nothing QEMU can replay")
 			}
-			i.mgr.log.Info("found where a recording ends", "recording", r.meta.Name, "icount", last)
+			// The last count seen may be the very instruction where the
+			// log runs out: a break there races QEMU's exit (its main
+			// loop reads past the log's last event, fails and exits
+			// before the break stops the replay, as a loaded 11.1 did).
+			// One instruction before, the last event is still running.
+			end := last - 1
+			i.mgr.log.Info("found where a recording ends", "recording", r.meta.Name, "icount", end, "last_seen", last)
 			os.Truncate(r.conFile, 0)
-			return last, nil
+			return end, nil
 		case <-ctx.Done():
 			return 0, context.Cause(ctx)
 		case <-t.C:
