@@ -210,6 +210,18 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 				if at := pos + ahead; at < limit && tl.StopAt(ctx, at) == nil {
 					ckAt = at
 					s.cfg.Logger.Debug("debugger: a checkpoint's break set", "icount", pos, "at", at, "since", sinceCk)
+					// QEMU holds one replay break: the checkpoint's took
+					// the place of limit's. A replay already past it (a
+					// busy host, a sudden fast stretch) would never stop
+					// there, and then not at limit either: it would run
+					// off the end of its log, where QEMU exits.
+					if now, err := tl.Position(ctx); err == nil && now > at {
+						if err := tl.StopAt(ctx, limit); err != nil {
+							return gdb.Stop{}, 0, err
+						}
+						ckAt = 0
+						s.cfg.Logger.Debug("debugger: the replay passed the checkpoint's break before it was set", "at", at, "icount", now)
+					}
 				}
 			}
 		}
