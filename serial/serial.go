@@ -536,10 +536,10 @@ const flushMaxAge = 100 * time.Millisecond
 //     inotify watch of the FIFO, and reads the FIFO through a non-blocking
 //     descriptor outside the netpoller, with raw system calls (package
 //     rawio). The goroutine parks without holding a scheduler P, and its
-//     system calls skip the runtime's bookkeeping, which wakes the runtime's sysmon thread from
-//     its deep sleep; a woken sysmon polls every 20 us for a millisecond
-//     or more, on the core that the emulator's I/O thread needs while the
-//     guest echoes. (A goroutine in a blocking poll(2) holds its P in a
+//     system calls skip the runtime's bookkeeping, which wakes the
+//     runtime's sysmon thread from its deep sleep; a woken sysmon polls
+//     every 20 us for a millisecond or more, on the core that the
+//     emulator's I/O thread needs while the guest echoes. (A goroutine in a blocking poll(2) holds its P in a
 //     system call, which sysmon retakes whenever the other P is busy, to
 //     the same effect.) The watch, rather than the FIFO in the netpoller,
 //     keeps the pipe unpolled, which makes each of QEMU's writes cheaper
@@ -675,10 +675,10 @@ const watchGuard = 100 * time.Millisecond
 var watchPath atomic.Pointer[func(fd int) string]
 
 // openNP opens what the interactive mode waits on unless it is open: the
-// watch (openWatch), or else the FIFO; false means pollOnly. It reopens the FIFO through /proc/self/fd, which
-// gives a new open file description of the very pipe the console made
-// (no path is looked up again), read-write like the first so that it
-// never sees end-of-file.
+// watch (openWatch), or else the FIFO; false means pollOnly. It reopens
+// the FIFO through /proc/self/fd, which gives a new open file description
+// of the very pipe the console made (no path is looked up again),
+// read-write like the first so that it never sees end-of-file.
 func (d *drainer) openNP() bool {
 	c := d.c
 	c.npMu.Lock()
