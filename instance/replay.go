@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/internal/filecopy"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/qcow2state"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -144,7 +144,7 @@ func (i *Instance) prepareReplay(ctx context.Context, cfg *qemu.Config, rt *qemu
 			return fmt.Errorf("replay: %w", err)
 		}
 	}
-	if err := copyFile(meta.Image(), r.staged); err != nil {
+	if err := filecopy.New(meta.Image(), r.staged); err != nil {
 		return fmt.Errorf("replay %q: copy its image: %w", meta.Name, err)
 	}
 	i.push("replay image", func() error { return removeIfThere(r.staged) })
@@ -621,26 +621,6 @@ func (i *Instance) debugTimeline() debugger.Timeline {
 		return r
 	}
 	return nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(dst)
-	}
-	return err
 }
 
 func removeIfThere(p string) error {

@@ -68,8 +68,8 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-// A QEMU that dies during the replay probe (QEMU 11.1 did, once in about
-// 40 probes) is no answer: the probe runs again from a new recording and
+// A QEMU that dies during the replay probe (QEMU 11.1 did, once in a day
+// of test runs) is no answer: the probe runs again from a new recording and
 // says what happened.
 func TestReplayProbeOutlivesQEMUDying(t *testing.T) {
 	bin := testguest.QEMU(t)

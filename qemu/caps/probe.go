@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/gdb"
+	"github.com/qemu-mcp/qemu-mcp/internal/filecopy"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
@@ -483,7 +484,7 @@ func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash strin
 	img := filepath.Join(r.dir, fmt.Sprintf("rr-%d.qcow2", n))
 	// Each attempt starts from the empty image: a record writes its
 	// start into it.
-	if err := copyFile(filepath.Join(r.dir, "rr.qcow2"), img); err != nil {
+	if err := filecopy.New(filepath.Join(r.dir, "rr.qcow2"), img); err != nil {
 		return failed("the recording's image", err), ""
 	}
 	rr := func(mode string) []string {
@@ -577,14 +578,6 @@ func lastWords(stderr string) string {
 // replayStarted, when a test sets it, sees each attempt's replaying QEMU
 // as it starts.
 var replayStarted func(attempt int, m *qemu.Machine)
-
-func copyFile(from, to string) error {
-	b, err := os.ReadFile(from)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, b, 0o600)
-}
 
 // recordSession lets the recording guest boot and answer a typed line;
 // c is an instruction count before the typing, t one after the answer.
