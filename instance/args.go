@@ -15,6 +15,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemuline"
 )
 
 // Args is a boot as a caller asks for it: the machine and the debugger in
@@ -55,6 +56,65 @@ type Resolved struct {
 	Profile string
 	Prompt  string
 	Panics  []string
+	// Line is what became of the options of a command line the boot or
+	// its profile gave, nil without one.
+	Line *qemuline.Report
+}
+
+// expandLine reads p's command line into p, under the fields p gives
+// itself (its extra arguments follow the line's), and adds what became of
+// each option to *rep.
+func (m *Manager) expandLine(p *profile.Profile, rep **qemuline.Report) {
+	if p.CommandLine == nil {
+		return
+	}
+	lp, r := qemuline.Parse(p.CommandLine, m.cfg.Boundary.ExtraArgs)
+	extra := p.ExtraArgs
+	p.ExtraArgs = nil
+	lp.Under(p)
+	if extra != nil {
+		p.ExtraArgs = append(append([]string(nil), lp.ExtraArgs...), extra...)
+	}
+	p.CommandLine = nil
+	if *rep == nil {
+		*rep = &qemuline.Report{}
+	}
+	(*rep).Merge(r)
+}
+
+// checkLineFiles checks, under the host-path policy, each host file a
+// command line named that the boot uses, so that a refused file is told
+// beside the line's other refusals before anything starts.
+func (m *Manager) checkLineFiles(scope *hostpath.Scope, mach profile.Profile, rep *qemuline.Report) {
+	uses := func(f qemuline.File) bool {
+		switch f.Field {
+		case "kernel":
+			return mach.Kernel == f.Path
+		case "initrd":
+			return mach.Initrd == f.Path
+		case "dtb":
+			return mach.DTB == f.Path
+		case "bios":
+			return mach.BIOS == f.Path
+		}
+		for _, d := range mach.Drives {
+			if d.Path == f.Path {
+				return true
+			}
+		}
+		return false
+	}
+	for _, f := range rep.Files() {
+		if !uses(f) {
+			continue
+		}
+		o, err := scope.Open(f.Field, f.Path, f.Write)
+		if err != nil {
+			rep.Refuse(f.Option, err.Error())
+			continue
+		}
+		o.Close()
+	}
 }
 
 var (
@@ -90,12 +150,22 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 	if err != nil {
 		return Resolved{}, err
 	}
+	var line *qemuline.Report
+	m.expandLine(&a.Machine, &line)
 	if ok {
 		res = Resolved{Profile: a.Profile, Prompt: p.Prompt, Panics: p.PanicPatterns}
 		if res.Profile == "" {
 			res.Profile = f.Default
 		}
+		m.expandLine(&p, &line)
 		p.Under(&a.Machine)
+	}
+	if line != nil {
+		m.checkLineFiles(scope, a.Machine, line)
+		if len(line.Refused) > 0 {
+			return Resolved{}, &qemuline.RefusedError{Report: *line}
+		}
+		res.Line = line
 	}
 	given := givenMachine(a.Machine)
 	if a.Replay != "" {
@@ -122,7 +192,8 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 // givenMachine says whether p gives any of the machine.
 func givenMachine(p profile.Profile) bool {
 	return p.Kernel != "" || p.Initrd != "" || p.DTB != "" || p.BIOS != "" || p.Memory != "" || p.SMP != 0 ||
-		p.Append != "" || p.Drives != nil || p.ExtraArgs != nil || p.GPU || p.Network != "" || p.Shares != nil
+		p.Append != "" || p.Drives != nil || p.ExtraArgs != nil || p.GPU || p.VirtioModern || p.Network != "" || p.Shares != nil ||
+		p.CommandLine != nil
 }
 
 // Booted is what BootArgs booted beside the instance.
@@ -297,7 +368,7 @@ func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
 	if in.Append != "" {
 		opts = append(opts, qemu.WithAppend(in.Append))
 	}
-	opts = append(opts, qemu.WithGPU(in.GPU), qemu.WithVNC(a.VNC))
+	opts = append(opts, qemu.WithGPU(in.GPU), qemu.WithVNC(a.VNC), qemu.WithVirtioModern(in.VirtioModern))
 	switch in.Network {
 	case "", "none", "user":
 		opts = append(opts, qemu.WithNetwork(in.Network, "", ""))

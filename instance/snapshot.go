@@ -73,7 +73,7 @@ func (m *Manager) SnapshotMachine(root, name string, builtin []byte) (profile.Pr
 // path is left out.
 func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
 	p := profile.Profile{BIOS: mach.BIOS.Path, Memory: mach.Memory, SMP: mach.SMP, Append: mach.Append,
-		ExtraArgs: mach.ExtraArgs, GPU: mach.GPU, Network: mach.Network}
+		ExtraArgs: mach.ExtraArgs, GPU: mach.GPU, VirtioModern: mach.VirtioModern, Network: mach.Network}
 	if k := mach.Kernel; k != nil && !mach.KernelIs(builtin) {
 		p.Kernel = k.Path
 	}
@@ -84,7 +84,7 @@ func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
 		p.DTB = mach.DTB.Path
 	}
 	for _, d := range mach.Drives {
-		p.Drives = append(p.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly})
+		p.Drives = append(p.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly, Bus: d.Bus})
 	}
 	for _, sh := range mach.Shares {
 		p.Shares = append(p.Shares, profile.Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})

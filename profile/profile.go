@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/shellwords"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -31,7 +32,10 @@ var Schema []byte
 
 // Profile is one named way to boot the project.
 type Profile struct {
-	Description   string       `json:"description,omitempty"`
+	Description string `json:"description,omitempty"`
+	// CommandLine is the QEMU invocation the project runs (what its
+	// `make -n qemu` prints); the fields below override what it says.
+	CommandLine   Line         `json:"command_line,omitempty"`
 	Kernel        string       `json:"kernel,omitempty"`
 	Initrd        string       `json:"initrd,omitempty"`
 	DTB           string       `json:"dtb,omitempty"`
@@ -43,11 +47,56 @@ type Profile struct {
 	Shares        []Share      `json:"shares,omitempty"`
 	Network       string       `json:"network,omitempty"`
 	GPU           bool         `json:"gpu,omitempty"`
+	VirtioModern  bool         `json:"virtio_modern,omitempty"`
 	GDB           bool         `json:"gdb,omitempty"`
 	Symbols       string       `json:"symbols,omitempty"`
 	Prompt        string       `json:"prompt,omitempty"`
 	PanicPatterns []string     `json:"panic_patterns,omitempty"`
 	ExtraArgs     []string     `json:"extra_args,omitempty"`
+}
+
+// Line is a QEMU invocation: in JSON one string, split into words as a
+// shell splits it (quotes, backslashes, line continuations), or an array
+// of its words.
+type Line []string
+
+// UnmarshalJSON takes a string or an array of strings.
+func (l *Line) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		words, err := shellwords.Split(s)
+		if err != nil {
+			return fmt.Errorf("command_line: %w", err)
+		}
+		if words == nil {
+			words = []string{}
+		}
+		*l = words
+		return nil
+	}
+	var words []string
+	if err := json.Unmarshal(b, &words); err != nil {
+		return errors.New("command_line: want a string (as a shell would read it) or an array of its words")
+	}
+	*l = words
+	return nil
+}
+
+// LineOf is v, a string or a list of strings as a JSON decoder gives
+// them, as a Line; nil for nil.
+func LineOf(v any) (Line, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var l Line
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Share is a directory shared with the guest (qemu_boot's shares).
@@ -221,5 +270,94 @@ func (p Profile) Under(args *Profile) {
 		args.PanicPatterns = p.PanicPatterns
 	}
 	args.GPU = args.GPU || p.GPU
+	args.VirtioModern = args.VirtioModern || p.VirtioModern
 	args.GDB = args.GDB || p.GDB
 }
+
+// ErrExists is a Put of a profile the file has already, without replace.
+var ErrExists = errors.New("profile exists")
+
+// Put writes p as profile name into root/.qemu-mcp.json, keeping the
+// file's other profiles as they are; the file becomes one whose default
+// is name if it had no default. An existing profile of that name is
+// replaced only if replace is set. The file is replaced atomically and
+// checked as Load checks it before it is.
+func Put(root, name string, p Profile, replace bool) (path string, err error) {
+	path = filepath.Join(root, FileName)
+	if !nameRE.MatchString(name) {
+		return path, fmt.Errorf("profile name %q: use letters, digits, '_', '.' and '-', starting with a letter or digit", name)
+	}
+	doc := map[string]json.RawMessage{}
+	profiles := map[string]json.RawMessage{}
+	old, err := os.ReadFile(path)
+	mode := os.FileMode(0o644)
+	switch {
+	case err == nil:
+		if _, err := Parse(path, old); err != nil {
+			return path, fmt.Errorf("%w (fix it first: nothing was written)", err)
+		}
+		if err := json.Unmarshal(old, &doc); err != nil {
+			return path, err
+		}
+		if err := json.Unmarshal(doc["profiles"], &profiles); err != nil {
+			return path, err
+		}
+		if fi, err := os.Stat(path); err == nil {
+			mode = fi.Mode().Perm()
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return path, err
+	}
+	if _, ok := profiles[name]; ok && !replace {
+		return path, fmt.Errorf("%s: %w: %q (replace it, or give another name)", path, ErrExists, name)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return path, err
+	}
+	profiles[name] = b
+	if doc["profiles"], err = json.Marshal(profiles); err != nil {
+		return path, err
+	}
+	if _, ok := doc["default"]; !ok {
+		doc["default"], _ = json.Marshal(name)
+	}
+	if _, ok := doc["$schema"]; !ok {
+		doc["$schema"], _ = json.Marshal("https://github.com/qemu-mcp/qemu-mcp/profile/qemu-mcp.schema.json")
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return path, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
+		return path, err
+	}
+	out.WriteByte('\n')
+	if _, err := Parse(path, out.Bytes()); err != nil {
+		return path, fmt.Errorf("the profile written would not load (nothing was written): %w", err)
+	}
+	tmp, err := os.CreateTemp(root, ".qemu-mcp.json.*")
+	if err != nil {
+		return path, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(out.Bytes()); err != nil {
+		tmp.Close()
+		return path, err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return path, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return path, err
+	}
+	if err := tmp.Close(); err != nil {
+		return path, err
+	}
+	return path, os.Rename(tmp.Name(), path)
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)

@@ -24,6 +24,12 @@ type Drive struct {
 	ReadOnly bool   `json:"readonly,omitempty"`
 	// Format is QEMU's image format; empty means raw.
 	Format string `json:"format,omitempty"`
+	// Bus is the virtio-mmio transport the drive sits on, such as
+	// "virtio-mmio-bus.0" (the lowest address, 0x10001000 on virt, the
+	// only one small kernels probe). Empty leaves the choice to QEMU,
+	// which fills the transports from the highest address down, in
+	// command-line order.
+	Bus string `json:"bus,omitempty"`
 }
 
 // Share is a host directory exported to the guest through virtio-9p
@@ -69,6 +75,12 @@ type Config struct {
 	Drives []Drive
 	// Shares are host directories exported to the guest (virtio-9p).
 	Shares []Share
+	// VirtioModern makes every virtio-mmio transport modern-only
+	// (virtio 1.0, register layout version 2) instead of QEMU's legacy
+	// default, as -global virtio-mmio.force-legacy=false does: kernels
+	// written to the virtio 1.0 specification (xv6 and its kin) refuse a
+	// legacy transport.
+	VirtioModern bool
 	// ExtraArgs are passed through after validation by CheckExtraArgs.
 	ExtraArgs []string
 	// GPU adds a virtio-gpu display with a virtio keyboard and tablet. The
@@ -148,6 +160,10 @@ const (
 	RRNode     = "qmcp-rr"
 )
 
+// ModernVirtio is the -global that makes the virt board's virtio-mmio
+// transports modern-only (Config.VirtioModern).
+const ModernVirtio = "virtio-mmio.force-legacy=false"
+
 // SnapshotNode is the block node name of LoadVM's image.
 const SnapshotNode = "qmcp-snapshot"
 
@@ -202,6 +218,9 @@ func WithShare(sh Share) Option { return func(c *Config) { c.Shares = append(c.S
 func WithExtraArgs(args ...string) Option {
 	return func(c *Config) { c.ExtraArgs = append(c.ExtraArgs, args...) }
 }
+
+// WithVirtioModern makes the virtio-mmio transports modern-only.
+func WithVirtioModern(on bool) Option { return func(c *Config) { c.VirtioModern = on } }
 
 // WithGPU adds a display, keyboard and tablet.
 func WithGPU(on bool) Option { return func(c *Config) { c.GPU = on } }
@@ -307,9 +326,19 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	buses := map[string]int{}
 	for i, d := range c.Drives {
 		if d.Path == "" {
 			return fmt.Errorf("drives[%d]: path is empty", i)
+		}
+		if d.Bus != "" {
+			if !busRE().MatchString(d.Bus) {
+				return fmt.Errorf("drives[%d]: bus %q: want a bus name such as virtio-mmio-bus.0", i, d.Bus)
+			}
+			if j, dup := buses[d.Bus]; dup {
+				return fmt.Errorf("drives[%d]: bus %q is drives[%d]'s already: a virtio-mmio transport holds one device", i, d.Bus, j)
+			}
+			buses[d.Bus] = i
 		}
 		if c.RR != nil && !d.ReadOnly {
 			return fmt.Errorf("drives[%d] %s is writable: a recorded run reads its drives only (a replay must read what the recording read): attach it with readonly: true", i, d.Path)
@@ -379,6 +408,8 @@ func (c Config) checkDir(what, path string) error {
 	return nil
 }
 
+var busRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[0-9]+)?$`) })
+
 var tagRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,31}$`) })
 
 // CheckTag accepts a 9p mount tag: 1 to 31 letters, digits, '_', '.', '-'
@@ -443,6 +474,9 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	if c.Append != "" {
 		argv = append(argv, "-append", c.Append)
 	}
+	if c.VirtioModern {
+		argv = append(argv, "-global", ModernVirtio)
+	}
 	for i, d := range c.Drives {
 		format := d.Format
 		if format == "" {
@@ -463,7 +497,11 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 			// of the log.
 			argv = append(argv, "-drive", "driver=blkreplay,if=none,image="+img+",id="+id+",readonly=on")
 		}
-		argv = append(argv, "-device", "virtio-blk-device,drive="+id)
+		dev := "virtio-blk-device,drive=" + id
+		if d.Bus != "" {
+			dev += ",bus=" + d.Bus
+		}
+		argv = append(argv, "-device", dev)
 	}
 	for i, sh := range c.Shares {
 		id := "fs" + strconv.Itoa(i)

@@ -105,6 +105,9 @@ type Drive struct {
 	Path     string `json:"path"`
 	Format   string `json:"format"`
 	ReadOnly bool   `json:"readonly,omitempty"`
+	// Bus is the transport it sits on, if the boot named one: the
+	// guest saw the disk at that address.
+	Bus string `json:"bus,omitempty"`
 }
 
 // Machine is what a saved state needs of the QEMU that loads it: the same
@@ -112,18 +115,21 @@ type Drive struct {
 // and device tree are known by content, so a rebuilt kernel at the same
 // path is a different machine.
 type Machine struct {
-	Machine   string   `json:"machine"`
-	BIOS      File     `json:"bios"`
-	Kernel    *File    `json:"kernel,omitempty"`
-	Initrd    *File    `json:"initrd,omitempty"`
-	DTB       *File    `json:"dtb,omitempty"`
-	Memory    string   `json:"memory"`
-	SMP       int      `json:"smp"`
-	Append    string   `json:"append,omitempty"`
-	Drives    []Drive  `json:"drives,omitempty"`
-	Network   string   `json:"network,omitempty"`
-	GPU       bool     `json:"gpu,omitempty"`
-	ExtraArgs []string `json:"extra_args,omitempty"`
+	Machine string  `json:"machine"`
+	BIOS    File    `json:"bios"`
+	Kernel  *File   `json:"kernel,omitempty"`
+	Initrd  *File   `json:"initrd,omitempty"`
+	DTB     *File   `json:"dtb,omitempty"`
+	Memory  string  `json:"memory"`
+	SMP     int     `json:"smp"`
+	Append  string  `json:"append,omitempty"`
+	Drives  []Drive `json:"drives,omitempty"`
+	Network string  `json:"network,omitempty"`
+	GPU     bool    `json:"gpu,omitempty"`
+	// VirtioModern: the virtio-mmio transports were modern-only, which
+	// the guest's drivers negotiated with.
+	VirtioModern bool     `json:"virtio_modern,omitempty"`
+	ExtraArgs    []string `json:"extra_args,omitempty"`
 	// Shares are the guest's 9p devices: a restore exports the same
 	// directories under the same tags (their contents are the host's).
 	Shares []Share `json:"shares,omitempty"`
@@ -150,7 +156,7 @@ func Describe(cfg qemu.Config) (Machine, error) {
 		return &File{Path: p, SHA256: sum}, nil
 	}
 	m := Machine{Machine: cfg.Machine, Memory: cfg.Memory, SMP: cfg.SMP, Append: cfg.Append,
-		GPU: cfg.GPU, ExtraArgs: cfg.ExtraArgs, BIOS: File{Path: cfg.BIOS}}
+		GPU: cfg.GPU, VirtioModern: cfg.VirtioModern, ExtraArgs: cfg.ExtraArgs, BIOS: File{Path: cfg.BIOS}}
 	if m.Machine == "" {
 		m.Machine = "virt"
 	}
@@ -179,7 +185,7 @@ func Describe(cfg qemu.Config) (Machine, error) {
 		if f == "" {
 			f = "raw"
 		}
-		m.Drives = append(m.Drives, Drive{Path: d.Path, Format: f, ReadOnly: d.ReadOnly})
+		m.Drives = append(m.Drives, Drive{Path: d.Path, Format: f, ReadOnly: d.ReadOnly, Bus: d.Bus})
 	}
 	for _, sh := range cfg.Shares {
 		m.Shares = append(m.Shares, Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
@@ -290,6 +296,7 @@ func Diff(saved, now Machine) []string {
 	add("drives", list(saved.Drives, Drive.String), list(now.Drives, Drive.String))
 	add("network", orNone(saved.Network), orNone(now.Network))
 	add("gpu", saved.GPU, now.GPU)
+	add("modern-only virtio", saved.VirtioModern, now.VirtioModern)
 	add("extra arguments", list(saved.ExtraArgs, strconv.Quote), list(now.ExtraArgs, strconv.Quote))
 	add("shares", list(saved.Shares, Share.String), list(now.Shares, Share.String))
 	return d
@@ -316,10 +323,14 @@ func orNone(s string) string {
 
 // String is "PATH (FORMAT)" or "PATH (FORMAT, readonly)".
 func (d Drive) String() string {
+	s := d.Path + " (" + d.Format
 	if d.ReadOnly {
-		return d.Path + " (" + d.Format + ", readonly)"
+		s += ", readonly"
 	}
-	return d.Path + " (" + d.Format + ")"
+	if d.Bus != "" {
+		s += ", bus " + d.Bus
+	}
+	return s + ")"
 }
 
 // String is "TAG=PATH", with ", writable" for a writable share.

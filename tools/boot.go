@@ -14,37 +14,40 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemuline"
 )
 
 // BootInput is qemu_boot's arguments.
 type BootInput struct {
-	Kernel      string       `json:"kernel,omitempty" jsonschema:"kernel image, relative to project_root; default the built-in tiny kernel (prompt 'tiny> ')"`
-	Initrd      string       `json:"initrd,omitempty" jsonschema:"initramfs (-initrd)"`
-	DTB         string       `json:"dtb,omitempty" jsonschema:"device tree blob replacing QEMU's (-dtb)"`
-	BIOS        string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (OpenSBI), 'none' or a path"`
-	Memory      string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
-	SMP         int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
-	Append      string       `json:"append,omitempty" jsonschema:"kernel command line"`
-	Drives      []qemu.Drive `json:"drives,omitempty" maxitems:"32" jsonschema:"disk images attached as virtio-mmio block devices; paths relative to project_root"`
-	Shares      []ShareArg   `json:"shares,omitempty" maxitems:"8" jsonschema:"host directories the guest mounts over virtio-9p (the result gives the mount command)"`
-	ExtraArgs   []string     `json:"extra_args,omitempty" maxitems:"256" jsonschema:"extra QEMU arguments; options the server manages (-serial -chardev -qmp -monitor -daemonize -pidfile ...) are refused"`
-	Timeout     float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
-	ProjectRoot string       `json:"project_root,omitempty" jsonschema:"base of relative paths; default the server's working directory"`
-	Restart     bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
-	GPU         bool         `json:"gpu,omitempty" jsonschema:"virtio display (headless), keyboard and tablet, for the screenshot, key, text and mouse tools"`
-	VNC         bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on a unix socket only you can open (reported as vnc)"`
-	Network     string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP of the guest's own; made by the server with CAP_NET_ADMIN, else give tap)"`
-	Tap         string       `json:"tap,omitempty" jsonschema:"with network tap: your persistent TAP, used as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
-	TapCIDR     string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
-	Bridge      string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
-	PCAP        bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
-	PCAPFilter  string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
-	Snapshot    string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot into this snapshot of the project; machine arguments not given are the snapshot's, given ones must match"`
-	GDB         bool         `json:"gdb,omitempty" jsonschema:"QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
-	Symbols     string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
-	Profile     string       `json:"profile,omitempty" jsonschema:"profile from project_root/.qemu-mcp.json (default: its default); explicit arguments override it"`
-	Record      string       `json:"record,omitempty" max:"64" jsonschema:"record the run as this recording of the project (input paced by the guest's echo)"`
-	Replay      string       `json:"replay,omitempty" max:"64" jsonschema:"replay this recording, halted at its start, with the debugger (it goes back too)"`
+	CommandLine  any          `json:"command_line,omitempty" anyof:"string,[]string" jsonschema:"the project's QEMU command (what make -n qemu prints), a string or its words; other fields override it; the result lists options kept, replaced, refused"`
+	Kernel       string       `json:"kernel,omitempty" jsonschema:"kernel image, relative to project_root; default the built-in tiny kernel (prompt 'tiny> ')"`
+	Initrd       string       `json:"initrd,omitempty" jsonschema:"initramfs (-initrd)"`
+	DTB          string       `json:"dtb,omitempty" jsonschema:"device tree blob replacing QEMU's (-dtb)"`
+	BIOS         string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (OpenSBI), 'none' or a path"`
+	Memory       string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
+	SMP          int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
+	Append       string       `json:"append,omitempty" jsonschema:"kernel command line"`
+	Drives       []qemu.Drive `json:"drives,omitempty" maxitems:"32" jsonschema:"disk images on virtio-mmio (bus virtio-mmio-bus.0: the lowest address); paths relative to project_root"`
+	Shares       []ShareArg   `json:"shares,omitempty" maxitems:"8" jsonschema:"host directories the guest mounts over virtio-9p (the result gives the mount command)"`
+	ExtraArgs    []string     `json:"extra_args,omitempty" maxitems:"256" jsonschema:"extra QEMU arguments (checked by the host-access boundary)"`
+	Timeout      float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
+	ProjectRoot  string       `json:"project_root,omitempty" jsonschema:"base of relative paths; default the server's working directory"`
+	Restart      bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
+	VirtioModern bool         `json:"virtio_modern,omitempty" jsonschema:"modern-only virtio-mmio (force-legacy=false), as xv6-like kernels need"`
+	GPU          bool         `json:"gpu,omitempty" jsonschema:"virtio display (headless), keyboard and tablet, for the screenshot, key, text and mouse tools"`
+	VNC          bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on a unix socket only you can open (reported as vnc)"`
+	Network      string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP of the guest's own; made by the server with CAP_NET_ADMIN, else give tap)"`
+	Tap          string       `json:"tap,omitempty" jsonschema:"with network tap: your persistent TAP, used as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
+	TapCIDR      string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
+	Bridge       string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
+	PCAP         bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
+	PCAPFilter   string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
+	Snapshot     string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot into this snapshot of the project; machine arguments not given are the snapshot's, given ones must match"`
+	GDB          bool         `json:"gdb,omitempty" jsonschema:"QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
+	Symbols      string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
+	Profile      string       `json:"profile,omitempty" jsonschema:"profile from project_root/.qemu-mcp.json (default: its default); explicit arguments override it"`
+	Record       string       `json:"record,omitempty" max:"64" jsonschema:"record the run as this recording of the project (input paced by the guest's echo)"`
+	Replay       string       `json:"replay,omitempty" max:"64" jsonschema:"replay this recording, halted at its start, with the debugger (it goes back too)"`
 	Target
 	WaitOptions
 }
@@ -89,6 +92,8 @@ type BootOutput struct {
 	Shares []ShareInfo `json:"shares,omitempty"`
 	// Recording is the recording the guest records into or replays.
 	Recording *RecordingInfo `json:"recording,omitempty"`
+	// CommandLine is what became of each option of a command_line.
+	CommandLine *qemuline.Report `json:"command_line,omitempty"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }
@@ -119,13 +124,17 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	// Every path of this boot is checked against the host-path policy
 	// before anything changes, a running guest included (restart).
-	args := instance.Args{Name: name, Root: in.ProjectRoot, Machine: in.machine(), VNC: in.VNC, Profile: in.Profile,
+	mach, err := in.machine()
+	if err != nil {
+		return nil, BootOutput{}, err
+	}
+	args := instance.Args{Name: name, Root: in.ProjectRoot, Machine: mach, VNC: in.VNC, Profile: in.Profile,
 		Snapshot: in.Snapshot, Record: in.Record, Replay: in.Replay, Restart: in.Restart}
 	prof, err := mgr.Resolve(&args)
 	if err != nil {
 		return nil, BootOutput{}, err
 	}
-	mach := args.Machine
+	mach = args.Machine
 	switch {
 	case in.Replay != "":
 		// A replay is halted at its start: it prints nothing until the
@@ -167,7 +176,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	m := inst.Machine()
 	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: booted.QEMU.Kernel,
-		Lock: inst.LockPath(), Profile: prof.Profile, Transcript: inst.Transcript(), Symbols: booted.Symbols}
+		Lock: inst.LockPath(), Profile: prof.Profile, Transcript: inst.Transcript(), Symbols: booted.Symbols, CommandLine: prof.Line}
 	if booted.Reaped != nil {
 		b := booted.Reaped.Bounded(10)
 		out.Reaped = &b
@@ -218,6 +227,17 @@ func bootText(o BootOutput, waitFor string) string {
 	if r := o.Recording; r != nil {
 		fmt.Fprintf(&b, "recording as %q\n", r.Name)
 	}
+	if l := o.CommandLine; l != nil {
+		fmt.Fprintf(&b, "command_line: %d option(s) kept", len(l.Kept))
+		if len(l.Replaced) > 0 {
+			var rs []string
+			for _, e := range l.Replaced {
+				rs = append(rs, e.Option)
+			}
+			fmt.Fprintf(&b, "; replaced by the server's own: %s", strings.Join(rs, ", "))
+		}
+		b.WriteString("\n")
+	}
 	if waitFor != "" {
 		b.WriteString(o.WaitResult.summary(waitFor))
 	} else {
@@ -240,14 +260,18 @@ func compileAll(what string, srcs []string) ([]*regexp.Regexp, error) {
 
 // machine is the machine and debugger arguments of a boot, as a profile
 // gives them.
-func (in *BootInput) machine() profile.Profile {
-	p := profile.Profile{Kernel: in.Kernel, Initrd: in.Initrd, DTB: in.DTB, BIOS: in.BIOS, Memory: in.Memory, SMP: in.SMP,
-		Append: in.Append, Drives: in.Drives, Network: in.Network, GPU: in.GPU, ExtraArgs: in.ExtraArgs, GDB: in.GDB, Symbols: in.Symbols}
+func (in *BootInput) machine() (profile.Profile, error) {
+	line, err := profile.LineOf(in.CommandLine)
+	if err != nil {
+		return profile.Profile{}, err
+	}
+	p := profile.Profile{CommandLine: line, Kernel: in.Kernel, Initrd: in.Initrd, DTB: in.DTB, BIOS: in.BIOS, Memory: in.Memory, SMP: in.SMP,
+		Append: in.Append, Drives: in.Drives, Network: in.Network, GPU: in.GPU, VirtioModern: in.VirtioModern, ExtraArgs: in.ExtraArgs, GDB: in.GDB, Symbols: in.Symbols}
 	if in.Shares != nil {
 		p.Shares = make([]profile.Share, 0, len(in.Shares))
 		for _, sh := range in.Shares {
 			p.Shares = append(p.Shares, profile.Share(sh))
 		}
 	}
-	return p
+	return p, nil
 }

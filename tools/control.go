@@ -286,22 +286,22 @@ func (s *Server) register(ms *mcp.Server) {
 	t := true
 	add(s, ms, &mcp.Tool{
 		Name:        "qemu_boot",
-		Description: "Boot a riscv64 guest under qemu-system-riscv64 (virt board) as a named instance, optionally waiting for a pattern on its serial console. Without kernel, boots the built-in tiny kernel (prompt 'tiny> '). Fails if that instance already runs unless restart is true. The result's output is short (its start and end); read the rest with serial_read from output_start.",
+		Description: "Boot a riscv64 guest (virt board) as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest.",
 		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
 	}, s.boot)
 	add(s, ms, &mcp.Tool{
 		Name:        "serial_send",
-		Description: "Type data on the guest's serial console followed by a newline, optionally waiting for a regex in the guest's answer (the wait starts after the guest's echo of the line). Output is kept, never consumed: a long output comes back as its start and end, with elided giving the cursors of the middle to read with serial_read.",
+		Description: "Type data and a newline on the guest's serial console, optionally waiting for a regex in its answer (after the echo of the line). Nothing is consumed: a long output is its start and end, elided giving the middle's cursors for serial_read.",
 		Annotations: &mcp.ToolAnnotations{Title: "Send to serial console", DestructiveHint: &t, OpenWorldHint: &f},
 	}, s.send)
 	add(s, ms, &mcp.Tool{
 		Name:        "serial_read",
-		Description: "Read serial console output from a cursor (default: where the last read ended), at most max_bytes a page: pass the result's cursor as since to page on; nothing is consumed or lost. With wait_for, waits for a regex. A timeout is a normal result with timed_out true.",
+		Description: "Read console output from a cursor (default: where the last read ended), max_bytes a page: pass the result's cursor as since to page on; nothing is consumed. wait_for waits for a regex; a timeout is a result with timed_out true.",
 		Annotations: &mcp.ToolAnnotations{Title: "Read serial console", ReadOnlyHint: true, OpenWorldHint: &f},
 	}, s.read)
 	add(s, ms, &mcp.Tool{
 		Name:        "qmp_command",
-		Description: "Run a QEMU Machine Protocol command (e.g. query-status, query-cpus-fast, system_reset) and return its 'return' value; a long list comes a page at a time (offset, next_offset). QMP errors come back as tool errors with their class.",
+		Description: "Run a QMP command (e.g. query-status, system_reset) and return its 'return' value, a long list a page at a time (offset, next_offset); QMP errors are tool errors with their class.",
 		Annotations: &mcp.ToolAnnotations{Title: "QMP command", DestructiveHint: &t, OpenWorldHint: &f},
 	}, s.qmpCommand)
 	add(s, ms, &mcp.Tool{
@@ -336,7 +336,7 @@ func (s *Server) register(ms *mcp.Server) {
 	}, s.mouse)
 	add(s, ms, &mcp.Tool{
 		Name:        "server_info",
-		Description: "This server's version and VCS revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and its holder, and health: degraded when the binary changed on disk since start or dead servers left files behind.",
+		Description: "Version and revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and holder, and health (degraded: the binary changed on disk, or dead servers left files).",
 		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, s.serverInfo)
 	add(s, ms, &mcp.Tool{

@@ -59,6 +59,9 @@ func run(args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "probe" {
 		return probeCmd(args[1:], os.Stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "profile" {
+		return profileCmd(args[1:], os.Stdin, os.Stdout, stderr)
+	}
 	fs := flag.NewFlagSet("qemu-mcp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
