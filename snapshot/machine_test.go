@@ -66,6 +66,10 @@ func TestMachineHashAndDiff(t *testing.T) {
 		{"drive readonly", func(c *qemu.Config) {
 			c.Drives = []qemu.Drive{{Path: "/img/disk.qcow2", Format: "qcow2", ReadOnly: true}}
 		}, "now /img/disk.qcow2 (qcow2, readonly)"},
+		{"drive bus", func(c *qemu.Config) {
+			c.Drives = []qemu.Drive{{Path: "/img/disk.qcow2", Format: "qcow2", Bus: "virtio-mmio-bus.0"}}
+		}, "now /img/disk.qcow2 (qcow2, bus virtio-mmio-bus.0)"},
+		{"modern virtio", func(c *qemu.Config) { c.VirtioModern = true }, "modern-only virtio: saved false, now true"},
 		{"network", func(c *qemu.Config) { c.Network = "user" }, "network: saved none, now user"},
 		{"bios", func(c *qemu.Config) { c.BIOS = "none" }, "bios: saved default, now none"},
 		{"extra args", func(c *qemu.Config) { c.ExtraArgs = []string{"-device", "virtio-rng-device"} }, `extra arguments: saved none, now "-device", "virtio-rng-device"`},

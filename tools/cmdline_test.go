@@ -114,3 +114,78 @@ func TestCommandLineRefused(t *testing.T) {
 	}
 	s.mustCall("serial_send", map[string]any{"data": "echo still-here-2", "wait_for": "still-here-2\r\n"}, &w)
 }
+
+// Each drive of a Linux guest is at the transport address the docs give
+// (docs/running.md, "Drives where a kernel looks"), read from sysfs:
+// without bus, the first drive at the highest address and each next one
+// below it; with bus, where it says.
+func TestDriveSlotsLinux(t *testing.T) {
+	s, lin, root := linuxSession(t)
+	for i, name := range []string{"a.img", "b.img"} {
+		img := make([]byte, 1<<20)
+		copy(img, "qemu-mcp-drive-"+string(rune('A'+i)))
+		if err := os.WriteFile(filepath.Join(root, name), img, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Which transport each disk is on, by its first bytes.
+	const probe = `for d in /sys/block/vd*; do n=${d##*/}; echo "$(readlink $d | grep -o '1000[0-9a-f]000.virtio_mmio') $(head -c 16 /dev/$n)"; done`
+	for _, tc := range []struct {
+		name   string
+		drives []map[string]any
+		want   map[string]string // marker -> address
+	}{
+		{"without bus", []map[string]any{{"path": "a.img", "format": "raw"}, {"path": "b.img", "format": "raw"}},
+			map[string]string{"qemu-mcp-drive-A": "10008000", "qemu-mcp-drive-B": "10007000"}},
+		{"with bus", []map[string]any{{"path": "a.img", "format": "raw", "bus": "virtio-mmio-bus.0"}, {"path": "b.img", "format": "raw", "bus": "virtio-mmio-bus.3"}},
+			map[string]string{"qemu-mcp-drive-A": "10001000", "qemu-mcp-drive-B": "10004000"}},
+	} {
+		var b bootOut
+		res := s.call("qemu_boot", linuxBoot(lin, map[string]any{"drives": tc.drives, "restart": true}), &b)
+		if res.IsError || !b.Matched {
+			t.Fatalf("%s: boot: %s", tc.name, text(res))
+		}
+		o := s.exec(probe, 20)
+		got := map[string]string{}
+		for _, l := range strings.Split(strings.TrimSpace(o.Output), "\n") {
+			addr, marker, _ := strings.Cut(strings.TrimSpace(l), ".virtio_mmio ")
+			got[marker] = addr
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: disks at %v, want %v (guest said %q)", tc.name, got, tc.want, o.Output)
+		}
+	}
+}
+
+// A recording of a command_line boot wires its drive for block replay on
+// the line's transport, and its replay boots the same machine.
+func TestCommandLineRecording(t *testing.T) {
+	root := tinyProject(t)
+	state := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) {
+		c.WorkDir = root
+		c.Captures = filepath.Join(state, "captures")
+		os.MkdirAll(c.Captures, 0o700)
+	}, nil)
+	line := "-machine virt -bios none -kernel tiny.bin -nographic -global virtio-mmio.force-legacy=false " +
+		"-drive file=disk.img,if=none,format=raw,id=x0,readonly=on -device virtio-blk-device,drive=x0,bus=virtio-mmio-bus.0"
+	var b lineBootOut
+	res := s.call("qemu_boot", map[string]any{"command_line": line, "record": "line", "wait_for": prompt}, &b)
+	if res.IsError || !b.Matched {
+		t.Fatalf("recorded boot: %s", text(res))
+	}
+	argv := strings.Join(b.Argv, " ")
+	for _, want := range []string{"driver=blkreplay,if=none,image=drive0-img,id=drive0", "virtio-blk-device,drive=drive0,bus=virtio-mmio-bus.0", "-global virtio-mmio.force-legacy=false"} {
+		if !strings.Contains(argv, want) {
+			t.Errorf("recording's argv %q lacks %q", argv, want)
+		}
+	}
+	s.mustCall("qemu_shutdown", nil, nil)
+	res = s.call("qemu_boot", map[string]any{"replay": "line"}, &b)
+	if res.IsError {
+		t.Fatalf("replay: %s", text(res))
+	}
+	if got := strings.Join(b.Argv, " "); !strings.Contains(got, "bus=virtio-mmio-bus.0") || !strings.Contains(got, "virtio-mmio.force-legacy=false") {
+		t.Errorf("replay's argv %q lacks the recorded machine's bus or modern transports", got)
+	}
+}
