@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 )
 
@@ -77,6 +78,13 @@ func TestProfileFromCommandLine(t *testing.T) {
 	profileRoundTrip(t, root, `qemu-system-riscv64 -machine virt -bios none -kernel tiny.bin -m 64M -smp 2 -nographic \
   -global virtio-mmio.force-legacy=false \
   -drive file=disk.img,if=none,format=raw,id=x0 -device virtio-blk-device,drive=x0,bus=virtio-mmio-bus.0`, `tiny> $`)
+}
+
+// The teaching kernel's own make -n qemu, as it prints it.
+func TestProfileFromTutorLine(t *testing.T) {
+	needQEMU(t)
+	dir := testguest.Tutor(t, nil)
+	profileRoundTrip(t, dir, testguest.TutorQEMULine(t, dir), `\$ $`)
 }
 
 // A refused line writes nothing and says why.
