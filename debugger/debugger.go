@@ -219,6 +219,12 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 // stopped runs f with the guest stopped, and resumes it afterwards if it
 // was running. s.mu must be held.
 func (s *Session) stopped(ctx context.Context, f func(c *gdb.Client) error) error {
+	return s.stoppedFrom(ctx, func(c *gdb.Client, _ bool) error { return f(c) })
+}
+
+// stoppedFrom is stopped, f also told whether the guest was running
+// (and will run again afterwards). s.mu must be held.
+func (s *Session) stoppedFrom(ctx context.Context, f func(c *gdb.Client, wasRunning bool) error) error {
 	c, err := s.client(ctx)
 	if err != nil {
 		return err
@@ -229,7 +235,7 @@ func (s *Session) stopped(ctx context.Context, f func(c *gdb.Client) error) erro
 			return fmt.Errorf("debugger: stop the guest: %w", err)
 		}
 	}
-	ferr := f(c)
+	ferr := f(c, wasRunning)
 	if wasRunning {
 		if err := c.Continue(ctx); err != nil {
 			return errors.Join(ferr, fmt.Errorf("debugger: resume the guest: %w", err))

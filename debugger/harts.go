@@ -146,8 +146,8 @@ type HartState struct {
 	// Current marks the hart per-hart operations act on by default.
 	Current bool   `json:"current,omitempty"`
 	Priv    string `json:"priv,omitempty"`
-	// State is panic, ipi, lock, trap, idle, user, firmware or running
-	// (stateWords says what each means).
+	// State is panic, ipi, lock, trap, idle, user, firmware, machine mode
+	// or running (stateWords says what each means).
 	State string `json:"state"`
 	// Halted says the hart waits in wfi for an interrupt.
 	Halted bool   `json:"halted,omitempty"`
@@ -166,13 +166,84 @@ var stateWords = map[string]string{
 	"idle":     "idle",
 	"user":     "in user mode",
 	"firmware": "in M-mode firmware (OpenSBI), not started or parked",
-	"running":  "running kernel code",
+	// A kernel's own code in M-mode: booted with -bios none, before it
+	// drops to S-mode, or a kernel that runs in M-mode throughout.
+	"machine mode": "running kernel code in M-mode",
+	"running":      "running kernel code",
 }
 
-// crashing are functions whose frame on a stack means the hart crashed.
+// crashing are Linux's functions whose frame on a stack means the hart
+// crashed (crashes also takes any function named like a panic).
 var crashing = map[string]bool{
 	"panic": true, "nmi_panic": true, "die": true, "die_kernel_fault": true,
 	"make_task_dead": true, "oops_end": true, "do_trap_break": true,
+}
+
+// crashes reports whether a frame of fn on a stack means the hart crashed.
+func crashes(fn string) bool { return crashing[fn] || panicLike(fn) }
+
+// panicLike reports whether fn is named like a kernel's crash machinery,
+// Linux or not: panic anywhere in the name (panic, kpanic, panic_halt),
+// a word (between underscores) abort, die, halt, oops or hcf ("halt and
+// catch fire"), or a C library's assertion or stack-protector failure.
+// Linux's CPU hot-unplug (cpu_die, __cpu_die) is not a crash.
+func panicLike(fn string) bool {
+	l := strings.ToLower(fn)
+	switch {
+	case l == "":
+		return false
+	case strings.Contains(l, "panic"):
+		return true
+	case strings.HasPrefix(l, "__assert_f") || strings.HasPrefix(l, "assert_fail") || strings.HasPrefix(l, "__stack_chk_fail"):
+		return true
+	case strings.Contains(l, "cpu_die"):
+		return false
+	}
+	for _, w := range strings.FieldsFunc(l, func(r rune) bool { return r == '_' || r == '.' || r == '$' }) {
+		switch w {
+		case "abort", "die", "halt", "oops", "hcf":
+			return true
+		}
+	}
+	return false
+}
+
+// hartFacts is what a hart's CSRs and the stub say of it, besides its
+// stack.
+type hartFacts struct {
+	priv   string // user, supervisor or machine; "" when it does not read
+	halted bool   // waiting in wfi
+	// fault is the last trap the hart took when it is a fault that the
+	// hart has not returned from: scause taken from S-mode (sstatus.SPP,
+	// which sret clears to U) on a hart in S-mode, or mcause taken from
+	// S- or M-mode (mstatus.MPP, which mret clears to U) on a hart in
+	// M-mode. A kernel that crashes in its trap handler, without a trap
+	// frame the unwinder knows, shows its fault here; firmware that
+	// emulated an access and returned does not.
+	fault *Trap
+}
+
+// facts reads a hart's privilege mode, whether it waits in wfi, and the
+// fault it is in, if any. The guest must be stopped.
+func (s *Session) facts(ctx context.Context, th *gdb.Thread) hartFacts {
+	var f hartFacts
+	if p, err := th.ReadRegister(ctx, "priv"); err == nil {
+		f.priv = privName(p)
+	}
+	if info, err := th.Client().ThreadInfo(ctx, th.ID()); err == nil {
+		f.halted = gdb.Halted(info)
+	}
+	switch f.priv {
+	case "supervisor":
+		if t, ok := s.lastTrap(ctx, th, false); ok && isFault(t) && t.status>>8&1 == 1 {
+			f.fault = &t
+		}
+	case "machine":
+		if t, ok := s.lastTrap(ctx, th, true); ok && isFault(t) && t.status>>11&3 != 0 {
+			f.fault = &t
+		}
+	}
+	return f
 }
 
 // idling are the idle loop's functions.
@@ -194,15 +265,17 @@ func spinning(fn string) bool {
 	return false
 }
 
-// classify says what a hart does from its privilege mode and stack
-// (innermost frame first): a crash anywhere on the stack wins; else what
-// runs above the innermost trap frame.
-func classify(priv string, frames []Frame) string {
-	if priv == "machine" {
+// classify says what a hart does from its privilege mode, its stack
+// (innermost frame first) and whether its trap CSRs show a fault it is
+// handling (fault): M-mode outside the kernel's symbols is firmware; a
+// crash anywhere on the stack wins; else what runs above the innermost
+// trap frame; else a fault being handled; else the mode.
+func classify(priv string, frames []Frame, fault bool) string {
+	if priv == "machine" && (len(frames) == 0 || frames[0].Function == "") {
 		return "firmware"
 	}
 	for _, f := range frames {
-		if crashing[f.Function] {
+		if crashes(f.Function) {
 			return "panic"
 		}
 	}
@@ -226,8 +299,13 @@ func classify(priv string, frames []Frame) string {
 			return "trap"
 		}
 	}
-	if priv == "user" {
+	switch {
+	case fault:
+		return "trap"
+	case priv == "user":
 		return "user"
+	case priv == "machine":
+		return "machine mode"
 	}
 	return "running"
 }
@@ -265,19 +343,19 @@ func (s *Session) hartState(ctx context.Context, th *gdb.Thread, hart, frames in
 		return h
 	}
 	bt := s.unwind(ctx, th, regs, frames)
-	return s.summarize(ctx, th, h, regs, bt, frames)
+	return s.summarize(h, s.facts(ctx, th), regs, bt, frames)
 }
 
-// summarize fills h from a hart's registers and backtrace.
-func (s *Session) summarize(ctx context.Context, th *gdb.Thread, h HartState, regs map[string]uint64, bt Backtrace, frames int) HartState {
-	if p, err := th.ReadRegister(ctx, "priv"); err == nil {
-		h.Priv = privName(p)
-	}
-	if info, err := th.Client().ThreadInfo(ctx, th.ID()); err == nil {
-		h.Halted = gdb.Halted(info)
-	}
+// summarize fills h from a hart's facts, registers and backtrace.
+func (s *Session) summarize(h HartState, f hartFacts, regs map[string]uint64, bt Backtrace, frames int) HartState {
+	h.Priv, h.Halted = f.priv, f.halted
 	h.PC = s.Where(regs["pc"]).String()
-	h.State = classify(h.Priv, bt.Frames)
+	h.State = classify(h.Priv, bt.Frames, f.fault != nil)
+	if h.Halted && (h.State == "running" || h.State == "machine mode") {
+		// Kernel code waiting in wfi, outside an idle loop this
+		// package knows by name (a scheduler that waits for work).
+		h.State = "idle"
+	}
 	h.Backtrace = frameWords(bt, frames)
 	return h
 }

@@ -107,13 +107,15 @@ type Trap struct {
 	TVal string `json:"tval,omitempty"`
 
 	// The trap's raw state, for its verdict: where it was taken, the
-	// trap value and the status (SPP, SUM, MXR, FS) it was taken with.
+	// trap value and the status (SPP, SUM, MXR, FS) it was taken with,
+	// and whether it was taken into M-mode (the status is mstatus).
 	epc, tval, status uint64
+	machine           bool
 }
 
 // fault returns what a verdict needs of t.
 func (t Trap) fault() fault {
-	return fault{trap: t, epc: t.epc, tval: t.tval, status: t.status}
+	return fault{trap: t, epc: t.epc, tval: t.tval, status: t.status, machine: t.machine}
 }
 
 var exceptionNames = map[uint64]string{
@@ -265,11 +267,22 @@ func (s *Session) readRegisters(ctx context.Context, th *gdb.Thread) (Registers,
 		r.Satp = decodeSatp(v)
 	}
 	stvec, _ := r.CSRs.Get("stvec")
-	if r.SCause != nil && (isVector(r.PC.Function) || all["pc"] == stvec&^3) {
+	mtvec, hasMtvec := r.CSRs.Get("mtvec")
+	switch {
+	case r.SCause != nil && (isVector(r.PC.Function) || all["pc"] == stvec&^3):
 		t := *r.SCause
 		t.epc, _ = r.CSRs.Get("sepc")
 		t.tval, _ = r.CSRs.Get("stval")
 		t.status, _ = r.CSRs.Get("sstatus")
+		r.Verdict, _ = s.explain(ctx, th, t.fault())
+	case r.MCause != nil && r.Priv == "machine" && hasMtvec && all["pc"] == mtvec&^3:
+		// At the M-mode trap vector's first instruction: a kernel that
+		// runs in M-mode taking a trap (firmware's traps included).
+		t := *r.MCause
+		t.epc, _ = r.CSRs.Get("mepc")
+		t.tval, _ = r.CSRs.Get("mtval")
+		t.status, _ = r.CSRs.Get("mstatus")
+		t.machine = true
 		r.Verdict, _ = s.explain(ctx, th, t.fault())
 	}
 	return r, nil

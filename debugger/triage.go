@@ -2,6 +2,8 @@ package debugger
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 )
@@ -36,8 +38,9 @@ type Triage struct {
 	Others []HartState `json:"other_harts,omitempty"`
 }
 
-// panicking are the functions a kernel crashes through; the frame below
-// the outermost of them is the one that crashed.
+// panicking are the functions a Linux kernel crashes through; the frame
+// below the outermost of them (or of any function named like a panic, see
+// panicLike) is the one that crashed.
 var panicking = map[string]bool{
 	"panic": true, "nmi_panic": true, "die": true, "die_kernel_fault": true,
 	"make_task_dead": true, "do_exit": true, "do_group_exit": true, "oops_end": true,
@@ -51,7 +54,7 @@ func culprit(bt Backtrace, trap *Trap) *Where {
 	}
 	last := -1
 	for i, f := range bt.Frames {
-		if panicking[f.Function] {
+		if panicking[f.Function] || panicLike(f.Function) {
 			last = i
 		}
 	}
@@ -77,49 +80,44 @@ const otherFrames = 6
 // Triage stops the guest (if it runs), finds the hart that crashed, reads
 // where it is and unwinds it, and leaves the guest in the run state it
 // found. On a guest with several harts the crashed hart is the one whose
-// stack holds the crash (panic, die, a kernel fault) rather than only the
-// IPI that stopped it; it becomes the hart of the last stop, and every
-// other hart gets a line.
+// stack holds the crash (panic, die, an oops, or any function named like
+// a panic) or a fault (a trap frame, or the last trap CSRs) rather than
+// only the IPI that stopped it, or a wait in wfi (see crashRank); it
+// becomes the hart of the last stop, and every other hart gets a line.
+// A running guest whose crashed hart is caught in firmware, in a call it
+// soon returns from (panic's SBI call that stops the other harts), is let
+// run briefly and looked at again (see firmwareLooks).
 func (s *Session) Triage(ctx context.Context) (Triage, error) {
 	defer s.begin()()
 	var t Triage
-	err := s.stopped(ctx, func(c *gdb.Client) error {
-		ths, err := s.hartThreads(ctx, c)
-		if err != nil {
-			return err
-		}
-		type hartStack struct {
-			th    *gdb.Thread
-			hart  int
-			regs  map[string]uint64
-			bt    Backtrace
-			score int
-		}
+	err := s.stoppedFrom(ctx, func(c *gdb.Client, running bool) error {
 		var harts []hartStack
-		var readErr error
-		reported, _ := c.LastStop()
-		best := -1
-		for i, id := range ths {
-			h := hartStack{th: c.Thread(id), hart: i}
-			if n, ok := hartOf(id); ok {
-				h.hart = n
+		var best int
+		for look := 1; ; look++ {
+			var err error
+			if harts, best, err = s.rankHarts(ctx, c); err != nil {
+				return err
 			}
-			if h.regs, err = h.th.ReadRegisters(ctx); err != nil {
-				readErr = err
-				continue
+			if look == firmwareLooks || !running || !s.inFirmware(harts[best]) ||
+				len(s.breaks) > 0 || len(s.watches) > 0 || s.cfg.Timeline != nil {
+				break
 			}
-			h.bt = s.unwind(ctx, h.th, h.regs, triageFrames)
-			h.score = crashScore(h.bt)
-			if id == reported.Thread {
-				h.score++ // a tie goes to the hart QEMU names
+			// Nothing set can stop the guest meanwhile, nor is a
+			// recording replayed: a short run changes nothing but
+			// where the harts are.
+			if err := c.Continue(ctx); err != nil {
+				return err
 			}
-			harts = append(harts, h)
-			if best < 0 || h.score > harts[best].score {
-				best = len(harts) - 1
+			wait := time.NewTimer(firmwareWait)
+			select {
+			case <-ctx.Done():
+			case <-wait.C:
 			}
-		}
-		if best < 0 {
-			return readErr
+			wait.Stop()
+			// Stopped again even so: f runs with the guest stopped.
+			if _, err := c.Interrupt(context.WithoutCancel(ctx)); err != nil {
+				return fmt.Errorf("debugger: stop the guest: %w", err)
+			}
 		}
 		b := harts[best]
 		s.hart = b.hart
@@ -132,26 +130,85 @@ func (s *Session) Triage(ctx context.Context) (Triage, error) {
 			if h.hart == b.hart {
 				continue
 			}
-			o := s.summarize(ctx, h.th, HartState{Hart: h.hart}, h.regs, h.bt, otherFrames)
+			o := s.summarize(HartState{Hart: h.hart}, h.facts, h.regs, h.bt, otherFrames)
 			if p, ok := procs[h.hart]; ok {
 				o.Processor = &p
 			}
 			t.Others = append(t.Others, o)
 		}
-		s.triage(ctx, b.th, b.regs, b.bt, &t)
+		s.triage(ctx, b.th, b.regs, b.bt, b.facts, &t)
 		return nil
 	})
 	return t, err
 }
 
+// firmwareLooks bounds the looks a triage takes at a running guest whose
+// crashed hart it finds in firmware, firmwareWait apart.
+const (
+	firmwareLooks = 5
+	firmwareWait  = 20 * time.Millisecond
+)
+
+// hartStack is one hart as a triage sees it.
+type hartStack struct {
+	th    *gdb.Thread
+	hart  int
+	regs  map[string]uint64
+	bt    Backtrace
+	facts hartFacts
+	rank  int
+}
+
+// rankHarts reads and unwinds every hart, and ranks them (crashRank):
+// harts[best] is the one that crashed. The guest is stopped.
+func (s *Session) rankHarts(ctx context.Context, c *gdb.Client) (harts []hartStack, best int, err error) {
+	ths, err := s.hartThreads(ctx, c)
+	if err != nil {
+		return nil, 0, err
+	}
+	var readErr error
+	reported, _ := c.LastStop()
+	best = -1
+	for i, id := range ths {
+		h := hartStack{th: c.Thread(id), hart: i}
+		if n, ok := hartOf(id); ok {
+			h.hart = n
+		}
+		if h.regs, err = h.th.ReadRegisters(ctx); err != nil {
+			readErr = err
+			continue
+		}
+		h.bt = s.unwind(ctx, h.th, h.regs, triageFrames)
+		h.facts = s.facts(ctx, h.th)
+		h.rank = crashRank(h.bt, h.facts, id == reported.Thread)
+		harts = append(harts, h)
+		if best < 0 || h.rank > harts[best].rank {
+			best = len(harts) - 1
+		}
+	}
+	if best < 0 {
+		return nil, 0, readErr
+	}
+	return harts, best, nil
+}
+
+// inFirmware reports whether h runs firmware: M-mode code outside the
+// kernel's symbols, not waiting in wfi (a hart parked there, or hung
+// after a fatal trap, waits).
+func (s *Session) inFirmware(h hartStack) bool {
+	return s.cfg.Symbols != nil && h.facts.priv == "machine" && !h.facts.halted &&
+		(len(h.bt.Frames) == 0 || h.bt.Frames[0].Function == "")
+}
+
 // crashScore ranks a hart's stack for being the one that crashed: the
-// crash machinery (panic, die, an oops) and a fault taken in the kernel
-// count; only handling an IPI (how a panic stops the other harts) counts
-// against.
-func crashScore(bt Backtrace) int {
+// crash machinery (panic, die, an oops, a function named like a panic)
+// and a fault taken in the kernel (a trap frame, or trapFault: the last
+// trap CSRs hold a fault the hart is still handling) count; only handling
+// an IPI (how a panic stops the other harts) counts against.
+func crashScore(bt Backtrace, trapFault bool) int {
 	var crash, fault, ipi bool
 	for _, f := range bt.Frames {
-		crash = crash || crashing[f.Function]
+		crash = crash || crashes(f.Function)
 		fault = fault || f.Trap != nil && isFault(*f.Trap) && !f.User
 		ipi = ipi || f.Function == "handle_IPI"
 	}
@@ -159,7 +216,7 @@ func crashScore(bt Backtrace) int {
 	if crash {
 		score += 8
 	}
-	if fault {
+	if fault || trapFault {
 		score += 4
 	}
 	if ipi {
@@ -168,43 +225,101 @@ func crashScore(bt Backtrace) int {
 	return score
 }
 
+// crashRank orders the harts for being the one that crashed: by
+// crashScore; at equal scores a hart that runs beats one waiting in wfi
+// (an idle hart), and then the hart of the last stop (reported) wins.
+func crashRank(bt Backtrace, f hartFacts, reported bool) int {
+	rank := 4 * crashScore(bt, f.fault != nil)
+	if !f.halted {
+		rank += 2
+	}
+	if reported {
+		rank++
+	}
+	return rank
+}
+
+// Where a triage's trap comes from (its trap_source).
+const (
+	sourceFrame   = "trap frame"
+	sourceSCause  = "scause: the last trap into supervisor mode, which may predate the crash"
+	sourceMachine = "mcause: the last trap into machine mode (the hart is in M-mode: a kernel that runs there, or firmware), which may predate the crash"
+	sourceNoS     = "mcause: the last trap into machine mode (scause is 0: this hart never trapped into supervisor mode), which may predate the crash"
+)
+
 // triage fills in t from the crashed hart: where it is, the trap that
 // brought it down, its verdict, and the culprit.
-func (s *Session) triage(ctx context.Context, th *gdb.Thread, regs map[string]uint64, bt Backtrace, t *Triage) {
+func (s *Session) triage(ctx context.Context, th *gdb.Thread, regs map[string]uint64, bt Backtrace, facts hartFacts, t *Triage) {
 	t.PC, t.RA, t.SP = s.Where(regs["pc"]), s.callerWhere(ctx, th, regs["ra"]), hex(regs["sp"])
-	if p, err := th.ReadRegister(ctx, "priv"); err == nil {
-		t.Priv = privName(p)
-	}
+	t.Priv = facts.priv
 	t.Backtrace = bt
 	defer func() { t.Culprit = culprit(t.Backtrace, t.Trap) }()
 	for _, f := range t.Backtrace.Frames {
 		if f.Trap != nil && isFault(*f.Trap) {
 			tr := *f.Trap
 			tr.EPC = &f.Where
-			t.Trap, t.TrapSource = &tr, "trap frame"
+			t.Trap, t.TrapSource = &tr, sourceFrame
 			t.Verdict, t.Walk = s.explain(ctx, th, tr.fault())
 			return
 		}
 	}
-	// Without a trap frame, scause is the last trap into S-mode: an
-	// exception there may be the crash (a kernel that panics in its
-	// trap handler without a frame to show); an interrupt is noise.
-	if v, err := th.ReadRegister(ctx, "scause"); err == nil && v != 0 && isFault(DecodeCause(v)) {
-		tr := DecodeCause(v)
-		if e, err := th.ReadRegister(ctx, "sepc"); err == nil {
-			w := s.Where(e)
-			tr.EPC = &w
-			tr.epc = e
+	// Without a trap frame, the last trap CSRs: an exception there may
+	// be the crash (a kernel that panics in its trap handler without a
+	// frame to show); an interrupt is noise. A hart in M-mode (a kernel
+	// that runs there, or firmware) has its last trap in mcause; so has
+	// one that never trapped into S-mode (scause 0).
+	var source string
+	var tr Trap
+	if facts.priv == "machine" {
+		if m, ok := s.lastTrap(ctx, th, true); ok && isFault(m) {
+			tr, source = m, sourceMachine
 		}
-		if v, err := th.ReadRegister(ctx, "stval"); err == nil {
-			tr.TVal, tr.tval = hex(v), v
+	}
+	if source == "" {
+		sv, ok := s.lastTrap(ctx, th, false)
+		switch {
+		case ok && isFault(sv):
+			tr, source = sv, sourceSCause
+		case !ok && facts.priv != "machine":
+			if m, ok := s.lastTrap(ctx, th, true); ok && isFault(m) {
+				tr, source = m, sourceNoS
+			}
 		}
-		if v, err := th.ReadRegister(ctx, "sstatus"); err == nil {
-			tr.status = v
-		}
-		t.Trap, t.TrapSource = &tr, "scause: the last trap into supervisor mode, which may predate the crash"
+	}
+	if source != "" {
+		t.Trap, t.TrapSource = &tr, source
 		t.Verdict, t.Walk = s.explain(ctx, th, tr.fault())
 	}
+}
+
+// lastTrap reads the last trap a hart took into supervisor mode (scause,
+// sepc, stval, sstatus), or with machine into machine mode (mcause, mepc,
+// mtval, mstatus). ok is false when the cause does not read or is 0, its
+// value at reset: no trap taken (a misaligned fetch, cause 0, cannot
+// happen on a hart with compressed instructions).
+func (s *Session) lastTrap(ctx context.Context, th *gdb.Thread, machine bool) (Trap, bool) {
+	p := "s"
+	if machine {
+		p = "m"
+	}
+	v, err := th.ReadRegister(ctx, p+"cause")
+	if err != nil || v == 0 {
+		return Trap{}, false
+	}
+	tr := DecodeCause(v)
+	tr.machine = machine
+	if e, err := th.ReadRegister(ctx, p+"epc"); err == nil {
+		w := s.Where(e)
+		tr.EPC = &w
+		tr.epc = e
+	}
+	if v, err := th.ReadRegister(ctx, p+"tval"); err == nil {
+		tr.TVal, tr.tval = hex(v), v
+	}
+	if v, err := th.ReadRegister(ctx, p+"status"); err == nil {
+		tr.status = v
+	}
+	return tr, true
 }
 
 // isFault reports whether t is an exception that can crash a kernel: not

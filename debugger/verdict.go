@@ -16,13 +16,47 @@ type fault struct {
 	epc    uint64
 	tval   uint64
 	status uint64 // sstatus (or pt_regs.status) at the trap: SPP, SUM, MXR, FS
-	walk   *Walk  // for page and access faults, the walk of tval
-	insn   string // for an illegal instruction, its decoding
-	bits   uint64 // and its bits
+	// machine says the trap was taken into M-mode (mcause, mepc, mtval):
+	// status is then mstatus, whose MPP says where it came from.
+	machine bool
+	walk    *Walk  // for page and access faults, the walk of tval
+	insn    string // for an illegal instruction, its decoding
+	bits    uint64 // and its bits
+}
+
+// mode is the privilege mode the trap came from: sstatus.SPP for a trap
+// into S-mode, mstatus.MPP for one into M-mode.
+func (f fault) mode() string {
+	if f.machine {
+		switch f.status >> 11 & 3 {
+		case 0:
+			return "U-mode"
+		case 1:
+			return "S-mode"
+		}
+		return "M-mode"
+	}
+	if f.status>>8&1 == 0 {
+		return "U-mode"
+	}
+	return "S-mode"
 }
 
 // fromUser reports whether the trapped access came from user mode.
-func (f fault) fromUser() bool { return f.status>>8&1 == 0 }
+func (f fault) fromUser() bool { return f.mode() == "U-mode" }
+
+// physicalAccess reports whether the trapped access used a physical
+// address: M-mode does not translate (MPRV aside, which a trap's mstatus
+// no longer shows), so tval is where the access went.
+func (f fault) physicalAccess() bool { return f.machine && f.mode() == "M-mode" }
+
+// statusCSR names the status register the trap's state is read from.
+func (f fault) statusCSR() string {
+	if f.machine {
+		return "mstatus"
+	}
+	return "sstatus"
+}
 
 // verdict says in one sentence why the trap happened.
 func verdict(f fault) string {
@@ -30,15 +64,15 @@ func verdict(f fault) string {
 	if t.Interrupt {
 		return fmt.Sprintf("an interrupt (%s), not a fault", t.Cause)
 	}
-	mode := "S-mode"
-	if f.fromUser() {
-		mode = "U-mode"
-	}
+	mode := f.mode()
 	at := hex(f.tval)
 	switch t.Code {
 	case 0:
 		return fmt.Sprintf("instruction address misaligned: a jump or branch to %s, which is not a multiple of 2", at)
 	case 1:
+		if f.physicalAccess() {
+			return fmt.Sprintf("instruction access fault at %s from M-mode (a physical address: M-mode does not translate): no memory or device there to execute, or a locked PMP entry forbids it", at)
+		}
 		return fmt.Sprintf("instruction access fault at %s%s: no memory or device there, or PMP forbids executing it", at, physical(f.walk))
 	case 2:
 		return illegal(f, mode)
@@ -49,6 +83,9 @@ func verdict(f fault) string {
 		return fmt.Sprintf("misaligned %s at %s: the address is not a multiple of the access size, and this hart traps on that", kind, at)
 	case 5, 7:
 		kind := map[uint64]string{5: "load", 7: "store"}[t.Code]
+		if f.physicalAccess() {
+			return fmt.Sprintf("%s access fault at %s from M-mode (a physical address: M-mode does not translate): no memory or device there, or a locked PMP entry forbids the access", kind, at)
+		}
 		return fmt.Sprintf("%s access fault at %s%s: no memory or device there, or PMP forbids the access", kind, at, physical(f.walk))
 	case 8:
 		return "a system call (ecall from U-mode), not a fault"
@@ -80,7 +117,7 @@ func illegal(f fault, mode string) string {
 	case f.insn == "" || strings.HasPrefix(f.insn, ".word") || strings.HasPrefix(f.insn, ".half"):
 		return fmt.Sprintf("illegal instruction at %s: %s that this hart does not implement (a bad jump into data, corrupt code, or an extension QEMU's -cpu lacks)", hex(f.epc), what)
 	case fp && f.status>>13&3 == 0:
-		return fmt.Sprintf("illegal instruction at %s: %s uses the FPU while sstatus.FS is off (the kernel must enable FS first)", hex(f.epc), what)
+		return fmt.Sprintf("illegal instruction at %s: %s uses the FPU while %s.FS is off (the kernel must enable FS first)", hex(f.epc), what, f.statusCSR())
 	case strings.HasPrefix(op, "csr"):
 		return fmt.Sprintf("illegal instruction at %s: %s accesses a CSR that does not exist or that %s may not use", hex(f.epc), what, mode)
 	case op == "mret" || op == "sret" || op == "wfi" || op == "sfence.vma" || op == "hfence.vvma" || op == "hfence.gvma":
@@ -129,12 +166,13 @@ func pageFault(f fault, mode string) string {
 }
 
 // explain draws the verdict of f, walking tval for page and access faults
-// and decoding the instruction of an illegal-instruction trap. The guest
-// must be stopped.
+// (not for an access M-mode made, whose address is physical) and decoding
+// the instruction of an illegal-instruction trap. The guest must be
+// stopped.
 func (s *Session) explain(ctx context.Context, th *gdb.Thread, f fault) (string, *Walk) {
 	switch f.trap.Code {
 	case 1, 5, 7, 12, 13, 15:
-		if !f.trap.Interrupt {
+		if !f.trap.Interrupt && !f.physicalAccess() {
 			if w, err := s.translate(ctx, th, f.tval, nil); err == nil {
 				f.walk = &w
 			}

@@ -52,6 +52,20 @@ func TestVerdict(t *testing.T) {
 		{"spurious", fault{trap: DecodeCause(15), walk: okWalk(pteV | pteR | pteW | pteU | pteA | pteD)}, "the mapping changed since the fault, or a TLB was stale"},
 		{"translation off now", fault{trap: DecodeCause(13), walk: &Walk{Mode: "Bare", PA: "0x0"}}, "translation is off (satp Bare) now"},
 		{"software check", fault{trap: DecodeCause(18)}, "software check"},
+
+		// Traps taken into M-mode: mstatus.MPP says where from, and an
+		// access M-mode made went to a physical address.
+		{"M-mode store access", fault{trap: DecodeCause(7), tval: 0, machine: true, status: 3 << 11},
+			"store access fault at 0x0 from M-mode (a physical address: M-mode does not translate): no memory or device there"},
+		{"M-mode load access", fault{trap: DecodeCause(5), tval: 0x1000, machine: true, status: 3 << 11}, "load access fault at 0x1000 from M-mode (a physical address"},
+		{"M-mode fetch access", fault{trap: DecodeCause(1), tval: 0x0, machine: true, status: 3 << 11}, "instruction access fault at 0x0 from M-mode (a physical address"},
+		{"S-mode access into M-mode", fault{trap: DecodeCause(5), tval: 0xc0000000, machine: true, status: 1 << 11, walk: &Walk{Mode: "Bare", PA: "0xc0000000"}},
+			"load access fault at 0xc0000000: no memory or device there, or PMP forbids"},
+		{"M-mode page fault from S", fault{trap: DecodeCause(13), machine: true, status: 1 << 11, walk: &Walk{Mode: "Sv39", faulty: true, Fault: "level 2 PTE at 0x80400000: not valid (V=0)",
+			Levels: []Level{{Level: 2, PTEAddr: "0x80400000"}}}}, "load page fault at 0x0 from S-mode: no mapping"},
+		{"M-mode page fault from U", fault{trap: DecodeCause(13), machine: true, status: 0, walk: okWalk(pteV | pteR | pteA)}, "from U-mode: a user access to a supervisor page"},
+		{"M-mode illegal csr", fault{trap: DecodeCause(2), epc: 0x80000000, insn: "csrr a0,0x7c0", machine: true, status: 3 << 11}, "accesses a CSR that does not exist or that M-mode may not use"},
+		{"M-mode fp with FS off", fault{trap: DecodeCause(2), epc: 0x80000000, insn: "fld fa0,0(a0)", machine: true, status: 3 << 11}, "uses the FPU while mstatus.FS is off"},
 	} {
 		if got := verdict(tc.f); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: %q does not say %q", tc.name, got, tc.want)

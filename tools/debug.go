@@ -597,7 +597,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	}, s.debugMemory)
 	add(s, ms, &mcp.Tool{
 		Name:        "debug_backtrace",
-		Description: "Unwind a hart's stack by frame pointers: function+offset at file:line; trap frames carry their cause. all_harts: each hart's mode, pc, state (idle, trap, ipi, lock, panic, user, firmware, running), short backtrace.",
+		Description: "Unwind a hart's stack by frame pointers: function+offset at file:line; trap frames carry their cause. all_harts: each hart's mode, pc, state (idle, trap, ipi, lock, panic, user, firmware, machine mode, running), short backtrace.",
 		Annotations: ann(reading, "Backtrace"),
 	}, s.debugBacktrace)
 	add(s, ms, &mcp.Tool{
