@@ -35,11 +35,16 @@ var ExtraArgRules = []Rule{
 		Rationale: "what QEMU does on guest reset, shutdown, panic or watchdog expiry, and starting paused",
 	},
 	{
-		Name:      RuleGuestDevice,
-		Allow:     true,
-		Commands:  []string{"device", "vga", "usbdevice"},
-		Condition: "-device: a guest-only model (GuestDevices) with DeviceProperties only, in QemuOpts or JSON syntax; -vga none, std, virtio or cirrus; -usbdevice tablet, mouse or keyboard",
-		Rationale: "guest hardware with no host backend",
+		Name:     RuleGuestDevice,
+		Allow:    true,
+		Commands: []string{"device", "global", "vga", "usbdevice"},
+		Condition: "-device (QemuOpts or JSON): no host-facing property (drive, netdev, chardev, romfile, file...); a guest-only model (GuestDevices) " +
+			"or a model of this QEMU that no refuse rule names; every other property allow-listed (DeviceProperties; addr, port, serial) or passing by its type. " +
+			"-global DRIVER.PROP=VALUE (or driver=,property=,value=): DRIVER a device class of this QEMU and PROP passing by its type. " +
+			"By its type: this QEMU (asked once per binary, then cached) types it bool, an integer, size or an enumeration, and the value is one. " +
+			"-vga none, std, virtio or cirrus; -usbdevice tablet, mouse or keyboard",
+		Rationale: "guest hardware with no host backend, and device settings that name no host resource (force-legacy, disable-legacy, queue sizes): " +
+			"QEMU's type says so; a string never passes by its type, since QEMU types drive=, chardev=, romfile= and a loader's file= as str too",
 	},
 	{
 		Name:      RuleGuestDebug,
@@ -71,8 +76,8 @@ var ExtraArgRules = []Rule{
 	},
 	{
 		Name:      RuleIndirectConfig,
-		Commands:  []string{"readconfig", "writeconfig", "set", "global"},
-		Rationale: "config files and -set/-global can set any option or any property of every device, including host backends (e.g. -set drive.x.file=, -global loader.file=, -global pci-device.romfile=)",
+		Commands:  []string{"readconfig", "writeconfig", "set"},
+		Rationale: "config files and -set can set any option of every group, including host backends (e.g. -set drive.x.file=); -writeconfig writes a host file",
 	},
 	{
 		Name:      RuleHostChardev,
@@ -216,7 +221,16 @@ var hostOptionKeys = map[string]string{
 
 // CheckExtraArgs reports whether qemu_boot's extra_args may be passed to
 // QEMU: nil, or a *RefusedError naming the rule for the first refused one.
-func CheckExtraArgs(args []string) error {
+// It does not know the QEMU binary's property types: -global is refused
+// and -device takes the fixed lists only (see Policy.ExtraArgsContext).
+func CheckExtraArgs(args []string) error { return checkExtraArgs(args, nil) }
+
+func checkExtraArgs(args []string, env *propEnv) error {
+	if env != nil && env.src != nil {
+		if classes := extraArgClasses(args); len(classes) > 0 {
+			env.types(classes...) // one probe for all of them
+		}
+	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "-") || a == "-" {
@@ -248,14 +262,14 @@ func CheckExtraArgs(args []string) error {
 			i++
 			value = args[i]
 		}
-		if r := checkOption(name, value); r != nil {
+		if r := checkOption(name, value, env); r != nil {
 			return r.err(KindOption, subject+" "+describe(value))
 		}
 	}
 	return nil
 }
 
-func checkOption(name, value string) *refusal {
+func checkOption(name, value string, env *propEnv) *refusal {
 	if strings.ContainsRune(value, 0) {
 		return refuse(RuleSyntax, "the value contains a NUL byte")
 	}
@@ -302,7 +316,9 @@ func checkOption(name, value string) *refusal {
 		} else {
 			props = parseOpts(value, "driver")
 		}
-		return checkDevice(props)
+		return checkDevice(props, env)
+	case "global":
+		return checkGlobal(env, value)
 	}
 	spec, ok := optionKeys[name]
 	if !ok {

@@ -28,6 +28,7 @@
 package boundary
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -151,34 +152,56 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 
 // Policy is the boundary as configured by the server: the --allow-host-access
 // flag sets AllowHostAccess, which disables every check, and CapturesDir is
-// the only host directory guest tools may write to.
+// the only host directory guest tools may write to. Props gives the
+// property types of the QEMU binary the server boots, which let device
+// properties that name no host resource pass -device, -global and
+// device_add by their type; nil means they are not known, and only the
+// fixed lists (GuestDevices, DeviceProperties) apply.
 type Policy struct {
 	AllowHostAccess bool
 	CapturesDir     string
+	Props           PropertySource
 }
 
-// QMP is CheckQMP under p.
+// QMP is QMPContext without a deadline of the caller's (the property
+// types' source bounds its probe itself).
 func (p Policy) QMP(command string, args map[string]any) error {
+	return p.QMPContext(context.Background(), command, args)
+}
+
+// QMPContext is CheckQMP under p; ctx bounds asking QEMU for its property
+// types, when a device_add needs them.
+func (p Policy) QMPContext(ctx context.Context, command string, args map[string]any) error {
 	if p.AllowHostAccess {
 		return nil
 	}
-	return CheckQMP(command, args, p.CapturesDir)
+	return checkQMPCommand(command, args, p.CapturesDir, newPropEnv(ctx, p.Props))
 }
 
-// HMP is CheckHMP under p.
-func (p Policy) HMP(line string) error {
+// HMP is HMPContext without a deadline of the caller's.
+func (p Policy) HMP(line string) error { return p.HMPContext(context.Background(), line) }
+
+// HMPContext is CheckHMP under p.
+func (p Policy) HMPContext(ctx context.Context, line string) error {
 	if p.AllowHostAccess {
 		return nil
 	}
-	return CheckHMP(line, p.CapturesDir)
+	return checkHMPLine(line, p.CapturesDir, newPropEnv(ctx, p.Props))
 }
 
-// ExtraArgs is CheckExtraArgs under p.
+// ExtraArgs is ExtraArgsContext without a deadline of the caller's.
 func (p Policy) ExtraArgs(args []string) error {
+	return p.ExtraArgsContext(context.Background(), args)
+}
+
+// ExtraArgsContext is CheckExtraArgs under p, with the property types of
+// p.Props: all the classes that -device and -global arguments name are
+// asked about at once.
+func (p Policy) ExtraArgsContext(ctx context.Context, args []string) error {
 	if p.AllowHostAccess {
 		return nil
 	}
-	return CheckExtraArgs(args)
+	return checkExtraArgs(args, newPropEnv(ctx, p.Props))
 }
 
 // ruleIndex maps each listed name to its rule and refuses duplicates, which

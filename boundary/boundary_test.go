@@ -461,7 +461,14 @@ func TestCheckExtraArgs(t *testing.T) {
 		{[]string{"-name", "x,process=sshd"}, RuleHostProcess},
 		{[]string{"-semihosting"}, RuleSemihosting},
 		{[]string{"-semihosting-config", "enable=on,target=native"}, RuleSemihosting},
-		{[]string{"-global", "loader.file=/etc/passwd"}, RuleIndirectConfig},
+		{[]string{"-global", "loader.file=/etc/passwd"}, RuleHostFile},
+		{[]string{"-global", "pci-device.romfile=/etc/passwd"}, RuleHostFile},
+		{[]string{"-global", "driver=loader,property=file,value=/etc/passwd"}, RuleHostFile},
+		// Without the QEMU binary's property types (Policy.Props) -global
+		// passes nothing.
+		{[]string{"-global", "virtio-mmio.force-legacy=false"}, RuleGuestDevice},
+		{[]string{"-global", "virtio-mmio"}, RuleSyntax},
+		{[]string{"-writeconfig", "/tmp/q.cfg"}, RuleIndirectConfig},
 		{[]string{"-set", "drive.drive0.file=/etc/shadow"}, RuleIndirectConfig},
 		{[]string{"-readconfig", "/tmp/q.cfg"}, RuleIndirectConfig},
 		{[]string{"-machine", "virt,dumpdtb=/tmp/x.dtb"}, RuleHostFile},
@@ -588,7 +595,7 @@ func TestRules(t *testing.T) {
 			if flagOptions[o] {
 				continue
 			}
-			if rr := checkOption(o, "\x01probe"); rr != nil && rr.rule == RuleUnlisted {
+			if rr := checkOption(o, "\x01probe", nil); rr != nil && rr.rule == RuleUnlisted {
 				t.Errorf("allowed option -%s has no value check", o)
 			}
 		}

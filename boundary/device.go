@@ -8,8 +8,10 @@ import (
 )
 
 // GuestDevices are the device models device_add (QMP and HMP) and -device
-// accept. Each is emulated entirely inside QEMU with no host backend, as long
-// as only DeviceProperties are set.
+// accept without asking QEMU. Each is emulated entirely inside QEMU with no
+// host backend, as long as only DeviceProperties are set. Other models pass
+// once the QEMU binary's property types are known (Policy.Props): a model
+// hostDeviceRule does not name, with every property passing by its type.
 //
 // virtio-rng is included on purpose: since QEMU 4.2 a virtio-rng device
 // without an rng= property gets a built-in rng-builtin backend, which draws
@@ -59,10 +61,12 @@ var GuestDevices = map[string]string{
 	"pci-testdev": "PCI test device",
 }
 
-// DeviceProperties are the properties device_add and -device may set. All
-// are numbers, booleans, guest-visible addresses or QOM ids. Every other
-// property is refused, in particular romfile= (a host file loaded as option
-// ROM), pcap= (USB traffic written to a host file) and every backend link
+// DeviceProperties are the properties device_add and -device may set on
+// GuestDevices without asking QEMU. All are numbers, booleans,
+// guest-visible addresses or QOM ids. Every other property is refused
+// unless QEMU types it as a plain value (see StringProperties and
+// checkTyped), in particular romfile= (a host file loaded as option ROM),
+// pcap= (USB traffic written to a host file) and every backend link
 // (chardev=, netdev=, drive=, fsdev=, memdev=, rng=, iothread=, audiodev=).
 var DeviceProperties = map[string]bool{
 	"id": true, "bus": true, "addr": true, "multifunction": true,
@@ -85,10 +89,15 @@ var hostDeviceProps = map[string]string{
 	"hostdevice": RuleHostDevice, "sysfsdev": RuleHostDevice, "evdev": RuleHostDevice,
 	"audiodev": RuleHostDevice, "tpmdev": RuleHostDevice, "hidraw": RuleHostDevice,
 	"vhostfd": RuleFDPassing, "vhostfds": RuleFDPassing, "fd": RuleFDPassing,
+	// An integer, but a port on the host: nvme's SPDM responder socket.
+	"spdm_port": RuleHostNetwork,
 }
 
 // hostDeviceRule names the rule explaining why a known host-backed device
-// model is refused; unknown models fall back to RuleGuestDevice.
+// model is refused; other models fall back to RuleGuestDevice. A model it
+// names is refused also without its backend property (a virtio-blk-device
+// without drive=, a NIC without netdev=): such a device exists to reach the
+// host, and without its backend it does nothing a guest could use.
 func hostDeviceRule(driver string) string {
 	switch {
 	case driver == "loader" || driver == "guest-loader" || driver == "usb-mtp" ||
@@ -98,22 +107,29 @@ func hostDeviceRule(driver string) string {
 		strings.HasPrefix(driver, "virtio-input-host") || strings.HasPrefix(driver, "tpm-") ||
 		driver == "usb-host" || driver == "u2f-passthru" || driver == "usb-audio" ||
 		strings.HasPrefix(driver, "hda-") || driver == "AC97" || driver == "ES1370" ||
-		driver == "scsi-generic" || driver == "scsi-block" || driver == "pvrdma":
+		driver == "scsi-generic" || driver == "scsi-block" || driver == "pvrdma" ||
+		// Sound cards play on a host audio device; GL and rutabaga GPUs
+		// render on the host's GPU.
+		strings.HasPrefix(driver, "virtio-sound") || strings.HasPrefix(driver, "virtio-snd") ||
+		driver == "sb16" || driver == "adlib" || driver == "gus" || driver == "cs4231a" ||
+		strings.HasSuffix(driver, "-gl") || strings.Contains(driver, "-gl-") ||
+		strings.HasPrefix(driver, "virtio-gpu-rutabaga"):
 		return RuleHostDevice
 	case driver == "usb-redir" || driver == "usb-serial" || driver == "usb-braille" ||
 		driver == "ccid-card-passthru" || driver == "virtconsole" || driver == "virtserialport" ||
 		strings.HasPrefix(driver, "pci-serial") || driver == "ivshmem-doorbell" || driver == "serial" ||
-		driver == "serial-mm" || driver == "isa-serial":
+		driver == "serial-mm" || driver == "isa-serial" || driver == "ipoctal232":
 		return RuleHostChardev
 	case strings.HasPrefix(driver, "virtio-net") || strings.HasPrefix(driver, "e1000") ||
 		driver == "rtl8139" || driver == "usb-net" || driver == "ne2k_pci" || driver == "pcnet" ||
 		driver == "vmxnet3" || driver == "tulip" || driver == "cadence_gem" || driver == "rocker" ||
-		strings.HasPrefix(driver, "i8255") || strings.HasPrefix(driver, "i8256"):
+		strings.HasPrefix(driver, "i8255") || strings.HasPrefix(driver, "i8256") ||
+		driver == "i82801" || driver == "igb" || driver == "igbvf":
 		return RuleHostNetwork
 	case strings.HasPrefix(driver, "virtio-blk") || strings.HasPrefix(driver, "scsi-") ||
 		strings.HasPrefix(driver, "ide-") || strings.HasPrefix(driver, "nvme") ||
 		driver == "usb-storage" || driver == "usb-bot" || driver == "usb-uas" || driver == "sd-card" ||
-		driver == "cfi.pflash01" || driver == "floppy":
+		driver == "cfi.pflash01" || driver == "cfi.pflash02" || driver == "floppy" || driver == "ufs-lu":
 		return RuleBlockLayer
 	case driver == "ivshmem-plain" || driver == "nvdimm" || driver == "pc-dimm" ||
 		strings.HasPrefix(driver, "virtio-pmem") || strings.HasPrefix(driver, "virtio-mem"):
@@ -123,28 +139,25 @@ func hostDeviceRule(driver string) string {
 }
 
 // checkDevice checks device properties as -device, QMP device_add and HMP
-// device_add pass them. Every "driver" value must be a guest-only model:
-// QEMU uses the last one, and checking all of them needs no model of which.
-func checkDevice(props []kv) *refusal {
-	drivers := 0
+// device_add pass them. Every "driver" value must pass: QEMU uses the last
+// one, and checking all of them needs no model of which. Host-facing
+// properties are refused first, naming their rule (drive= is block-layer
+// whatever the model); then each model must be a guest-only model or, with
+// the binary's property types, a model of it that hostDeviceRule does not
+// name; then every property must be allow-listed or pass by its type.
+func checkDevice(props []kv, env *propEnv) *refusal {
+	var drivers []string
 	for _, p := range props {
 		if p.key != "driver" {
 			continue
 		}
-		drivers++
 		d, ok := p.value.(string)
 		if !ok {
 			return refuse(RuleGuestDevice, "driver must be a string, not %v", p.value)
 		}
-		if _, ok := GuestDevices[d]; !ok {
-			rule := hostDeviceRule(d)
-			if rule == RuleGuestDevice {
-				return refuse(rule, "device model %q is not on the list of guest-only models (%s)", d, guestDeviceList())
-			}
-			return refuse(rule, "device model %q uses %s", d, ruleSummary(rule))
-		}
+		drivers = append(drivers, d)
 	}
-	if drivers == 0 {
+	if len(drivers) == 0 {
 		return refuse(RuleGuestDevice, "no device model given")
 	}
 	for _, p := range props {
@@ -155,17 +168,55 @@ func checkDevice(props []kv) *refusal {
 			return refuse(RuleGuestDevice, "property %q has a %T value; only scalars are allowed", p.key, p.value)
 		}
 	}
-	return checkKeys("device", withoutKey(props, "driver"), DeviceProperties, hostDeviceProps, RuleGuestDevice)
-}
-
-func withoutKey(props []kv, key string) []kv {
-	out := make([]kv, 0, len(props))
 	for _, p := range props {
-		if p.key != key {
-			out = append(out, p)
+		if rule, ok := hostDeviceProps[p.key]; ok {
+			return hostPropRefusal(env, drivers, p.key, rule)
 		}
 	}
-	return out
+	for _, d := range drivers {
+		if r := checkModel(env, d); r != nil {
+			return r
+		}
+	}
+	for _, p := range props {
+		if p.key == "driver" || deviceOptions[p.key] {
+			continue
+		}
+		for _, d := range drivers {
+			if _, guest := GuestDevices[d]; guest && DeviceProperties[p.key] {
+				continue
+			}
+			t, why := env.types(drivers...)
+			if t == nil {
+				if _, guest := GuestDevices[d]; !guest {
+					continue // refused by checkModel already
+				}
+				return refuse(RuleGuestDevice, "device property %q is not on the allow-list, and %s", p.key, why)
+			}
+			if r := checkTyped(t, d, p.key, p.value); r != nil {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// checkModel checks one device model.
+func checkModel(env *propEnv, d string) *refusal {
+	if _, ok := GuestDevices[d]; ok {
+		return nil
+	}
+	if rule := hostDeviceRule(d); rule != RuleGuestDevice {
+		return refuse(rule, "device model %q uses %s, with or without its backend property", d, ruleSummary(rule))
+	}
+	t, why := env.types(d)
+	if t == nil {
+		return refuse(RuleGuestDevice, "device model %q is not on the list of guest-only models (%s), and %s", d, guestDeviceList(), why)
+	}
+	if !t.Class(d) {
+		return refuse(RuleGuestDevice, "this QEMU has no device model %q", d)
+	}
+	return nil
 }
 
 func guestDeviceList() string {

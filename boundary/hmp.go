@@ -193,9 +193,13 @@ const hmpMaxArg = 1023
 
 // CheckHMP reports whether an HMP command line (as given to
 // human-monitor-command) may run: nil, or a *RefusedError naming the rule.
-func CheckHMP(line string, capturesDir string) error {
+// device_add is checked against the fixed lists only (see
+// Policy.HMPContext).
+func CheckHMP(line string, capturesDir string) error { return checkHMPLine(line, capturesDir, nil) }
+
+func checkHMPLine(line string, capturesDir string, env *propEnv) error {
 	name, rest := hmpCommandName(line)
-	if r := checkHMP(name, rest, line, capturesDir); r != nil {
+	if r := checkHMP(name, rest, line, capturesDir, env); r != nil {
 		subject := name
 		if subject == "" {
 			subject = describe(line)
@@ -205,7 +209,7 @@ func CheckHMP(line string, capturesDir string) error {
 	return nil
 }
 
-func checkHMP(name, rest, line, capturesDir string) *refusal {
+func checkHMP(name, rest, line, capturesDir string, env *propEnv) *refusal {
 	if strings.ContainsRune(line, 0) {
 		return refuse(RuleSyntax, "the line contains a NUL byte, where QEMU would stop reading")
 	}
@@ -252,7 +256,7 @@ func checkHMP(name, rest, line, capturesDir string) *refusal {
 		if strings.TrimLeft(tail, hmpSpace) != "" {
 			return refuse(RuleSyntax, "device_add: extraneous characters after the device description")
 		}
-		return checkDevice(parseOpts(arg, "driver"))
+		return checkDevice(parseOpts(arg, "driver"), env)
 	}
 	return nil
 }

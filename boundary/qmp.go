@@ -70,7 +70,7 @@ var QMPRules = []Rule{
 		Name:      RuleGuestDevice,
 		Allow:     true,
 		Commands:  []string{"device_add", "device_del", "balloon", "set_link", "announce-self", "device-sync-config"},
-		Condition: "device_add: driver must be a guest-only model (GuestDevices) and only DeviceProperties may be set",
+		Condition: "device_add: as -device (the guest-device rule of the options): no host-facing property, a guest-only model or a model of this QEMU no refuse rule names, every property allow-listed or passing by its type",
 		Rationale: "guest hardware: hot-plug and unplug of models with no host backend, balloon target, a NIC's link " +
 			"state and gratuitous ARP (packets the guest could send itself)",
 	},
@@ -261,20 +261,26 @@ var captureArg = map[string]string{
 
 // CheckQMP reports whether a QMP command may run: nil, or a *RefusedError
 // naming the rule. capturesDir is the only directory commands may write to.
+// device_add is checked against the fixed lists only (see
+// Policy.QMPContext).
 func CheckQMP(command string, args map[string]any, capturesDir string) error {
-	if r := checkQMP(command, args, capturesDir); r != nil {
+	return checkQMPCommand(command, args, capturesDir, nil)
+}
+
+func checkQMPCommand(command string, args map[string]any, capturesDir string, env *propEnv) error {
+	if r := checkQMP(command, args, capturesDir, env); r != nil {
 		return r.err("qmp", command)
 	}
 	if command == "human-monitor-command" {
 		line, _ := args["command-line"].(string)
-		if err := CheckHMP(line, capturesDir); err != nil {
+		if err := checkHMPLine(line, capturesDir, env); err != nil {
 			return fmt.Errorf("qmp human-monitor-command: %w", err)
 		}
 	}
 	return nil
 }
 
-func checkQMP(command string, args map[string]any, capturesDir string) *refusal {
+func checkQMP(command string, args map[string]any, capturesDir string, env *propEnv) *refusal {
 	rule, ok := qmpIndex()[command]
 	if !ok {
 		return refuse(RuleUnlisted, "%q is not on the allow-list of guest-only QMP commands; new and unknown commands are refused by default", command)
@@ -310,7 +316,7 @@ func checkQMP(command string, args map[string]any, capturesDir string) *refusal 
 			return refuse(RuleCapturesOnly, "dump-guest-memory writes a host file: %s", why)
 		}
 	case "device_add":
-		if r := checkDevice(deviceFromMap(args)); r != nil {
+		if r := checkDevice(deviceFromMap(args), env); r != nil {
 			return r
 		}
 	case "human-monitor-command":

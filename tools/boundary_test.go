@@ -96,3 +96,54 @@ func TestAllowHostAccess(t *testing.T) {
 		t.Errorf("boot with a host drive allowed: %+v", b)
 	}
 }
+
+// Device properties that name no host resource pass extra_args and
+// device_add by the type the server's QEMU gives them (asked of it when a
+// check first needs it, then cached); host-facing ones are refused by
+// their rule, naming the property.
+func TestBoundaryDeviceProperties(t *testing.T) {
+	cache := t.TempDir()
+	s := newSessionWith(t, func(c *tools.Config) { c.CacheDir = cache }, nil)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"extra_args": []string{"-global", "virtio-mmio.force-legacy=false",
+		"-global", "virtio-blk-device.queue-size=128", "-device", "virtio-rng-pci,disable-legacy=on"},
+		"wait_for": prompt, "timeout": 30}, &b)
+	if !b.Matched {
+		t.Fatalf("boot with -global and typed -device properties: %+v", b)
+	}
+	if m, _ := filepath.Glob(filepath.Join(cache, "qemu-caps", "*.props.json")); len(m) != 1 {
+		t.Errorf("the property types are not cached: %v", m)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-global", "loader.file=/etc/passwd"}, `refused by rule "host-file": property file of loader is a string (str)`},
+		{[]string{"-global", "virtio-blk-pci.romfile=x"}, `refused by rule "host-file": property romfile of virtio-blk-pci`},
+		{[]string{"-global", "virtio-blk-device.queue-size=abc"}, `refused by rule "guest-device": property queue-size of virtio-blk-device`},
+		{[]string{"-device", "virtio-blk-device,drive=x,serial=abc"}, `refused by rule "block-layer": property drive of virtio-blk-device`},
+	} {
+		s.wantError("qemu_boot", map[string]any{"restart": true, "extra_args": tc.args}, tc.want, "--allow-host-access")
+	}
+	qmp := func(command string, args map[string]any) string {
+		return text(s.call("qmp_command", map[string]any{"command": command, "arguments": args}, nil))
+	}
+	// Passed by the boundary: QEMU answers for itself (no such bus). The
+	// guest is stopped first: QEMU 7.2's device_add, even one that fails,
+	// can stall for long while the tiny kernel runs.
+	if res := s.call("qmp_command", map[string]any{"command": "stop", "arguments": map[string]any{}}, nil); res.IsError {
+		t.Fatalf("stop: %s", text(res))
+	}
+	if msg := qmp("device_add", map[string]any{"driver": "virtio-rng-pci", "disable-legacy": "on", "bus": "nobus"}); strings.Contains(msg, "refused by rule") || !strings.Contains(msg, "nobus") {
+		t.Errorf("device_add with a typed property: %s", msg)
+	}
+	if msg := qmp("human-monitor-command", map[string]any{"command-line": "device_add virtio-rng-pci,disable-legacy=auto,bus=nobus"}); strings.Contains(msg, "refused by rule") || !strings.Contains(msg, "nobus") {
+		t.Errorf("HMP device_add with a typed property: %s", msg)
+	}
+	if msg := qmp("device_add", map[string]any{"driver": "virtio-rng-pci", "disable-legacy": "/etc/passwd"}); !strings.Contains(msg, `refused by rule "guest-device"`) {
+		t.Errorf("device_add with a path for an OnOffAuto: %s", msg)
+	}
+	if msg := qmp("human-monitor-command", map[string]any{"command-line": "device_add virtio-blk-device,drive=x"}); !strings.Contains(msg, `refused by rule "block-layer": property drive`) {
+		t.Errorf("HMP device_add with drive=: %s", msg)
+	}
+}

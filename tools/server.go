@@ -23,6 +23,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 
 // Config is what the tools need from the process that hosts them.
@@ -257,9 +258,20 @@ func hostPolicy(cfg Config) hostpath.Policy {
 	}
 }
 
-// boundaryPolicy is the host-access boundary for QMP and extra_args.
+// boundaryPolicy is the host-access boundary for QMP and extra_args; the
+// property types of the QEMU the server boots (asked of it when a check
+// first needs them, then cached) let device properties that name no host
+// resource pass.
 func boundaryPolicy(cfg Config) boundary.Policy {
-	return boundary.Policy{AllowHostAccess: cfg.AllowHostAccess, CapturesDir: qemuFilesDir(cfg.Captures)}
+	p := boundary.Policy{AllowHostAccess: cfg.AllowHostAccess, CapturesDir: qemuFilesDir(cfg.Captures)}
+	if !cfg.AllowHostAccess {
+		cache := cfg.CacheDir
+		if cache == "" {
+			cache = caps.DefaultCacheDir()
+		}
+		p.Props = caps.NewPropProber(caps.PropsConfig{Binary: cfg.QEMUBinary, CacheDir: cache, Logger: cfg.Logger})
+	}
+	return p
 }
 
 // qemuFilesDir is where QMP commands may have QEMU write files (screendump,

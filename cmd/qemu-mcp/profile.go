@@ -4,12 +4,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/internal/shellwords"
 	"github.com/qemu-mcp/qemu-mcp/profile"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 	"github.com/qemu-mcp/qemu-mcp/qemuline"
 )
 
@@ -26,6 +28,7 @@ func profileCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		panics    = fs.String("panic", "", "regex of the kernel's panic line, beside the server's defaults")
 		replace   = fs.Bool("replace", false, "replace a profile of that name")
 		allowHost = fs.Bool("allow-host-access", false, "pass on options the host-access boundary refuses (as the server's flag of that name)")
+		qemuBin   = fs.String("qemu", "", "the qemu-system-riscv64 the server runs (default: from PATH), whose device properties decide what -global and -device may set")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: qemu-mcp profile [flags] [--] QEMU-COMMAND...\n       make -n qemu | qemu-mcp profile [flags] -\n\n"+
@@ -62,6 +65,10 @@ func profileCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	policy := boundary.Policy{AllowHostAccess: *allowHost}
+	if !*allowHost {
+		policy.Props = caps.NewPropProber(caps.PropsConfig{Binary: *qemuBin, CacheDir: caps.DefaultCacheDir(),
+			Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	}
 	p, rep := qemuline.Parse(words, policy.ExtraArgs)
 	fmt.Fprint(stdout, rep.Text())
 	for _, f := range rep.Files() {

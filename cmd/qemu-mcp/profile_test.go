@@ -41,7 +41,7 @@ func profileRoundTrip(t *testing.T, root, line, prompt string) {
 		t.Fatalf("command_line boot: prompt %q not seen", prompt)
 	}
 	var out, errs strings.Builder
-	if code := profileCmd([]string{"-dir", root, "-prompt", prompt, line}, strings.NewReader(""), &out, &errs); code != 0 {
+	if code := profileCmd([]string{"-dir", root, "-qemu", testguest.QEMU(t), "-prompt", prompt, line}, strings.NewReader(""), &out, &errs); code != 0 {
 		t.Fatalf("qemu-mcp profile: exit %d: %s%s", code, out.String(), errs.String())
 	}
 	t.Logf("qemu-mcp profile:\n%s", out.String())
@@ -76,7 +76,7 @@ func TestProfileFromCommandLine(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "tiny.bin"), b, 0o644)
 	os.WriteFile(filepath.Join(root, "disk.img"), make([]byte, 1<<20), 0o644)
 	profileRoundTrip(t, root, `qemu-system-riscv64 -machine virt -bios none -kernel tiny.bin -m 64M -smp 2 -nographic \
-  -global virtio-mmio.force-legacy=false \
+  -global virtio-mmio.force-legacy=false -global virtio-blk-device.queue-size=64 \
   -drive file=disk.img,if=none,format=raw,id=x0 -device virtio-blk-device,drive=x0,bus=virtio-mmio-bus.0`, `tiny> $`)
 }
 

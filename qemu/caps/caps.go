@@ -329,9 +329,13 @@ func (p *Prober) decide(ctx context.Context, k Key) (*Caps, error) {
 	return c, nil
 }
 
-func (p *Prober) cacheFile(k Key) string {
+func (p *Prober) cacheFile(k Key) string { return cachePath(p.cfg.CacheDir, k, ".json") }
+
+// cachePath is a file about binary k in the cache directory dir: one name
+// per binary path, ending in suffix (".json" for the capabilities).
+func cachePath(dir string, k Key, suffix string) string {
 	sum := sha256.Sum256([]byte(k.Path))
-	return filepath.Join(p.cfg.CacheDir, "qemu-caps", hex.EncodeToString(sum[:8])+".json")
+	return filepath.Join(dir, "qemu-caps", hex.EncodeToString(sum[:8])+suffix)
 }
 
 func (p *Prober) readCache(k Key) *Caps {
@@ -354,11 +358,16 @@ func (p *Prober) writeCache(k Key, c *Caps) error {
 	if p.cfg.CacheDir == "" {
 		return nil
 	}
-	f := p.cacheFile(k)
+	return writeJSONAtomic(p.cacheFile(k), c)
+}
+
+// writeJSONAtomic writes v as JSON to f through a temporary file renamed
+// over it: a reader sees the old file or the new.
+func writeJSONAtomic(f string, v any) error {
 	if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 		return err
 	}
-	b, err := json.MarshalIndent(c, "", "  ")
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -388,7 +397,12 @@ func (p *Prober) lockCache(ctx context.Context, k Key) (func(), error) {
 	if p.cfg.CacheDir == "" {
 		return func() {}, nil
 	}
-	f := p.cacheFile(k) + ".lock"
+	return lockFile(ctx, p.cacheFile(k)+".lock")
+}
+
+// lockFile takes an exclusive flock on f (made if need be); it waits for
+// ctx at most.
+func lockFile(ctx context.Context, f string) (func(), error) {
 	if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 		return nil, err
 	}
