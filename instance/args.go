@@ -96,6 +96,8 @@ func (m *Manager) checkLineFiles(scope *hostpath.Scope, mach profile.Profile, re
 			return mach.DTB == f.Path
 		case "bios":
 			return mach.BIOS == f.Path
+		case qemuline.RefusedDrive:
+			return true
 		}
 		for _, d := range mach.Drives {
 			if d.Path == f.Path {

@@ -53,6 +53,10 @@ type File struct {
 	Option string
 }
 
+// RefusedDrive is the Field of the file of a -drive whose device was
+// refused: it goes to no boot field, and is checked all the same.
+const RefusedDrive = "-drive"
+
 // Files lists the host files the line names.
 func (r Report) Files() []File { return r.files }
 
@@ -575,6 +579,15 @@ func (l *line) finish() {
 	for _, n := range l.netdevs {
 		if !n.used {
 			l.keep(n.opt, "nothing: no device of the line uses it")
+		}
+	}
+	for _, d := range l.order {
+		if d.bad {
+			// Its device is refused; its file is checked all the same, so
+			// that the line is fixed once.
+			if path, ok := qemuopts.Get(d.kvs, "file"); ok {
+				l.file(RefusedDrive, path, false, d.opt)
+			}
 		}
 	}
 	placed := append([]*driveOpt(nil), l.attached...)

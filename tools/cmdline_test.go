@@ -105,6 +105,13 @@ func TestCommandLineRefused(t *testing.T) {
 			t.Errorf("error lacks %q: %s", want, msg)
 		}
 	}
+	// A drive's device with a property the server does not take, and a
+	// host file: both named.
+	res = s.call("qemu_boot", map[string]any{"restart": true,
+		"command_line": "-kernel tiny.bin -bios none -drive file=/etc/shadow,if=none,id=x -device virtio-blk-device,drive=x,serial=abc"}, nil)
+	if msg := text(res); !res.IsError || !strings.Contains(msg, "serial") || !strings.Contains(msg, "/etc/shadow") {
+		t.Errorf("a drive's device with serial= and /etc/shadow: %s", msg)
+	}
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo still-here", "wait_for": "still-here\r\n"}, &w)
 	// As argv, with a shell syntax error named.
