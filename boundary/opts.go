@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/qemuopts"
 )
 
 // kv is one key=value element of an option string.
@@ -16,66 +18,19 @@ type kv struct {
 }
 
 // parseOpts splits an option string as QEMU 7.2's QemuOpts parser
-// (util/qemu-option.c, opts_do_parse) does. implied names the key of a first
-// element without "=" ("driver" for -device); empty means none. A later
-// element without "=" is a flag: "foo" means foo=on and "nofoo" foo=off.
-// ",," stands for a comma inside values. The "id" key is kept.
+// (util/qemu-option.c, opts_do_parse) does (see internal/qemuopts).
+// implied names the key of a first element without "=" ("driver" for
+// -device); empty means none. The "id" key is kept.
 //
 // keyval strings (-machine) parse the same way for every input keyval
 // accepts, except that keyval refuses flags; checking the QemuOpts reading
 // is therefore at least as strict.
 func parseOpts(s, implied string) []kv {
 	var out []kv
-	first := true
-	for p := s; p != ""; {
-		var key, val string
-		n := strings.IndexAny(p, "=,")
-		if n < 0 {
-			n = len(p)
-		}
-		if n == len(p) || p[n] != '=' {
-			if first && implied != "" {
-				key = implied
-				val, p = optValue(p)
-			} else {
-				key, p = p[:n], p[n:]
-				if strings.HasPrefix(key, "no") {
-					key, val = key[2:], "off"
-				} else {
-					val = "on"
-				}
-			}
-		} else {
-			key = p[:n]
-			val, p = optValue(p[n+1:])
-		}
-		out = append(out, kv{key, val})
-		first = false
-		if p != "" {
-			p = p[1:] // the separating comma
-		}
+	for _, p := range qemuopts.Parse(s, implied) {
+		out = append(out, kv{p.Key, p.Value})
 	}
 	return out
-}
-
-// optValue reads a value up to the first single comma, turning ",," into ",",
-// and returns the rest starting at that comma.
-func optValue(p string) (string, string) {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(p, ',')
-		if i < 0 {
-			b.WriteString(p)
-			return b.String(), ""
-		}
-		if i+1 < len(p) && p[i+1] == ',' {
-			b.WriteString(p[:i+1])
-			p = p[i+2:]
-			continue
-		}
-		b.WriteString(p[:i])
-		return b.String(), p[i:]
-	}
 }
 
 // parseJSONObject decodes a flat JSON object as QEMU's -device {...} syntax
