@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"syscall"
 )
 
 // Linux delivers the parent-death signal when the *thread* that forked the
@@ -30,6 +31,16 @@ var launcher = sync.OnceValue(func() chan<- launchRequest {
 	return reqs
 })
 
+// StartProcess starts cmd, a QEMU of the server's, so that it dies with the
+// server even on SIGKILL (the parent-death signal, sent from the launcher
+// thread) and in a process group of its own, so that a terminal's Ctrl-C
+// reaches the server, which then stops QEMU in order. Every QEMU the
+// server runs, long-lived or asked one question, starts here.
+func StartProcess(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	return startOnLauncher(cmd)
+}
+
 // startOnLauncher runs cmd.Start on the long-lived launcher thread.
 func startOnLauncher(cmd *exec.Cmd) error {
 	done := make(chan error, 1)
@@ -39,15 +50,18 @@ func startOnLauncher(cmd *exec.Cmd) error {
 
 var lookPath = exec.LookPath
 
-// tail keeps the last max bytes written to it: enough of QEMU's stderr to
+// Tail keeps the last max bytes written to it: enough of QEMU's stderr to
 // explain a failure, bounded however chatty it gets.
-type tail struct {
+type Tail struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-func (t *tail) Write(p []byte) (int, error) {
+// NewTail returns a Tail of max bytes.
+func NewTail(max int) *Tail { return &Tail{max: max} }
+
+func (t *Tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
@@ -57,7 +71,7 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tail) String() string {
+func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)

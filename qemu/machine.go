@@ -67,7 +67,7 @@ type Machine struct {
 	log     *slog.Logger
 
 	cmd     *exec.Cmd
-	stderr  *tail
+	stderr  *Tail
 	console *serial.Console
 	// borrowed says console belongs to the caller (Runtime.Console).
 	borrowed bool
@@ -146,7 +146,7 @@ func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Machine{cfg: cfg, log: log, done: make(chan struct{}), stderr: &tail{max: 64 << 10}}
+	m := &Machine{cfg: cfg, log: log, done: make(chan struct{}), stderr: NewTail(64 << 10)}
 	if err := m.start(ctx, rt, cfg, bin); err != nil {
 		// A partial start (QEMU running, QMP not connected) is undone
 		// completely: process, FIFOs and socket.
@@ -260,14 +260,7 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	cmd.ExtraFiles = extra
 	cmd.Stdout = m.stderr
 	cmd.Stderr = m.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// QEMU must not outlive the server, even after SIGKILL.
-		Pdeathsig: syscall.SIGKILL,
-		// A terminal's Ctrl-C should reach the server, which then stops
-		// QEMU in order, not QEMU directly.
-		Setpgid: true,
-	}
-	if err := startOnLauncher(cmd); err != nil {
+	if err := StartProcess(cmd); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
 	m.cmd = cmd

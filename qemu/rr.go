@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -56,8 +55,7 @@ func LogVersion(ctx context.Context, bin, dir string) (uint32, error) {
 	cmd.Stdin = bytes.NewReader([]byte(`{"execute":"qmp_capabilities"}` + "\n" + `{"execute":"quit"}` + "\n"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := startOnLauncher(cmd); err != nil {
+	if err := StartProcess(cmd); err != nil {
 		return 0, fmt.Errorf("learn QEMU's log version: %w", err)
 	}
 	done := make(chan error, 1)

@@ -274,8 +274,8 @@ func (l *line) refuse(o option, format string, a ...any) {
 // pass keeps o as an extra argument if check takes it.
 func (l *line) pass(o option) {
 	words := []string{"-" + o.name}
-	if o.value != "" || len(o.words) > 1 || strings.Contains(o.words[0], "=") {
-		words = append(words, o.value)
+	if len(o.words) > 1 || strings.Contains(o.words[0], "=") {
+		words = append(words, o.value) // the option's value, given apart or inline
 	}
 	if l.check != nil {
 		if err := l.check(words); err != nil {
@@ -319,24 +319,12 @@ func (l *line) take(o option) {
 			return
 		}
 		l.pass(o)
-	case "bios":
-		l.p.BIOS = o.value
-		if o.value != "none" && o.value != "default" {
-			l.file("bios", o.value, false, o)
+	case "bios", "kernel", "initrd", "dtb":
+		*map[string]*string{"bios": &l.p.BIOS, "kernel": &l.p.Kernel, "initrd": &l.p.Initrd, "dtb": &l.p.DTB}[o.name] = o.value
+		if o.name != "bios" || o.value != "none" && o.value != "default" {
+			l.file(o.name, o.value, false, o)
 		}
-		l.keep(o, "bios")
-	case "kernel":
-		l.p.Kernel = o.value
-		l.file("kernel", o.value, false, o)
-		l.keep(o, "kernel")
-	case "initrd":
-		l.p.Initrd = o.value
-		l.file("initrd", o.value, false, o)
-		l.keep(o, "initrd")
-	case "dtb":
-		l.p.DTB = o.value
-		l.file("dtb", o.value, false, o)
-		l.keep(o, "dtb")
+		l.keep(o, o.name)
 	case "append":
 		l.p.Append = o.value
 		l.keep(o, "append")

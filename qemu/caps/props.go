@@ -10,13 +10,10 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/boundary"
@@ -356,37 +353,13 @@ type session struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	dec    *json.Decoder
-	stderr *lastBytes
+	stderr *qemu.Tail
 	done   chan struct{}
 	stop   func() bool
 	greet  qmpReply
 }
 
-// lastBytes keeps the last 2 KiB written to it.
-type lastBytes struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (l *lastBytes) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, b...)
-	if over := len(l.buf) - 2048; over > 0 {
-		l.buf = l.buf[over:]
-	}
-	return len(b), nil
-}
-
-func (l *lastBytes) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(string(l.buf))
-}
-
-// start starts QEMU with no machine, paused, its monitor on stdio. The
-// caller's goroutine must be locked to its thread until the session ends
-// (QEMU's parent-death signal follows the thread that started it).
+// start starts QEMU with no machine, paused, its monitor on stdio.
 func (p *PropProber) start(ctx context.Context, bin string) (*session, error) {
 	cmd := exec.Command(bin, "-machine", "none", "-nodefaults", "-display", "none", "-S", "-qmp", "stdio")
 	in, err := cmd.StdinPipe()
@@ -397,10 +370,9 @@ func (p *PropProber) start(ctx context.Context, bin string) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{cmd: cmd, in: in, dec: json.NewDecoder(out), stderr: &lastBytes{}, done: make(chan struct{})}
+	s := &session{cmd: cmd, in: in, dec: json.NewDecoder(out), stderr: qemu.NewTail(2048), done: make(chan struct{})}
 	cmd.Stderr = s.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := qemu.StartProcess(cmd); err != nil {
 		return nil, err
 	}
 	p.started.Add(1)
@@ -459,7 +431,7 @@ func (s *session) why(ctx context.Context, err error) error {
 		return fmt.Errorf("no answer within the probe's time: %w", ctx.Err())
 	}
 	s.close()
-	if w := s.stderr.String(); w != "" {
+	if w := strings.TrimSpace(s.stderr.String()); w != "" {
 		return fmt.Errorf("%w (%v): %s", errDied, s.cmd.ProcessState, lastLine(w))
 	}
 	return fmt.Errorf("%w (%v): %v", errDied, s.cmd.ProcessState, err)
@@ -499,10 +471,6 @@ func (s *session) close() {
 // answer for. QEMU dying under one class is that class's failure; the
 // others are asked of a new QEMU (three at most).
 func (p *PropProber) ask(ctx context.Context, k Key, classes []string, schema bool) (*propTable, map[string]error, error) {
-	// QEMU's parent-death signal is sent when the thread that started it
-	// ends: the thread stays this goroutine's until QEMU is gone.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	begin := time.Now()
 	t := &propTable{Binary: k.Path, Size: k.Size, ModTime: k.ModTime, ProbeVersion: propsVersion, Classes: map[string]*classProps{}}
 	failed := map[string]error{}
