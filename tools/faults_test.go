@@ -102,6 +102,9 @@ func TestInputLimits(t *testing.T) {
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 1000), "delay_ms": 100}, "type it in parts"},
 		{"serial_read", map[string]any{"wait_for": []any{strings.Repeat("(", 5000)}}, "limit of 4096"},
 		{"qemu_boot", map[string]any{"extra_args": make([]any, 300), "restart": true}, "limit of 256"},
+		{"qemu_boot", map[string]any{"command_line": strings.Repeat("-no-reboot ", 2000), "restart": true}, "limit of 16384"},
+		{"qemu_boot", map[string]any{"command_line": make([]any, 600), "restart": true}, "limit of 512"},
+		{"serial_read", map[string]any{"wait_for": strings.Repeat("(", 5000)}, "limit of 4096"},
 		{"serial_read", map[string]any{"since": 0, "max_bytes": 1 << 30}, "at most 32768"},
 	} {
 		start := time.Now()

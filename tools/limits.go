@@ -78,6 +78,16 @@ func checkSizes(tool, path string, v any, sch *jsonschema.Schema) string {
 	if sch == nil {
 		return ""
 	}
+	// A value of a field of several types is held to the limits of the
+	// type it has.
+	for _, alt := range sch.AnyOf {
+		_, isString := v.(string)
+		_, isList := v.([]any)
+		if isString && alt.Type == "string" || isList && alt.Type == "array" {
+			sch = alt
+			break
+		}
+	}
 	switch v := v.(type) {
 	case string:
 		if sch.MaxLength != nil {

@@ -89,13 +89,16 @@ func plain(s *jsonschema.Schema, t reflect.Type) {
 		if a := f.Tag.Get("anyof"); a != "" {
 			p.AnyOf = anyOf(a)
 		}
-		setMaxLength(p, f.Tag.Get("max"))
-		if m := f.Tag.Get("maxitems"); m != "" && p.Type == "array" {
-			n, err := strconv.Atoi(m)
-			if err != nil {
-				panic(fmt.Sprintf("tools: maxitems tag %q", m))
+		// A field of several types has its limits on each of them.
+		for _, q := range append([]*jsonschema.Schema{p}, p.AnyOf...) {
+			setMaxLength(q, f.Tag.Get("max"))
+			if m := f.Tag.Get("maxitems"); m != "" && q.Type == "array" {
+				n, err := strconv.Atoi(m)
+				if err != nil {
+					panic(fmt.Sprintf("tools: maxitems tag %q", m))
+				}
+				q.MaxItems = &n
 			}
-			p.MaxItems = &n
 		}
 	}
 }
