@@ -102,23 +102,6 @@ func (i *Instance) stopQEMUCapture() {
 	}
 }
 
-// thenCall runs first and then next before the guest runs; either may be
-// nil.
-func thenCall(first, next func(ctx context.Context, mch *qemu.Machine) error) func(ctx context.Context, mch *qemu.Machine) error {
-	switch {
-	case first == nil:
-		return next
-	case next == nil:
-		return first
-	}
-	return func(ctx context.Context, mch *qemu.Machine) error {
-		if err := first(ctx, mch); err != nil {
-			return err
-		}
-		return next(ctx, mch)
-	}
-}
-
 // continueCapture, for the QEMU a restore starts, has it feed the capture
 // that the QEMU before it fed.
 func (i *Instance) continueCapture() func(ctx context.Context, mch *qemu.Machine) error {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sync"
 	"time"
@@ -14,16 +12,14 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
-	"github.com/qemu-mcp/qemu-mcp/internal/cpus"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
-	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"github.com/qemu-mcp/qemu-mcp/tap"
+	"github.com/qemu-mcp/qemu-mcp/timetravel"
 )
 
 // State is where an instance is in its life.
@@ -180,8 +176,8 @@ type Instance struct {
 	events     eventLog
 	// rec is the recording of a guest that records, rep the replay of
 	// one that replays (see record.go, replay.go).
-	rec *recorder
-	rep *replayer
+	rec *timetravel.Recorder
+	rep *timetravel.Replayer
 	// exitNoted is closed once the watcher has recorded how QEMU ended.
 	exitNoted chan struct{}
 }
@@ -212,219 +208,6 @@ func (i *Instance) push(what string, do func() error) {
 	i.mu.Lock()
 	i.cleanups = append(i.cleanups, cleanup{what, do})
 	i.mu.Unlock()
-}
-
-// run performs the boot's steps: reap, lock, drives, TAP, capture, QEMU,
-// record. Any failure, an end of ctx, or a stop unwinds what was done.
-func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
-	defer close(i.booted)
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(i.ctx, func() { cancel(context.Cause(i.ctx)) })
-	defer stop()
-	defer func() {
-		if err == nil {
-			return
-		}
-		if cause := context.Cause(i.ctx); cause != nil {
-			err = fmt.Errorf("boot of %q: %w while it started (%v)", i.name, cause, err)
-		}
-		i.teardown(nil)
-	}()
-
-	m := i.mgr
-	if d := i.spec.Debug; d != nil && d.Symbols != nil {
-		// Closed by the debugger once it exists, else here.
-		i.push("symbols", func() error {
-			if i.Debugger() != nil {
-				return nil
-			}
-			return d.Symbols.Close()
-		})
-	}
-	t0 := time.Now()
-	rep = m.reap()
-	tReap := time.Since(t0)
-
-	path, release, err := m.acquireLock(i.spec.Root, i.name)
-	if err != nil {
-		return rep, err
-	}
-	i.mu.Lock()
-	i.lockPath = path
-	i.mu.Unlock()
-	i.push("repository lock", release)
-	m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = path })
-	i.push("lock in record", func() error {
-		m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = "" })
-		return nil
-	})
-
-	releaseDrives, err := m.claimDrives(i.name, i.spec.QEMU.Drives)
-	if err != nil {
-		return rep, err
-	}
-	i.push("drive claims", releaseDrives)
-
-	cfg := i.spec.QEMU
-	if t := i.spec.TAP; t != nil {
-		if err := i.makeTAP(*t); err != nil {
-			return rep, err
-		}
-		cfg.Network, cfg.TAPName, cfg.MAC = "tap", i.dev.Name, i.dev.GuestMAC.String()
-		// A capture through QEMU (see capture.go) needs plain frames.
-		cfg.TAPPlainFrames = !inProcess()
-	}
-	// A capture in this process starts before QEMU, so the guest's first
-	// frame is in it; one through QEMU starts before the guest runs.
-	var captureAtStart func(ctx context.Context, mch *qemu.Machine) error
-	if c := i.spec.Capture; c != nil {
-		if inProcess() {
-			if _, err := i.StartCapture(nil, c.Filter, 0); err != nil {
-				return rep, fmt.Errorf("capture at boot: %w", err)
-			}
-		} else {
-			captureAtStart = func(ctx context.Context, mch *qemu.Machine) error {
-				cp, err := i.startQEMUCapture(ctx, mch, nil, c.Filter, 0)
-				if err != nil {
-					return fmt.Errorf("capture at boot: %w", err)
-				}
-				i.mu.Lock()
-				i.capture, i.viaQEMU = cp, true
-				i.mu.Unlock()
-				return nil
-			}
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return rep, context.Cause(ctx)
-	}
-	tPrep := time.Since(t0)
-
-	dir := m.cfg.RuntimeDir
-	// Every attempt gets its own transcript: a failed start keeps what
-	// QEMU printed, and the next attempt must not collide with it. It
-	// outlives the server, kept with the captures.
-	transcript := filepath.Join(m.cfg.Captures, names.Transcript(m.owner, i.name, i.boot))
-	removed := m.enforceCap() // before this boot adds to what is kept
-	i.mu.Lock()
-	i.transcript = transcript
-	i.keptRemoved = removed
-	i.mu.Unlock()
-	// The console is the instance's, not one QEMU's: a restore starts a
-	// new QEMU on it, and output and cursors go on.
-	opts := []serial.Option{serial.WithLogger(m.log.With("instance", i.name)), serial.WithTranscript(transcript)}
-	if m.cfg.RingSize > 0 {
-		opts = append(opts, serial.WithRingSize(m.cfg.RingSize))
-	}
-	con, err := serial.Create(filepath.Join(dir, names.SerialBase(m.owner, i.name)), opts...)
-	if err != nil {
-		return rep, fmt.Errorf("boot: %w", err)
-	}
-	i.mu.Lock()
-	i.console = con
-	i.mu.Unlock()
-	i.push("console", con.Close)
-	if i.spec.Record != nil {
-		if err := i.beginRecording(ctx, &cfg); err != nil {
-			return rep, err
-		}
-	}
-	// Start closes the descriptors it is given; a restore needs them
-	// again, so the instance keeps copies.
-	files, err := dupFiles(cfg.Files)
-	if err != nil {
-		return rep, fmt.Errorf("boot: %w", err)
-	}
-	i.files, i.cfg = files, cfg
-	i.cfg.Files = nil
-	i.push("host files", func() error { return qemu.CloseFiles(files) })
-
-	// A start from a snapshot needs the stub too (see resumeTimer).
-	rt := i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
-	var staged string
-	if snap := i.spec.Snapshot; snap != nil {
-		if err := snapshot.Verify(snap.meta); err != nil {
-			return rep, err
-		}
-		if staged, err = i.stage(m.Snapshots(), snap.meta); err != nil {
-			return rep, err
-		}
-		// The copy is removed once the guest runs (unstage); a boot
-		// that fails before removes it here.
-		i.push("staged snapshot", func() error {
-			if err := os.Remove(staged); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
-			}
-			return nil
-		})
-		cfg.LoadVM = &qemu.LoadVM{Path: staged}
-		rt.BeforeCont = loadSnapshot(snap.meta, func() {
-			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.meta.Name, snap.meta.Created.Format(time.RFC3339)))
-		})
-	}
-	rt.BeforeCont = thenCall(rt.BeforeCont, captureAtStart)
-	if i.spec.Replay != nil {
-		if err := i.prepareReplay(ctx, &cfg, &rt); err != nil {
-			return rep, err
-		}
-		i.cfg.RR, i.cfg.ConsoleFile = cfg.RR, cfg.ConsoleFile
-	}
-	mch, err := qemu.Start(ctx, rt, cfg)
-	if err != nil {
-		return rep, fmt.Errorf("boot: %w", err)
-	}
-	// The guest's harts get host CPUs; the server's goroutines the rest.
-	harts := max(1, cfg.SMP)
-	cpus.Add(harts)
-	i.push("qemu", func() error {
-		defer cpus.Add(-harts)
-		if mch := i.Machine(); mch != nil {
-			return mch.Close()
-		}
-		return nil
-	})
-	i.mu.Lock()
-	i.machine = mch
-	i.mu.Unlock()
-	if i.spec.Record != nil {
-		if err := i.commitRecording(ctx, mch); err != nil {
-			return rep, err
-		}
-	}
-	if i.spec.Replay != nil {
-		if err := i.startReplay(); err != nil {
-			return rep, err
-		}
-	}
-	followed := i.follow(mch)
-	if i.spec.Debug != nil {
-		i.startDebugger()
-	}
-	i.recordQEMU(mch)
-	i.push("qemu in record", func() error {
-		m.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = nil })
-		return nil
-	})
-	if snap := i.spec.Snapshot; snap != nil {
-		i.unstage(ctx, mch, staged)
-	}
-
-	i.mu.Lock()
-	stopping := i.state != Booting
-	if !stopping {
-		i.state = Running
-	}
-	i.mu.Unlock()
-	if stopping {
-		// A stop came in as QEMU started: it waits for this boot and
-		// then stops the machine itself.
-		return rep, ErrStopped
-	}
-	go i.watch(mch, followed)
-	m.probeQEMU(mch.Argv()[0])
-	m.log.Debug("booted", "instance", i.name, "reap", tReap, "lock+drives+tap+capture", tPrep-tReap, "qemu", time.Since(t0)-tPrep)
-	return rep, nil
 }
 
 func (i *Instance) makeTAP(t TAPSpec) error {
@@ -553,62 +336,6 @@ func (i *Instance) DebugStop(ctx context.Context) (debugger.StopInfo, bool) {
 	return d.Holding(ctx)
 }
 
-// watch undoes everything when QEMU stops by itself (guest poweroff), not
-// only when it is stopped.
-func (i *Instance) watch(mch *qemu.Machine, followed <-chan struct{}) {
-	<-mch.Done()
-	i.mu.Lock()
-	replaced := i.replacing || i.guarded > 0 || i.machine != mch
-	con := i.console
-	byItself := i.state == Running
-	i.mu.Unlock()
-	if replaced {
-		return // a restore stopped it and runs the next QEMU
-	}
-	// What the guest printed last is still in the pipe: keep it, then
-	// wake the waiters with the end.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	con.Finish(ctx)
-	cancel()
-	if byItself {
-		// The waits the end woke report the event (see Wait).
-		i.exited(mch, followed)
-	}
-	close(i.exitNoted)
-	exit, _ := mch.Exited()
-	i.teardown(&qemu.Ending{How: "exited", Exit: exit})
-}
-
-// runtime is where every QEMU of the instance keeps its sockets, on the
-// instance's console.
-func (i *Instance) runtime(withGDB bool) qemu.Runtime {
-	m, dir := i.mgr, i.mgr.cfg.RuntimeDir
-	rt := qemu.Runtime{
-		QMPSocket: filepath.Join(dir, names.Name(names.QMPSocket, m.owner, i.name)),
-		Logger:    m.log.With("instance", i.name),
-		Console:   i.console,
-	}
-	if i.spec.QEMU.VNC {
-		rt.VNCSocket = filepath.Join(dir, names.Name(names.VNCSocket, m.owner, i.name))
-	}
-	if withGDB {
-		rt.GDBSocket = filepath.Join(dir, names.Name(names.GDBSocket, m.owner, i.name))
-		rt.GDBTCP = m.cfg.GDBTCP
-	}
-	return rt
-}
-
-// recordQEMU names the instance's QEMU in the server's record.
-func (i *Instance) recordQEMU(mch *qemu.Machine) {
-	id := mch.Identity()
-	child, err := registry.NewChild(id.PID)
-	if err != nil || child.StartTime != id.StartTime {
-		// QEMU already exited; the record must still not name a stranger.
-		child = registry.Child{PID: id.PID, StartTime: id.StartTime, Executable: mch.Argv()[0]}
-	}
-	i.mgr.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = &child })
-}
-
 // teardown runs the cleanup stack, newest first, exactly once; later
 // callers wait until it has run. end says how QEMU stopped, if it ran.
 func (i *Instance) teardown(end *qemu.Ending) {
@@ -680,7 +407,9 @@ func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Durat
 		}
 		// A recording ends where the stop finds it, and its replay stops
 		// there.
-		i.pauseRecording(ctx, mch)
+		if r := i.recorder(); r != nil {
+			r.Pause(ctx, mch)
+		}
 		end, err = mch.Shutdown(ctx, method, wait)
 	}
 	i.mu.Lock()

@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/profile"
@@ -504,53 +502,35 @@ func restoredWhat(meta snapshot.Meta, discarded int) string {
 // the instance's console, TAP, drives and debugger, and stops old first.
 // The caller holds the console's input.
 func (i *Instance) restoreFresh(ctx context.Context, old *qemu.Machine, con *serial.Console, meta snapshot.Meta, staged string, res Restored) (Restored, error) {
-	i.mu.Lock()
-	i.replacing = true
-	i.mu.Unlock()
-	defer func() {
-		i.mu.Lock()
-		i.replacing = false
-		i.mu.Unlock()
-	}()
-	if _, err := old.Shutdown(ctx, qemu.Quit, 5*time.Second); err != nil {
-		i.mgr.log.Warn("stop QEMU for a restore", "instance", i.name, "err", err)
-	}
-	if err := old.Close(); err != nil {
-		i.mgr.log.Warn("clean up after QEMU for a restore", "instance", i.name, "err", err)
-	}
-	i.loadStep(meta, "stopped")
-	// What the old guest printed last goes before the marker; what it
-	// did not read was typed for it: the restored one must not get it.
-	if err := con.Sync(ctx); err != nil {
-		i.mgr.log.Warn("read the old guest's last output", "instance", i.name, "err", err)
-	}
-	n, err := con.DiscardInput()
-	if err != nil {
-		i.mgr.log.Warn("drop the old guest's unread input", "instance", i.name, "err", err)
-	}
-	res.DiscardedInput += n
-	cfg := i.cfg
-	if cfg.Files, err = dupFiles(i.files); err != nil {
-		return res, &lostError{fmt.Errorf("restore snapshot %q: %w", meta.Name, err)}
-	}
-	cfg.LoadVM = &qemu.LoadVM{Path: staged}
-	rt := i.runtime(true)
-	rt.BeforeCont = loadSnapshot(meta, func() {
-		i.loadStep(meta, "loaded")
-		res.Cursor = i.mark(restoredWhat(meta, res.DiscardedInput))
+	mch, err := i.replaceMachine(ctx, old, replacement{
+		method: qemu.Quit, grace: 5 * time.Second,
+		gone: func() {
+			i.loadStep(meta, "stopped")
+			// What the old guest printed last goes before the marker;
+			// what it did not read was typed for it: the restored one
+			// must not get it.
+			if err := con.Sync(ctx); err != nil {
+				i.mgr.log.Warn("read the old guest's last output", "instance", i.name, "err", err)
+			}
+			n, err := con.DiscardInput()
+			if err != nil {
+				i.mgr.log.Warn("drop the old guest's unread input", "instance", i.name, "err", err)
+			}
+			res.DiscardedInput += n
+		},
+		prepare: func(cfg *qemu.Config, rt *qemu.Runtime) {
+			cfg.LoadVM = &qemu.LoadVM{Path: staged}
+			rt.BeforeCont = loadSnapshot(meta, func() {
+				i.loadStep(meta, "loaded")
+				res.Cursor = i.mark(restoredWhat(meta, res.DiscardedInput))
+			})
+			rt.BeforeCont = thenCall(rt.BeforeCont, i.continueCapture())
+		},
 	})
-	rt.BeforeCont = thenCall(rt.BeforeCont, i.continueCapture())
-	mch, err := qemu.Start(ctx, rt, cfg)
 	if err != nil {
 		os.Remove(staged)
 		return res, &lostError{fmt.Errorf("restore snapshot %q: %w", meta.Name, err)}
 	}
-	i.mu.Lock()
-	i.machine = mch
-	i.replacing = false
-	i.mu.Unlock()
-	i.recordQEMU(mch)
-	go i.watch(mch, i.follow(mch))
 	i.loadStep(meta, "running")
 	// The copy goes once QEMU lets go of it, after the answer: the next
 	// save or restore waits for it (restoreMu).
@@ -581,22 +561,6 @@ func (i *Instance) checkRestart() error {
 	return nil
 }
 
-// lost stops an instance whose QEMU a restore could not replace.
-func (i *Instance) lost(err error) error {
-	i.mu.Lock()
-	i.replacing = false
-	if i.ending == nil {
-		i.ending = &qemu.Ending{How: "restore failed"}
-	}
-	con := i.console
-	i.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	con.Finish(ctx)
-	cancel()
-	i.teardown(nil)
-	return fmt.Errorf("%w; %w", err, ErrGuestLost)
-}
-
 // stage copies meta's image to the runtime directory for QEMU to load.
 func (i *Instance) stage(store snapshot.Store, meta snapshot.Meta) (string, error) {
 	p := filepath.Join(i.mgr.cfg.RuntimeDir, names.Name(names.SnapshotStage, i.mgr.owner, i.name))
@@ -621,18 +585,6 @@ func (i *Instance) unstage(ctx context.Context, mch *qemu.Machine, staged string
 	if err := os.Remove(staged); err != nil {
 		i.mgr.log.Warn("remove the loaded snapshot's copy", "path", staged, "err", err)
 	}
-}
-
-// mark writes a line into the console's output (and transcript) and
-// returns the cursor after it.
-func (i *Instance) mark(what string) int64 {
-	i.mu.Lock()
-	con := i.console
-	i.mu.Unlock()
-	b := con.Buffer()
-	_, _ = b.Write([]byte("\r\n[qemu-mcp: " + what + "]\r\n"))
-	_ = b.Flush() // a failure was logged; the ring has the marker
-	return b.End()
 }
 
 // loadSnapshot loads the attached snapshot before the guest first runs,
@@ -699,23 +651,6 @@ func resumeTimer(ctx context.Context, mch *qemu.Machine, mtime uint64) error {
 	return nil
 }
 
-func dupFiles(files map[string]*os.File) (map[string]*os.File, error) {
-	out := make(map[string]*os.File, len(files))
-	for p, f := range files {
-		fd, err := dupCloexec(int(f.Fd()))
-		if err != nil {
-			qemu.CloseFiles(out)
-			return nil, fmt.Errorf("keep %s open: %w", p, err)
-		}
-		out[p] = os.NewFile(uintptr(fd), f.Name())
-	}
-	return out, nil
-}
-
-func dupCloexec(fd int) (int, error) {
-	return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-}
-
 // deleteSnapshotTag removes a snapshot's part from the guest's writable
 // qcow2 drives.
 func (i *Instance) deleteSnapshotTag(ctx context.Context, tag string) error {
@@ -724,16 +659,4 @@ func (i *Instance) deleteSnapshotTag(ctx context.Context, tag string) error {
 		return err
 	}
 	return snapshot.DeleteTag(ctx, mch.Monitor(), tag)
-}
-
-// notRecorded refuses what would break a recording or a replay: its
-// machine's state must be what the recording holds.
-func (i *Instance) notRecorded(what string) error {
-	if r := i.recorder(); r != nil {
-		return fmt.Errorf("cannot %s guest %q: it records %q, whose replay must reproduce the run exactly; shut it down to end the recording first", what, i.name, r.begun.Meta.Name)
-	}
-	if r := i.replayer(); r != nil {
-		return &ReplayingError{What: what, Name: i.name, Recording: r.meta.Name}
-	}
-	return nil
 }

@@ -1,0 +1,357 @@
+package instance
+
+// A boot is a list of named steps (bootSteps). Each step that does
+// something pushes its undo on the instance's cleanup stack at once, so a
+// failure at any step, a stop, or the end of the caller's context unwinds
+// exactly what was done, newest first.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/cpus"
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
+	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
+)
+
+// bootStep is one step of a boot.
+type bootStep struct {
+	name string
+	do   func(i *Instance, ctx context.Context, b *booting) error
+}
+
+// booting is what a boot's steps hand on to the next.
+type booting struct {
+	rep *reaper.Report
+	cfg qemu.Config
+	rt  qemu.Runtime
+	// captureAtStart starts a capture through QEMU before the guest runs.
+	captureAtStart func(ctx context.Context, mch *qemu.Machine) error
+	staged         string // the snapshot copy a boot from a snapshot loads
+	mch            *qemu.Machine
+	followed       <-chan struct{}
+	times          []any // step name, duration: for the log
+}
+
+// bootSteps are a boot's steps, in order.
+func bootSteps() []bootStep {
+	return []bootStep{
+		{"symbols", (*Instance).ownSymbols},
+		{"reap", (*Instance).reapLeftovers},
+		{"lock", (*Instance).lockRepository},
+		{"drives", (*Instance).claimDrives},
+		{"tap", (*Instance).attachTAP},
+		{"capture", (*Instance).captureFromStart},
+		{"console", (*Instance).createConsole},
+		{"record", (*Instance).beginRecordingStep},
+		{"host files", (*Instance).keepHostFiles},
+		{"snapshot", (*Instance).stageBootSnapshot},
+		{"replay", (*Instance).prepareReplayStep},
+		{"qemu", (*Instance).startQEMU},
+		{"recording", (*Instance).commitRecordingStep},
+		{"replay console", (*Instance).startReplayStep},
+		{"debugger", (*Instance).attachDebugger},
+		{"record qemu", (*Instance).recordQEMUStep},
+		{"unstage", (*Instance).unstageBootSnapshot},
+		{"running", (*Instance).markRunning},
+	}
+}
+
+// run performs the boot's steps. Any failure, an end of ctx, or a stop
+// unwinds what was done.
+func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
+	defer close(i.booted)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(i.ctx, func() { cancel(context.Cause(i.ctx)) })
+	defer stop()
+	defer func() {
+		if err == nil {
+			return
+		}
+		if cause := context.Cause(i.ctx); cause != nil {
+			err = fmt.Errorf("boot of %q: %w while it started (%v)", i.name, cause, err)
+		}
+		i.teardown(nil)
+	}()
+	b := &booting{}
+	for _, s := range bootSteps() {
+		if err := ctx.Err(); err != nil {
+			return b.rep, context.Cause(ctx)
+		}
+		t := time.Now()
+		if err := s.do(i, ctx, b); err != nil {
+			return b.rep, err
+		}
+		b.times = append(b.times, s.name, time.Since(t))
+	}
+	go i.watch(b.mch, b.followed)
+	i.mgr.probeQEMU(b.mch.Argv()[0])
+	i.mgr.log.Debug("booted", append([]any{"instance", i.name}, b.times...)...)
+	return b.rep, nil
+}
+
+// ownSymbols closes the kernel's symbols at the end, unless a debugger
+// took them (it closes them itself).
+func (i *Instance) ownSymbols(_ context.Context, _ *booting) error {
+	if d := i.spec.Debug; d != nil && d.Symbols != nil {
+		i.push("symbols", func() error {
+			if i.Debugger() != nil {
+				return nil
+			}
+			return d.Symbols.Close()
+		})
+	}
+	return nil
+}
+
+// reapLeftovers removes what dead servers left, before this boot makes
+// anything of its own.
+func (i *Instance) reapLeftovers(_ context.Context, b *booting) error {
+	b.rep = i.mgr.reap()
+	return nil
+}
+
+func (i *Instance) lockRepository(_ context.Context, _ *booting) error {
+	m := i.mgr
+	path, release, err := m.acquireLock(i.spec.Root, i.name)
+	if err != nil {
+		return err
+	}
+	i.mu.Lock()
+	i.lockPath = path
+	i.mu.Unlock()
+	i.push("repository lock", release)
+	m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = path })
+	i.push("lock in record", func() error {
+		m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = "" })
+		return nil
+	})
+	return nil
+}
+
+func (i *Instance) claimDrives(_ context.Context, b *booting) error {
+	release, err := i.mgr.claimDrives(i.name, i.spec.QEMU.Drives)
+	if err != nil {
+		return err
+	}
+	i.push("drive claims", release)
+	b.cfg = i.spec.QEMU
+	return nil
+}
+
+func (i *Instance) attachTAP(_ context.Context, b *booting) error {
+	t := i.spec.TAP
+	if t == nil {
+		return nil
+	}
+	if err := i.makeTAP(*t); err != nil {
+		return err
+	}
+	b.cfg.Network, b.cfg.TAPName, b.cfg.MAC = "tap", i.dev.Name, i.dev.GuestMAC.String()
+	// A capture through QEMU (see capture.go) needs plain frames.
+	b.cfg.TAPPlainFrames = !inProcess()
+	return nil
+}
+
+// captureFromStart starts the capture a boot asks for: one in this
+// process before QEMU, so the guest's first frame is in it; one through
+// QEMU before the guest runs.
+func (i *Instance) captureFromStart(_ context.Context, b *booting) error {
+	c := i.spec.Capture
+	switch {
+	case c == nil:
+		return nil
+	case inProcess():
+		if _, err := i.StartCapture(nil, c.Filter, 0); err != nil {
+			return fmt.Errorf("capture at boot: %w", err)
+		}
+		return nil
+	}
+	b.captureAtStart = func(ctx context.Context, mch *qemu.Machine) error {
+		cp, err := i.startQEMUCapture(ctx, mch, nil, c.Filter, 0)
+		if err != nil {
+			return fmt.Errorf("capture at boot: %w", err)
+		}
+		i.mu.Lock()
+		i.capture, i.viaQEMU = cp, true
+		i.mu.Unlock()
+		return nil
+	}
+	return nil
+}
+
+// createConsole makes the instance's console. It is the instance's, not
+// one QEMU's: a restore starts a new QEMU on it, and output and cursors go
+// on. Every attempt gets its own transcript: a failed start keeps what
+// QEMU printed, and the next attempt must not collide with it. It outlives
+// the server, kept with the captures.
+func (i *Instance) createConsole(_ context.Context, _ *booting) error {
+	m := i.mgr
+	transcript := filepath.Join(m.cfg.Captures, names.Transcript(m.owner, i.name, i.boot))
+	removed := m.enforceCap() // before this boot adds to what is kept
+	i.mu.Lock()
+	i.transcript = transcript
+	i.keptRemoved = removed
+	i.mu.Unlock()
+	opts := []serial.Option{serial.WithLogger(m.log.With("instance", i.name)), serial.WithTranscript(transcript)}
+	if m.cfg.RingSize > 0 {
+		opts = append(opts, serial.WithRingSize(m.cfg.RingSize))
+	}
+	con, err := serial.Create(filepath.Join(m.cfg.RuntimeDir, names.SerialBase(m.owner, i.name)), opts...)
+	if err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	i.mu.Lock()
+	i.console = con
+	i.mu.Unlock()
+	i.push("console", con.Close)
+	return nil
+}
+
+func (i *Instance) beginRecordingStep(ctx context.Context, b *booting) error {
+	if i.spec.Record == nil {
+		return nil
+	}
+	return i.beginRecording(ctx, &b.cfg)
+}
+
+// keepHostFiles keeps copies of the host files' descriptors: Start closes
+// the descriptors it is given, and a restore needs them again.
+func (i *Instance) keepHostFiles(_ context.Context, b *booting) error {
+	files, err := dupFiles(b.cfg.Files)
+	if err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	i.files, i.cfg = files, b.cfg
+	i.cfg.Files = nil
+	i.push("host files", func() error { return qemu.CloseFiles(files) })
+	// A start from a snapshot needs the stub too (see resumeTimer).
+	b.rt = i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
+	return nil
+}
+
+// stageBootSnapshot has QEMU load the snapshot a boot starts from before
+// the guest runs, and chains the capture through QEMU after it.
+func (i *Instance) stageBootSnapshot(_ context.Context, b *booting) error {
+	if snap := i.spec.Snapshot; snap != nil {
+		if err := snapshot.Verify(snap.meta); err != nil {
+			return err
+		}
+		staged, err := i.stage(i.mgr.Snapshots(), snap.meta)
+		if err != nil {
+			return err
+		}
+		b.staged = staged
+		// The copy is removed once the guest runs (unstage); a boot
+		// that fails before removes it here.
+		i.push("staged snapshot", func() error {
+			if err := os.Remove(staged); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		})
+		b.cfg.LoadVM = &qemu.LoadVM{Path: staged}
+		b.rt.BeforeCont = loadSnapshot(snap.meta, func() {
+			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.meta.Name, snap.meta.Created.Format(time.RFC3339)))
+		})
+	}
+	b.rt.BeforeCont = thenCall(b.rt.BeforeCont, b.captureAtStart)
+	return nil
+}
+
+func (i *Instance) prepareReplayStep(ctx context.Context, b *booting) error {
+	if i.spec.Replay == nil {
+		return nil
+	}
+	if err := i.prepareReplay(ctx, &b.cfg, &b.rt); err != nil {
+		return err
+	}
+	i.cfg.RR, i.cfg.ConsoleFile = b.cfg.RR, b.cfg.ConsoleFile
+	return nil
+}
+
+// startQEMU starts the guest's QEMU. The guest's harts get host CPUs; the
+// server's goroutines the rest.
+func (i *Instance) startQEMU(ctx context.Context, b *booting) error {
+	mch, err := qemu.Start(ctx, b.rt, b.cfg)
+	if err != nil {
+		return fmt.Errorf("boot: %w", err)
+	}
+	harts := max(1, b.cfg.SMP)
+	cpus.Add(harts)
+	i.push("qemu", func() error {
+		defer cpus.Add(-harts)
+		if mch := i.Machine(); mch != nil {
+			return mch.Close()
+		}
+		return nil
+	})
+	i.mu.Lock()
+	i.machine = mch
+	i.mu.Unlock()
+	b.mch = mch
+	return nil
+}
+
+func (i *Instance) commitRecordingStep(ctx context.Context, b *booting) error {
+	if i.spec.Record == nil {
+		return nil
+	}
+	return i.recorder().Commit(b.mch)
+}
+
+func (i *Instance) startReplayStep(_ context.Context, b *booting) error {
+	if i.spec.Replay == nil {
+		return nil
+	}
+	return i.replayer().Start(b.mch, i.console.Buffer(), i.push)
+}
+
+// attachDebugger follows QEMU's events and, if the boot asks for one,
+// starts the debugger.
+func (i *Instance) attachDebugger(_ context.Context, b *booting) error {
+	b.followed = i.follow(b.mch)
+	if i.spec.Debug != nil {
+		i.startDebugger()
+	}
+	return nil
+}
+
+func (i *Instance) recordQEMUStep(_ context.Context, b *booting) error {
+	i.recordQEMU(b.mch)
+	i.push("qemu in record", func() error {
+		i.mgr.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = nil })
+		return nil
+	})
+	return nil
+}
+
+func (i *Instance) unstageBootSnapshot(ctx context.Context, b *booting) error {
+	if i.spec.Snapshot != nil {
+		i.unstage(ctx, b.mch, b.staged)
+	}
+	return nil
+}
+
+// markRunning makes the guest running, unless a stop came in as QEMU
+// started: that stop waits for this boot and then stops the machine
+// itself.
+func (i *Instance) markRunning(_ context.Context, _ *booting) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.state != Booting {
+		return ErrStopped
+	}
+	i.state = Running
+	return nil
+}
