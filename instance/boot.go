@@ -26,17 +26,18 @@ import (
 // bootStep is one step of a boot.
 type bootStep struct {
 	name string
-	do   func(i *Instance, ctx context.Context, b *booting) error
+	do   func(b *booting, ctx context.Context) error
 }
 
 // booting is what a boot's steps hand on to the next.
 type booting struct {
+	i   *Instance
 	rep *reaper.Report
 	cfg qemu.Config
 	rt  qemu.Runtime
 	// captureAtStart starts a capture through QEMU before the guest runs.
 	captureAtStart func(ctx context.Context, mch *qemu.Machine) error
-	staged         string // the snapshot copy a boot from a snapshot loads
+	restore        *restoring // the load of a boot from a snapshot
 	mch            *qemu.Machine
 	followed       <-chan struct{}
 	times          []any // step name, duration: for the log
@@ -45,24 +46,24 @@ type booting struct {
 // bootSteps are a boot's steps, in order.
 func bootSteps() []bootStep {
 	return []bootStep{
-		{"symbols", (*Instance).ownSymbols},
-		{"reap", (*Instance).reapLeftovers},
-		{"lock", (*Instance).lockRepository},
-		{"drives", (*Instance).claimDrives},
-		{"tap", (*Instance).attachTAP},
-		{"capture", (*Instance).captureFromStart},
-		{"console", (*Instance).createConsole},
-		{"record", (*Instance).beginRecordingStep},
-		{"host files", (*Instance).keepHostFiles},
-		{"snapshot", (*Instance).stageBootSnapshot},
-		{"replay", (*Instance).prepareReplayStep},
-		{"qemu", (*Instance).startQEMU},
-		{"recording", (*Instance).commitRecordingStep},
-		{"replay console", (*Instance).startReplayStep},
-		{"debugger", (*Instance).attachDebugger},
-		{"record qemu", (*Instance).recordQEMUStep},
-		{"unstage", (*Instance).unstageBootSnapshot},
-		{"running", (*Instance).markRunning},
+		{"symbols", (*booting).ownSymbols},
+		{"reap", (*booting).reapLeftovers},
+		{"lock", (*booting).lockRepository},
+		{"drives", (*booting).claimDrives},
+		{"tap", (*booting).attachTAP},
+		{"capture", (*booting).captureFromStart},
+		{"console", (*booting).createConsole},
+		{"record", (*booting).beginRecording},
+		{"host files", (*booting).keepHostFiles},
+		{"snapshot", (*booting).stageBootSnapshot},
+		{"replay", (*booting).prepareReplay},
+		{"qemu", (*booting).startQEMU},
+		{"recording", (*booting).commitRecordingStep},
+		{"replay console", (*booting).startReplayStep},
+		{"debugger", (*booting).attachDebugger},
+		{"record qemu", (*booting).recordQEMUStep},
+		{"unstage", (*booting).unstageBootSnapshot},
+		{"running", (*booting).markRunning},
 	}
 }
 
@@ -83,18 +84,18 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		}
 		i.teardown(nil)
 	}()
-	b := &booting{}
+	b := &booting{i: i}
 	for _, s := range bootSteps() {
 		if err := ctx.Err(); err != nil {
 			return b.rep, context.Cause(ctx)
 		}
 		t := time.Now()
-		if err := s.do(i, ctx, b); err != nil {
+		if err := s.do(b, ctx); err != nil {
 			return b.rep, err
 		}
 		b.times = append(b.times, s.name, time.Since(t))
 	}
-	go i.watch(b.mch, b.followed)
+	go i.vm.watch(b.mch, b.followed)
 	i.mgr.probeQEMU(b.mch.Argv()[0])
 	i.mgr.log.Debug("booted", append([]any{"instance", i.name}, b.times...)...)
 	return b.rep, nil
@@ -102,7 +103,8 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 
 // ownSymbols closes the kernel's symbols at the end, unless a debugger
 // took them (it closes them itself).
-func (i *Instance) ownSymbols(_ context.Context, _ *booting) error {
+func (b *booting) ownSymbols(_ context.Context) error {
+	i := b.i
 	if d := i.spec.Debug; d != nil && d.Symbols != nil {
 		i.push("symbols", func() error {
 			if i.Debugger() != nil {
@@ -116,12 +118,14 @@ func (i *Instance) ownSymbols(_ context.Context, _ *booting) error {
 
 // reapLeftovers removes what dead servers left, before this boot makes
 // anything of its own.
-func (i *Instance) reapLeftovers(_ context.Context, b *booting) error {
+func (b *booting) reapLeftovers(_ context.Context) error {
+	i := b.i
 	b.rep = i.mgr.reap()
 	return nil
 }
 
-func (i *Instance) lockRepository(_ context.Context, _ *booting) error {
+func (b *booting) lockRepository(_ context.Context) error {
+	i := b.i
 	m := i.mgr
 	path, release, err := m.acquireLock(i.spec.Root, i.name)
 	if err != nil {
@@ -139,7 +143,8 @@ func (i *Instance) lockRepository(_ context.Context, _ *booting) error {
 	return nil
 }
 
-func (i *Instance) claimDrives(_ context.Context, b *booting) error {
+func (b *booting) claimDrives(_ context.Context) error {
+	i := b.i
 	release, err := i.mgr.claimDrives(i.name, i.spec.QEMU.Drives)
 	if err != nil {
 		return err
@@ -149,15 +154,16 @@ func (i *Instance) claimDrives(_ context.Context, b *booting) error {
 	return nil
 }
 
-func (i *Instance) attachTAP(_ context.Context, b *booting) error {
+func (b *booting) attachTAP(_ context.Context) error {
+	i := b.i
 	t := i.spec.TAP
 	if t == nil {
 		return nil
 	}
-	if err := i.makeTAP(*t); err != nil {
+	if err := i.net.makeTAP(*t); err != nil {
 		return err
 	}
-	b.cfg.Network, b.cfg.TAPName, b.cfg.MAC = "tap", i.dev.Name, i.dev.GuestMAC.String()
+	b.cfg.Network, b.cfg.TAPName, b.cfg.MAC = "tap", i.TAP().Name, i.TAP().GuestMAC.String()
 	// A capture through QEMU (see capture.go) needs plain frames.
 	b.cfg.TAPPlainFrames = !inProcess()
 	return nil
@@ -166,25 +172,26 @@ func (i *Instance) attachTAP(_ context.Context, b *booting) error {
 // captureFromStart starts the capture a boot asks for: one in this
 // process before QEMU, so the guest's first frame is in it; one through
 // QEMU before the guest runs.
-func (i *Instance) captureFromStart(_ context.Context, b *booting) error {
+func (b *booting) captureFromStart(_ context.Context) error {
+	i := b.i
 	c := i.spec.Capture
 	switch {
 	case c == nil:
 		return nil
 	case inProcess():
-		if _, err := i.StartCapture(nil, c.Filter, 0); err != nil {
+		if _, err := i.net.StartCapture(nil, c.Filter, 0); err != nil {
 			return fmt.Errorf("capture at boot: %w", err)
 		}
 		return nil
 	}
 	b.captureAtStart = func(ctx context.Context, mch *qemu.Machine) error {
-		cp, err := i.startQEMUCapture(ctx, mch, nil, c.Filter, 0)
+		cp, err := i.net.startQEMUCapture(ctx, mch, nil, c.Filter, 0)
 		if err != nil {
 			return fmt.Errorf("capture at boot: %w", err)
 		}
-		i.mu.Lock()
-		i.capture, i.viaQEMU = cp, true
-		i.mu.Unlock()
+		i.net.mu.Lock()
+		i.net.capture, i.net.viaQEMU = cp, true
+		i.net.mu.Unlock()
 		return nil
 	}
 	return nil
@@ -195,7 +202,8 @@ func (i *Instance) captureFromStart(_ context.Context, b *booting) error {
 // on. Every attempt gets its own transcript: a failed start keeps what
 // QEMU printed, and the next attempt must not collide with it. It outlives
 // the server, kept with the captures.
-func (i *Instance) createConsole(_ context.Context, _ *booting) error {
+func (b *booting) createConsole(_ context.Context) error {
+	i := b.i
 	m := i.mgr
 	transcript := filepath.Join(m.cfg.Captures, names.Transcript(m.owner, i.name, i.boot))
 	removed := m.enforceCap() // before this boot adds to what is kept
@@ -218,40 +226,36 @@ func (i *Instance) createConsole(_ context.Context, _ *booting) error {
 	return nil
 }
 
-func (i *Instance) beginRecordingStep(ctx context.Context, b *booting) error {
-	if i.spec.Record == nil {
-		return nil
-	}
-	return i.beginRecording(ctx, &b.cfg)
-}
-
 // keepHostFiles keeps copies of the host files' descriptors: Start closes
 // the descriptors it is given, and a restore needs them again.
-func (i *Instance) keepHostFiles(_ context.Context, b *booting) error {
+func (b *booting) keepHostFiles(_ context.Context) error {
+	i := b.i
 	files, err := dupFiles(b.cfg.Files)
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
-	i.files, i.cfg = files, b.cfg
-	i.cfg.Files = nil
+	i.vm.files, i.vm.cfg = files, b.cfg
+	i.vm.cfg.Files = nil
 	i.push("host files", func() error { return qemu.CloseFiles(files) })
 	// A start from a snapshot needs the stub too (see resumeTimer).
-	b.rt = i.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
+	b.rt = i.vm.runtime(i.spec.Debug != nil || i.spec.Snapshot != nil)
 	return nil
 }
 
 // stageBootSnapshot has QEMU load the snapshot a boot starts from before
 // the guest runs, and chains the capture through QEMU after it.
-func (i *Instance) stageBootSnapshot(_ context.Context, b *booting) error {
+func (b *booting) stageBootSnapshot(_ context.Context) error {
+	i := b.i
 	if snap := i.spec.Snapshot; snap != nil {
 		if err := snapshot.Verify(snap.meta); err != nil {
 			return err
 		}
-		staged, err := i.stage(i.mgr.Snapshots(), snap.meta)
-		if err != nil {
+		r := &restoring{i: i, store: i.mgr.Snapshots(), meta: snap.meta}
+		if err := r.stage(); err != nil {
 			return err
 		}
-		b.staged = staged
+		b.restore = r
+		staged := r.staged
 		// The copy is removed once the guest runs (unstage); a boot
 		// that fails before removes it here.
 		i.push("staged snapshot", func() error {
@@ -269,20 +273,10 @@ func (i *Instance) stageBootSnapshot(_ context.Context, b *booting) error {
 	return nil
 }
 
-func (i *Instance) prepareReplayStep(ctx context.Context, b *booting) error {
-	if i.spec.Replay == nil {
-		return nil
-	}
-	if err := i.prepareReplay(ctx, &b.cfg, &b.rt); err != nil {
-		return err
-	}
-	i.cfg.RR, i.cfg.ConsoleFile = b.cfg.RR, b.cfg.ConsoleFile
-	return nil
-}
-
 // startQEMU starts the guest's QEMU. The guest's harts get host CPUs; the
 // server's goroutines the rest.
-func (i *Instance) startQEMU(ctx context.Context, b *booting) error {
+func (b *booting) startQEMU(ctx context.Context) error {
+	i := b.i
 	mch, err := qemu.Start(ctx, b.rt, b.cfg)
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
@@ -296,30 +290,31 @@ func (i *Instance) startQEMU(ctx context.Context, b *booting) error {
 		}
 		return nil
 	})
-	i.mu.Lock()
-	i.machine = mch
-	i.mu.Unlock()
+	i.vm.set(mch)
 	b.mch = mch
 	return nil
 }
 
-func (i *Instance) commitRecordingStep(ctx context.Context, b *booting) error {
+func (b *booting) commitRecordingStep(ctx context.Context) error {
+	i := b.i
 	if i.spec.Record == nil {
 		return nil
 	}
-	return i.recorder().Commit(b.mch)
+	return i.tt.recorder().Commit(b.mch)
 }
 
-func (i *Instance) startReplayStep(_ context.Context, b *booting) error {
+func (b *booting) startReplayStep(_ context.Context) error {
+	i := b.i
 	if i.spec.Replay == nil {
 		return nil
 	}
-	return i.replayer().Start(b.mch, i.console.Buffer(), i.push)
+	return i.tt.replayer().Start(b.mch, i.console.Buffer(), i.push)
 }
 
 // attachDebugger follows QEMU's events and, if the boot asks for one,
 // starts the debugger.
-func (i *Instance) attachDebugger(_ context.Context, b *booting) error {
+func (b *booting) attachDebugger(_ context.Context) error {
+	i := b.i
 	b.followed = i.follow(b.mch)
 	if i.spec.Debug != nil {
 		i.startDebugger()
@@ -327,8 +322,9 @@ func (i *Instance) attachDebugger(_ context.Context, b *booting) error {
 	return nil
 }
 
-func (i *Instance) recordQEMUStep(_ context.Context, b *booting) error {
-	i.recordQEMU(b.mch)
+func (b *booting) recordQEMUStep(_ context.Context) error {
+	i := b.i
+	i.vm.record(b.mch)
 	i.push("qemu in record", func() error {
 		i.mgr.recordInstance(i.name, func(r *registry.Instance) { r.QEMU = nil })
 		return nil
@@ -336,9 +332,10 @@ func (i *Instance) recordQEMUStep(_ context.Context, b *booting) error {
 	return nil
 }
 
-func (i *Instance) unstageBootSnapshot(ctx context.Context, b *booting) error {
+func (b *booting) unstageBootSnapshot(ctx context.Context) error {
+	i := b.i
 	if i.spec.Snapshot != nil {
-		i.unstage(ctx, b.mch, b.staged)
+		b.restore.unstage(ctx, b.mch)
 	}
 	return nil
 }
@@ -346,7 +343,8 @@ func (i *Instance) unstageBootSnapshot(ctx context.Context, b *booting) error {
 // markRunning makes the guest running, unless a stop came in as QEMU
 // started: that stop waits for this boot and then stops the machine
 // itself.
-func (i *Instance) markRunning(_ context.Context, _ *booting) error {
+func (b *booting) markRunning(_ context.Context) error {
+	i := b.i
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.state != Booting {

@@ -15,24 +15,6 @@ type NoCaptureError struct{ Name string }
 
 func (e *NoCaptureError) Error() string { return fmt.Sprintf("no capture of guest %q yet", e.Name) }
 
-// StartCaptureFile starts capturing the guest's traffic into path: a new
-// file, relative to the guest's project and created there or in the
-// captures directory only (the host-path policy), or a new file of the
-// captures directory when path is "".
-func (i *Instance) StartCaptureFile(path, filter string, snaplen int) (*pcap.Capture, error) {
-	var f *os.File
-	if path != "" {
-		scope, err := i.mgr.cfg.HostPolicy.Project(i.Spec().Root)
-		if err != nil {
-			return nil, err
-		}
-		if f, err = scope.Create("capture file", path); err != nil {
-			return nil, err
-		}
-	}
-	return i.StartCapture(f, filter, snaplen)
-}
-
 // CaptureRead is a page of a capture file's packets.
 type CaptureRead struct {
 	// Path is the file read, as the policy resolved it.
@@ -60,7 +42,7 @@ func (m *Manager) ReadCapture(inst *Instance, path string, from, count int) (Cap
 		if inst == nil {
 			return CaptureRead{}, errors.New("instance: ReadCapture of no guest's capture")
 		}
-		st, _, ok := inst.CaptureStats()
+		st, _, ok := inst.net.CaptureStats()
 		if !ok {
 			return CaptureRead{}, &NoCaptureError{Name: inst.Name()}
 		}

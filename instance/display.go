@@ -12,6 +12,12 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
+// Display is a guest's screen, keyboard and pointer, through QEMU.
+type Display struct{ i *Instance }
+
+// Display is the guest's screen, keyboard and pointer.
+func (i *Instance) Display() Display { return Display{i} }
+
 // NoDisplayError is a screenshot of a guest booted without a display.
 type NoDisplayError struct {
 	// Desc is what QEMU said.
@@ -23,7 +29,8 @@ func (e *NoDisplayError) Error() string { return fmt.Sprintf("the guest has no d
 // Screenshot has QEMU write the guest's screen as a PNG into a new kept
 // file, and returns it; keep leaves the file among the kept files (path),
 // else it is removed.
-func (i *Instance) Screenshot(ctx context.Context, keep bool) (png []byte, path string, err error) {
+func (d Display) Screenshot(ctx context.Context, keep bool) (png []byte, path string, err error) {
+	i := d.i
 	m, err := i.Running()
 	if err != nil {
 		return nil, "", err
@@ -54,7 +61,8 @@ func (i *Instance) Screenshot(ctx context.Context, keep bool) (png []byte, path 
 
 // KeepAnswer keeps raw, a QMP answer of the guest too large to return, as
 // a new kept file, and returns its path.
-func (i *Instance) KeepAnswer(raw []byte) (string, error) {
+func (d Display) KeepAnswer(raw []byte) (string, error) {
+	i := d.i
 	path := i.mgr.keptPath(names.KeptAnswer, i.name, ".json")
 	if err := os.WriteFile(path, raw, 0o600); err != nil {
 		return "", err
@@ -67,7 +75,8 @@ func (i *Instance) KeepAnswer(raw []byte) (string, error) {
 // how many it pressed. send-key returns before the keys are released:
 // a gap shorter than hold merges combinations, and the same key pressed
 // again before its release is one long press.
-func (i *Instance) PressKeys(ctx context.Context, combos [][]string, hold, gap time.Duration) (int, error) {
+func (d Display) PressKeys(ctx context.Context, combos [][]string, hold, gap time.Duration) (int, error) {
+	i := d.i
 	m, err := i.Running()
 	if err != nil {
 		return 0, err
@@ -93,7 +102,8 @@ func (i *Instance) PressKeys(ctx context.Context, combos [][]string, hold, gap t
 
 // Pointer moves the tablet's pointer to x, y (0 to 32767 each) and clicks
 // the buttons (left, right, middle) there.
-func (i *Instance) Pointer(ctx context.Context, x, y int, buttons []string) error {
+func (d Display) Pointer(ctx context.Context, x, y int, buttons []string) error {
+	i := d.i
 	m, err := i.Running()
 	if err != nil {
 		return err

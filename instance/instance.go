@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"sync"
 	"time"
@@ -13,13 +12,9 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
-	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 	"github.com/qemu-mcp/qemu-mcp/tap"
-	"github.com/qemu-mcp/qemu-mcp/timetravel"
 )
 
 // State is where an instance is in its life.
@@ -126,6 +121,8 @@ func (s Spec) check() error {
 type Instance struct {
 	name    string
 	mgr     *Manager
+	net     *Network
+	vm      *vm
 	spec    Spec
 	boot    int // boot number of this name in this server
 	created time.Time
@@ -141,11 +138,6 @@ type Instance struct {
 
 	mu          sync.Mutex // guards the fields below
 	state       State
-	machine     *qemu.Machine
-	dev         *tap.Device
-	capture     *pcap.Capture
-	viaQEMU     bool // capture is fed by QEMU (see capture.go)
-	lastCapture *pcap.Stats
 	transcript  string
 	lockPath    string
 	cleanups    []cleanup
@@ -155,17 +147,8 @@ type Instance struct {
 	keptRemoved []kept.File
 	debugger    *debugger.Session
 	// console outlives each QEMU of the instance (a restore starts a new
-	// one); files are the host files' descriptors kept for that restart,
-	// cfg the configuration QEMU was started with (TAP names filled in).
-	console *serial.Console
-	files   map[string]*os.File
-	cfg     qemu.Config
-	// replacing is set while a restore swaps QEMU: the exit of the old
-	// one is not the guest's end.
-	replacing bool
-	// guarded counts the debugger's guards on a replay's QEMU (see
-	// replayer.Guard): its exit meanwhile is not the guest's end.
-	guarded   int
+	// one).
+	console   *serial.Console
 	restoreMu sync.Mutex // one save or restore at a time
 
 	// consoleSem (capacity 1) is held by the call typing on the console;
@@ -174,10 +157,9 @@ type Instance struct {
 	consoleUse consoleUse
 	execSeq    int // the last guest_exec's sequence number (under mu)
 	events     eventLog
-	// rec is the recording of a guest that records, rep the replay of
-	// one that replays (see record.go, replay.go).
-	rec *timetravel.Recorder
-	rep *timetravel.Replayer
+	// tt is the recording of a guest that records, or the replay of one
+	// that replays (replay.go).
+	tt travel
 	// exitNoted is closed once the watcher has recorded how QEMU ended.
 	exitNoted chan struct{}
 }
@@ -196,67 +178,27 @@ type cleanup struct {
 
 func newInstance(m *Manager, spec Spec, boot int) *Instance {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Instance{
+	i := &Instance{
 		name: spec.Name, mgr: m, spec: spec, boot: boot, created: time.Now(),
 		ctx: ctx, cancel: cancel, booted: make(chan struct{}), done: make(chan struct{}),
 		state: Booting, consoleSem: make(chan struct{}, 1), exitNoted: make(chan struct{}),
 	}
+	i.net = &Network{i: i}
+	i.vm = &vm{i: i}
+	return i
 }
+
+// Network is the guest's TAP and capture.
+func (i *Instance) Network() *Network { return i.net }
+
+// TAP is the guest's TAP device while it has one.
+func (i *Instance) TAP() *tap.Device { return i.net.TAP() }
 
 // push adds the undo of a step that just succeeded.
 func (i *Instance) push(what string, do func() error) {
 	i.mu.Lock()
 	i.cleanups = append(i.cleanups, cleanup{what, do})
 	i.mu.Unlock()
-}
-
-func (i *Instance) makeTAP(t TAPSpec) error {
-	m := i.mgr
-	var dev *tap.Device
-	var err error
-	if t.Name != "" {
-		if dev, err = tap.Existing(t.Name, false); err != nil {
-			return fmt.Errorf("network tap %s: %w", t.Name, err)
-		}
-		dev.GuestMAC = names.GuestMAC(m.owner, i.name)
-		if !dev.Up {
-			m.log.Warn("the guest's TAP is down on the host: frames will not flow until root brings it up", "instance", i.name, "tap", t.Name)
-		}
-		// Not in the record: it is not ours, and no reaper may delete it.
-	} else {
-		dev, err = tap.Create(tap.Options{
-			Name: names.TAP(m.owner, i.name), GuestMAC: names.GuestMAC(m.owner, i.name),
-			CIDR: t.CIDR, Bridge: t.Bridge, UID: os.Getuid(), GID: os.Getgid(),
-			// A name is unique to this process and instance, so a link of
-			// that name can only be a TAP this instance left at an
-			// earlier boot.
-			Replace: true,
-		})
-		if err != nil {
-			return fmt.Errorf("network tap: %w", err)
-		}
-		// Recorded right after it exists, so that if we are killed the
-		// next server's reaper deletes it.
-		m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = dev.Name })
-	}
-	i.mu.Lock()
-	i.dev = dev
-	i.mu.Unlock()
-	i.push("tap", func() error {
-		// The capture ends with its interface: stop it first, and keep
-		// its counts for status.
-		i.StopCapture()
-		i.mu.Lock()
-		i.dev = nil
-		i.mu.Unlock()
-		if dev.External {
-			return nil // someone else's, as it was
-		}
-		err := dev.Close()
-		m.recordInstance(i.name, func(r *registry.Instance) { r.TAP = "" })
-		return err
-	})
-	return nil
 }
 
 // startDebugger gives the instance its debugger; it connects to the stub
@@ -280,7 +222,7 @@ func (i *Instance) startDebugger() {
 			return mch.Monitor().Running(ctx)
 		},
 		Symbols:  i.spec.Debug.Symbols,
-		Timeline: i.debugTimeline(),
+		Timeline: i.tt.timeline(),
 		Logger:   log,
 	})
 	i.mu.Lock()
@@ -407,7 +349,7 @@ func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Durat
 		}
 		// A recording ends where the stop finds it, and its replay stops
 		// there.
-		if r := i.recorder(); r != nil {
+		if r := i.tt.recorder(); r != nil {
 			r.Pause(ctx, mch)
 		}
 		end, err = mch.Shutdown(ctx, method, wait)
@@ -451,18 +393,12 @@ func (i *Instance) State() State {
 }
 
 // Machine is the QEMU process, nil until it started.
-func (i *Instance) Machine() *qemu.Machine {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.machine
-}
+func (i *Instance) Machine() *qemu.Machine { return i.vm.current() }
 
 // Running returns the machine if the instance runs, or an error that says
 // what to do.
 func (i *Instance) Running() (*qemu.Machine, error) {
-	i.mu.Lock()
-	st, mch := i.state, i.machine
-	i.mu.Unlock()
+	st, mch := i.State(), i.vm.current()
 	// How QEMU ended says more than the cleanup that is still running.
 	if mch != nil {
 		if exit, ok := mch.Exited(); ok {
@@ -475,20 +411,8 @@ func (i *Instance) Running() (*qemu.Machine, error) {
 	return mch, nil
 }
 
-// qemuExited reports whether the instance's QEMU has exited.
-func (i *Instance) qemuExited() bool {
-	mch := i.Machine()
-	if mch == nil {
-		return false
-	}
-	_, ok := mch.Exited()
-	return ok
-}
-
 func (i *Instance) busyError() error {
-	i.mu.Lock()
-	st, mch := i.state, i.machine
-	i.mu.Unlock()
+	st, mch := i.State(), i.vm.current()
 	e := &BusyError{Name: i.name, State: st}
 	if mch != nil {
 		e.PID, e.Up = mch.PID(), time.Since(mch.Started())
@@ -614,107 +538,6 @@ func (i *Instance) awaitExit(d time.Duration) {
 // Context ends when a stop of the instance begins.
 func (i *Instance) Context() context.Context { return i.ctx }
 
-// TAP is the guest's TAP device while it has one.
-func (i *Instance) TAP() *tap.Device {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.dev
-}
-
-// StartCapture captures the guest's traffic on its TAP into f, a new empty
-// file the caller created (and checked), or with f nil into a new file in
-// the captures directory. A capture that fails to start leaves f closed
-// and removed.
-func (i *Instance) StartCapture(f *os.File, filter string, snaplen int) (*pcap.Capture, error) {
-	fail := func(err error) (*pcap.Capture, error) {
-		if f != nil {
-			f.Close()
-			os.Remove(f.Name()) // new, empty and ours
-		}
-		return nil, err
-	}
-	i.mu.Lock()
-	dev, running := i.dev, i.capture
-	i.mu.Unlock()
-	if dev == nil {
-		return fail(fmt.Errorf("guest %q has %w", i.name, ErrNoTAP))
-	}
-	if running != nil {
-		return fail(&CaptureRunningError{Name: i.name, Path: running.Path()})
-	}
-	m := i.mgr
-	var c *pcap.Capture
-	var err error
-	viaQEMU := !inProcess()
-	if viaQEMU {
-		mch, rerr := i.Running()
-		if rerr != nil {
-			return fail(rerr)
-		}
-		c, err = i.startQEMUCapture(context.Background(), mch, f, filter, snaplen)
-		f = nil // startQEMUCapture closed and removed it on failure
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		opts := pcap.Options{Dir: m.cfg.Captures,
-			Prefix: names.Kept(names.KeptCapture, m.owner, i.name), Boot: i.boot, Snaplen: snaplen, Filter: filter}
-		if f != nil {
-			opts.File, opts.Path = f, f.Name()
-		}
-		if c, err = pcap.Start(dev.Name, opts); err != nil {
-			return fail(fmt.Errorf("capture on %s: %w", dev.Name, err))
-		}
-	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.dev != dev || i.capture != nil {
-		// The guest stopped, or another capture started, meanwhile: do
-		// not leave this one running.
-		go c.Stop()
-		return nil, fmt.Errorf("guest %q changed while the capture started: try again", i.name)
-	}
-	i.capture, i.viaQEMU = c, viaQEMU
-	return c, nil
-}
-
-// StopCapture stops the running capture and returns its counts; false if
-// none runs.
-func (i *Instance) StopCapture() (pcap.Stats, bool) {
-	i.mu.Lock()
-	c, viaQEMU := i.capture, i.viaQEMU
-	i.capture, i.viaQEMU = nil, false
-	i.mu.Unlock()
-	if c == nil {
-		return pcap.Stats{}, false
-	}
-	if viaQEMU {
-		i.stopQEMUCapture()
-	}
-	st, err := c.Stop()
-	if err != nil {
-		i.mgr.log.Warn("stop capture", "instance", i.name, "path", st.Path, "err", err)
-	}
-	i.mu.Lock()
-	i.lastCapture = &st
-	i.mu.Unlock()
-	return st, true
-}
-
-// CaptureStats reports the running capture, or else the last one.
-func (i *Instance) CaptureStats() (pcap.Stats, bool, bool) {
-	i.mu.Lock()
-	c, last := i.capture, i.lastCapture
-	i.mu.Unlock()
-	if c != nil {
-		return c.Stats(), true, true
-	}
-	if last != nil {
-		return *last, false, true
-	}
-	return pcap.Stats{}, false, false
-}
-
 // Info is a snapshot of an instance for listings.
 type Info struct {
 	Name        string
@@ -733,8 +556,12 @@ type Info struct {
 func (i *Instance) Info() Info {
 	i.mu.Lock()
 	in := Info{Name: i.name, State: i.state, Kernel: i.spec.QEMU.Kernel}
-	mch, dev, c, stoppedAt := i.machine, i.dev, i.capture, i.stoppedAt
+	stoppedAt := i.stoppedAt
 	i.mu.Unlock()
+	mch := i.vm.current()
+	i.net.mu.Lock()
+	dev, c := i.net.dev, i.net.capture
+	i.net.mu.Unlock()
 	if dev != nil {
 		in.TAP = dev.Name
 	}

@@ -48,15 +48,15 @@ func saveSnapshot(ctx context.Context, i *Instance, name string) (snapshot.Meta,
 }
 
 func restoreSnapshot(ctx context.Context, i *Instance, meta snapshot.Meta) (Restored, error) {
-	return i.RestoreSnapshot(ctx, meta)
+	return (&restoring{i: i, store: i.mgr.Snapshots(), meta: meta}).restore(ctx)
 }
 
 func checkSnapshot(_ context.Context, i *Instance, meta snapshot.Meta) error {
-	return i.CheckSnapshot(meta)
+	return (&restoring{i: i, meta: meta}).checkMachine()
 }
 
 func checkLoad(_ context.Context, i *Instance, meta snapshot.Meta) error {
-	return i.CheckLoad(meta)
+	return (&restoring{i: i, meta: meta}).checkParts()
 }
 
 func testContext(t *testing.T) context.Context {
@@ -399,9 +399,9 @@ func TestRestoreFailsToStart(t *testing.T) {
 
 	// The new QEMU fails to start after all: here it cannot take its
 	// gdbstub's socket path, which the test holds as a directory.
-	os.Mkdir(i.runtime(true).GDBSocket, 0o700)
+	os.Mkdir(i.vm.runtime(true).GDBSocket, 0o700)
 	_, err = restoreSnapshot(ctx, i, meta)
-	os.Remove(i.runtime(true).GDBSocket)
+	os.Remove(i.vm.runtime(true).GDBSocket)
 	if err == nil || !strings.Contains(err.Error(), `restore snapshot "s"`) || !strings.Contains(err.Error(), "the guest is stopped") {
 		t.Fatalf("a restore whose QEMU cannot start: %v", err)
 	}

@@ -344,7 +344,7 @@ func (m *Manager) enforceCap() []kept.File {
 			continue
 		}
 		inUse[i.Transcript()] = true
-		if st, active, ok := i.CaptureStats(); ok && active {
+		if st, active, ok := i.net.CaptureStats(); ok && active {
 			inUse[st.Path] = true
 		}
 	}
@@ -497,7 +497,7 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 		prev := m.instances[spec.Name]
 		if prev != nil && prev.State() != Stopped {
 			m.mu.Unlock()
-			if prev.State() == Stopping || (!spec.Restart && prev.qemuExited()) {
+			if prev.State() == Stopping || (!spec.Restart && prev.vm.exited()) {
 				// Going away (its guest exited, or a stop runs): the name
 				// is free once its cleanup has run, milliseconds from now.
 				// A client that boots again as soon as it saw the exit

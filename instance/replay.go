@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
@@ -48,7 +49,11 @@ type NoEchoError = timetravel.NoEchoError
 // beginRecording starts the recording the boot asks for and has cfg
 // record into it. The cleanup it pushes finishes the record (or removes
 // what a boot that failed made).
-func (i *Instance) beginRecording(ctx context.Context, cfg *qemu.Config) error {
+func (b *booting) beginRecording(ctx context.Context) error {
+	i, cfg := b.i, &b.cfg
+	if i.spec.Record == nil {
+		return nil
+	}
 	m := i.mgr
 	if m.cfg.Recordings == "" {
 		return errNoRecordings
@@ -62,9 +67,9 @@ func (i *Instance) beginRecording(ctx context.Context, cfg *qemu.Config) error {
 	if err != nil {
 		return err
 	}
-	i.mu.Lock()
-	i.rec = r
-	i.mu.Unlock()
+	i.tt.mu.Lock()
+	i.tt.rec = r
+	i.tt.mu.Unlock()
 	i.push("recording", func() error {
 		i.mu.Lock()
 		con := i.console
@@ -74,22 +79,48 @@ func (i *Instance) beginRecording(ctx context.Context, cfg *qemu.Config) error {
 	return nil
 }
 
-func (i *Instance) recorder() *timetravel.Recorder {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.rec
+// travel is a guest's recording or replay, if it has one.
+type travel struct {
+	mu  sync.Mutex
+	rec *timetravel.Recorder
+	rep *timetravel.Replayer
+}
+
+func (t *travel) recorder() *timetravel.Recorder {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rec
+}
+
+func (t *travel) replayer() *timetravel.Replayer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rep
+}
+
+// timeline is the Timeline the debugger of a replaying guest uses; nil
+// for a live guest.
+func (t *travel) timeline() debugger.Timeline {
+	if r := t.replayer(); r != nil {
+		return r
+	}
+	return nil
 }
 
 // Recording is what the guest records into, if it records.
 func (i *Instance) Recording() (recording.Meta, bool) {
-	if r := i.recorder(); r != nil {
+	if r := i.tt.recorder(); r != nil {
 		return r.Meta()
 	}
 	return recording.Meta{}, false
 }
 
 // prepareReplay makes cfg and rt replay the recording the boot names.
-func (i *Instance) prepareReplay(ctx context.Context, cfg *qemu.Config, rt *qemu.Runtime) error {
+func (b *booting) prepareReplay(ctx context.Context) error {
+	i, cfg, rt := b.i, &b.cfg, &b.rt
+	if i.spec.Replay == nil {
+		return nil
+	}
 	m := i.mgr
 	meta := i.spec.Replay.Meta
 	if err := timetravel.Check(ctx, meta, cfg.Binary, m.cfg.RuntimeDir); err != nil {
@@ -115,21 +146,16 @@ func (i *Instance) prepareReplay(ctx context.Context, cfg *qemu.Config, rt *qemu
 	if err != nil {
 		return err
 	}
-	i.mu.Lock()
-	i.rep = r
-	i.mu.Unlock()
+	i.tt.mu.Lock()
+	i.tt.rep = r
+	i.tt.mu.Unlock()
+	i.vm.cfg.RR, i.vm.cfg.ConsoleFile = cfg.RR, cfg.ConsoleFile
 	return nil
-}
-
-func (i *Instance) replayer() *timetravel.Replayer {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.rep
 }
 
 // Replaying is the recording the guest replays, if it replays one.
 func (i *Instance) Replaying() (recording.Meta, bool) {
-	if r := i.replayer(); r != nil {
+	if r := i.tt.replayer(); r != nil {
 		return r.Meta(), true
 	}
 	return recording.Meta{}, false
@@ -138,7 +164,7 @@ func (i *Instance) Replaying() (recording.Meta, bool) {
 // Input says why the guest takes no input, if it does not: a replay's
 // input comes from its recording.
 func (i *Instance) Input() error {
-	if r := i.replayer(); r != nil {
+	if r := i.tt.replayer(); r != nil {
 		return fmt.Errorf("guest %q %w (%q): its console input is the recording's, so nothing typed reaches it; boot it live (without replay) to type on it", i.name, ErrReplay, r.Meta().Name)
 	}
 	return nil
@@ -147,20 +173,11 @@ func (i *Instance) Input() error {
 // notRecorded refuses what would break a recording or a replay: its
 // machine's state must be what the recording holds.
 func (i *Instance) notRecorded(what string) error {
-	if r := i.recorder(); r != nil {
+	if r := i.tt.recorder(); r != nil {
 		return fmt.Errorf("cannot %s guest %q: it records %q, whose replay must reproduce the run exactly; shut it down to end the recording first", what, i.name, r.Name())
 	}
-	if r := i.replayer(); r != nil {
+	if r := i.tt.replayer(); r != nil {
 		return &ReplayingError{What: what, Name: i.name, Recording: r.Meta().Name}
-	}
-	return nil
-}
-
-// debugTimeline is the Timeline the debugger of a replaying guest uses;
-// nil for a live guest.
-func (i *Instance) debugTimeline() debugger.Timeline {
-	if r := i.replayer(); r != nil {
-		return r
 	}
 	return nil
 }
@@ -178,21 +195,18 @@ func (g replayGuest) Restart(ctx context.Context) error {
 	defer i.restoreMu.Unlock()
 	old, err := i.Running()
 	if errors.Is(err, ErrExited) {
-		// Under a guard (a checkpoint load it crashed in): replaced.
-		i.mu.Lock()
-		guarded := i.guarded > 0
-		old = i.machine
-		i.mu.Unlock()
-		if guarded {
+		// Under a hold (a checkpoint load it crashed in): replaced.
+		var held bool
+		if old, held = i.vm.held(); held {
 			err = nil
 		}
 	}
 	if err != nil {
 		return err
 	}
-	r := i.replayer()
+	r := i.tt.replayer()
 	// A replay has nothing to save: it goes at once.
-	_, err = i.replaceMachine(ctx, old, replacement{
+	_, err = i.vm.replace(ctx, old, replacement{
 		method:  qemu.Kill,
 		gone:    r.Rewind,
 		prepare: func(_ *qemu.Config, rt *qemu.Runtime) { rt.Paused = true },
@@ -209,23 +223,7 @@ func (g replayGuest) Restart(ctx context.Context) error {
 // QEMU (Restart). A QEMU that died under the hold and was not replaced
 // ends the guest when the hold is released.
 func (g replayGuest) HoldExit() (release func()) {
-	i := g.i
-	i.mu.Lock()
-	mch := i.machine
-	i.guarded++
-	i.mu.Unlock()
-	return func() {
-		i.mu.Lock()
-		i.guarded--
-		dead := i.guarded == 0 && !i.replacing && i.machine == mch && mch != nil
-		i.mu.Unlock()
-		if !dead {
-			return
-		}
-		if exit, ok := mch.Exited(); ok {
-			i.lost(fmt.Errorf("QEMU %s while it loaded a replay checkpoint", exit))
-		}
-	}
+	return g.i.vm.holdExit("while it loaded a replay checkpoint")
 }
 
 // Type writes p on the guest's console, as a typed line does: a recording
@@ -245,7 +243,7 @@ func (i *Instance) Type(ctx context.Context, p []byte, charDelay time.Duration) 
 	switch {
 	case charDelay > 0:
 		return con.WriteSlow(ctx, p, charDelay)
-	case i.recorder() != nil:
+	case i.tt.recorder() != nil:
 		return timetravel.TypePaced(ctx, con, p)
 	}
 	return con.Write(ctx, p)

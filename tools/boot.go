@@ -190,7 +190,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	for _, f := range inst.KeptRemoved() {
 		out.KeptRemoved = append(out.KeptRemoved, f.Path)
 	}
-	if st, active, ok := inst.CaptureStats(); ok && active {
+	if st, active, ok := inst.Network().CaptureStats(); ok && active {
 		out.PCAPPath = st.Path
 	}
 	out.VNC = m.Paths().VNCSocket

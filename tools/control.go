@@ -121,7 +121,7 @@ func (s *Server) qmpAnswer(inst *instance.Instance, command string, raw json.Raw
 		return out, nil
 	}
 	// One large object: the whole of it in a file, nothing lost.
-	path, err := inst.KeepAnswer(raw)
+	path, err := inst.Display().KeepAnswer(raw)
 	if err != nil {
 		return QMPOutput{}, fmt.Errorf("qmp %s: the answer (%d bytes) is too large to return, and saving it failed: %w", command, len(raw), err)
 	}
@@ -219,7 +219,7 @@ type CaptureState struct {
 
 // captureState reports the guest's running capture, or else its last one.
 func captureState(in *instance.Instance) *CaptureState {
-	st, active, ok := in.CaptureStats()
+	st, active, ok := in.Network().CaptureStats()
 	if !ok {
 		return nil
 	}

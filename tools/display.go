@@ -33,7 +33,7 @@ func (s *Server) screenshot(ctx context.Context, _ *mcp.CallToolRequest, in Scre
 	}
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	png, path, err := inst.Screenshot(qctx, in.Save)
+	png, path, err := inst.Display().Screenshot(qctx, in.Save)
 	if err != nil {
 		return nil, ScreenshotOutput{}, fmt.Errorf("screenshot: %w", err)
 	}
@@ -85,7 +85,7 @@ func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInpu
 	}
 	// Each combination is released before the next is pressed.
 	holdFor := time.Duration(hold) * time.Millisecond
-	if _, err := inst.PressKeys(ctx, combos, holdFor, holdFor); err != nil {
+	if _, err := inst.Display().PressKeys(ctx, combos, holdFor, holdFor); err != nil {
 		return nil, KeyOutput{}, err
 	}
 	return textResult(fmt.Sprintf("sent %d key combination(s): %v", len(combos), combos)), KeyOutput{Sent: combos}, nil
@@ -129,7 +129,7 @@ func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeIn
 	// A key must be released before the same key is pressed again, or the
 	// guest sees one long press: hold shorter than the gap.
 	hold := time.Duration(max(delay/2, 10)) * time.Millisecond
-	if n, err := inst.PressKeys(ctx, combos, hold, time.Duration(delay)*time.Millisecond); err != nil {
+	if n, err := inst.Display().PressKeys(ctx, combos, hold, time.Duration(delay)*time.Millisecond); err != nil {
 		if n < len(combos) && !errors.Is(err, ctx.Err()) {
 			err = fmt.Errorf("typed %d of %d characters: %w", n, len(combos), err)
 		}
@@ -177,7 +177,7 @@ func (s *Server) mouse(ctx context.Context, _ *mcp.CallToolRequest, in MouseInpu
 	if err != nil {
 		return nil, MouseOutput{}, err
 	}
-	if err := inst.Pointer(ctx, in.X, in.Y, in.Buttons); err != nil {
+	if err := inst.Display().Pointer(ctx, in.X, in.Y, in.Buttons); err != nil {
 		return nil, MouseOutput{}, err
 	}
 	text := "pointer at " + strconv.Itoa(in.X) + "," + strconv.Itoa(in.Y)

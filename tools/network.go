@@ -28,7 +28,7 @@ func (s *Server) pcapStart(_ context.Context, _ *mcp.CallToolRequest, in PcapSta
 	if err != nil {
 		return nil, PcapStartOutput{}, err
 	}
-	c, err := inst.StartCaptureFile(in.Path, in.Filter, in.Snaplen)
+	c, err := inst.Network().StartCaptureFile(in.Path, in.Filter, in.Snaplen)
 	if err != nil {
 		return nil, PcapStartOutput{}, err
 	}
@@ -51,7 +51,7 @@ func (s *Server) pcapStop(_ context.Context, _ *mcp.CallToolRequest, t Target) (
 	if err != nil {
 		return nil, PcapStopOutput{}, err
 	}
-	st, ok := inst.StopCapture()
+	st, ok := inst.Network().StopCapture()
 	if !ok {
 		return nil, PcapStopOutput{}, fmt.Errorf("no capture of guest %q is running: start one with qemu_pcap_start or qemu_boot pcap: true", inst.Name())
 	}
