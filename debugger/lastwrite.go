@@ -277,6 +277,7 @@ func (q *writeSearch) write(ctx context.Context, st gdb.Stop, hi uint64) (*LastW
 	if err != nil {
 		return nil, err
 	}
+	prev := q.w.value
 	acc, err := q.s.accessOf(ctx, th, q.w)
 	if err != nil {
 		return nil, err
@@ -285,8 +286,16 @@ func (q *writeSearch) write(ctx context.Context, st gdb.Stop, hi uint64) (*LastW
 		return nil, nil
 	}
 	at, err := q.tl.Position(ctx)
-	if err != nil || at >= hi {
+	if err != nil {
 		return nil, err
+	}
+	if at >= hi {
+		// The write that ends at hi (a search before an earlier
+		// answer's icount) is not in the interval: the value the
+		// interval ends with, which the next interval is compared with,
+		// is the one before it.
+		q.w.value = prev
+		return nil, nil
 	}
 	lw := q.res
 	lw.Found, lw.ICount, lw.Hart, lw.Access = true, &at, &hart, acc
