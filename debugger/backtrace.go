@@ -83,59 +83,19 @@ func (s *Session) unwind(ctx context.Context, th *gdb.Thread, regs map[string]ui
 	fp, _ := gpr(regs, "s0")
 	st := unwindState{pc: regs["pc"], fp: fp, ra: regs["ra"], sp: regs["sp"], exact: true}
 	var bt Backtrace
-	read := func(a uint64) (uint64, bool) {
-		b, err := th.ReadMemory(ctx, a, 8)
-		if err != nil || len(b) < 8 {
-			return 0, false
-		}
-		return binary.LittleEndian.Uint64(b), true
-	}
 	for len(bt.Frames) < max {
 		f := Frame{Where: s.Where(st.pc)}
 		if !st.exact {
 			f.Where = s.callerWhere(ctx, th, st.pc)
 		}
+		var done bool
 		if !st.exact && len(bt.Frames) > 0 && (isEntry(f.Function) || isEntry(s.Where(st.pc).Function)) {
-			// The callee was called by trap entry code: the trapped
-			// context is in the pt_regs at the callee's CFA.
-			bt.Frames = append(bt.Frames, f)
-			b, err := th.ReadMemory(ctx, st.calleeCFA, ptSize)
-			if err != nil || len(b) < ptSize {
-				bt.End = fmt.Sprintf("could not read the trap frame at %s", hex(st.calleeCFA))
-				return bt
-			}
-			word := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
-			t := DecodeCause(word(ptCause))
-			t.TVal = hex(word(ptBadaddr))
-			t.epc, t.tval, t.status = word(ptEPC), word(ptBadaddr), word(ptStatus)
-			st = unwindState{pc: word(ptEPC), ra: word(1 * 8), sp: word(2 * 8), fp: word(8 * 8), exact: true}
-			f = Frame{Where: s.Where(st.pc), Trap: &t}
-			if len(bt.Frames) >= max {
-				break
-			}
-			if word(ptStatus)>>8&1 == 0 { // SPP: the trap came from user mode
-				f.User = true
-				bt.Frames = append(bt.Frames, f)
+			if st, f, done = s.trapFrame(ctx, th, st, f, &bt, max); done {
 				return bt
 			}
 		}
 		if st.exact && isVector(f.Function) {
-			// Stopped in the trap vector, before the handler: the
-			// trapped context is sepc and what the vector has not yet
-			// moved into pt_regs.
-			bt.Frames = append(bt.Frames, f)
-			next, t, user, err := s.inVector(ctx, th, st)
-			if err != nil {
-				bt.End = err.Error()
-				return bt
-			}
-			if len(bt.Frames) >= max {
-				break
-			}
-			st = next
-			f = Frame{Where: s.Where(st.pc), Trap: &t, User: user}
-			if user {
-				bt.Frames = append(bt.Frames, f)
+			if st, f, done = s.vectorFrame(ctx, th, st, f, &bt, max); done {
 				return bt
 			}
 		}
@@ -151,48 +111,118 @@ func (s *Session) unwind(ctx context.Context, th *gdb.Thread, regs map[string]ui
 			// no caller to return to.
 			return bt
 		}
-		pro := s.prologue(ctx, th, st.pc)
-		if !st.exact && !pro.fpSet {
-			pro = standardPrologue // a caller's frame is built; assume it is standard
-		}
-		var next unwindState
-		switch {
-		case st.exact && !pro.fpSet:
-			// Stopped before the prologue set the frame pointer (a
-			// breakpoint on a function): the caller's pc is ra, and
-			// fp is still the caller's.
-			next = unwindState{pc: st.ra, fp: st.fp, calleeCFA: st.sp - uint64(pro.spOff)}
-		case st.fp == 0 || st.fp%8 != 0:
-			bt.End = fmt.Sprintf("frame pointer %s is not a stack address (code built without frame pointers?)", hex(st.fp))
+		next, end := s.caller(ctx, th, st)
+		if end != "" {
+			bt.End = end
 			return bt
-		default:
-			next = unwindState{calleeCFA: st.fp - uint64(pro.fpPos)}
-			var ok bool
-			if pro.raSaved {
-				next.pc, ok = read(st.fp + uint64(pro.raOff))
-			} else if st.exact {
-				next.pc, ok = st.ra, true // a leaf keeps its return address in ra
-			}
-			if !ok {
-				bt.End = fmt.Sprintf("could not read the return address near frame pointer %s", hex(st.fp))
-				return bt
-			}
-			if next.fp, ok = read(st.fp + uint64(pro.s0Off)); !ok {
-				bt.End = fmt.Sprintf("could not read the saved frame pointer near %s", hex(st.fp))
-				return bt
-			}
-			if next.fp != 0 && next.fp <= st.fp && !isEntry(s.callerWhere(ctx, th, next.pc).Function) {
-				bt.End = fmt.Sprintf("saved frame pointer %s is below %s: the stack is corrupt or the code lacks frame pointers", hex(next.fp), hex(st.fp))
-				return bt
-			}
 		}
 		if next.pc == 0 {
 			return bt // the bottom of a kernel thread's stack
 		}
 		st = next
 	}
-	bt.End = fmt.Sprintf("stopped after %d frames, the most asked for", max)
+	bt.End = frameLimit(max)
 	return bt
+}
+
+func frameLimit(max int) string {
+	return fmt.Sprintf("stopped after %d frames, the most asked for", max)
+}
+
+// trapFrame adds f, a frame of trap entry code that called the frame
+// before it: the trapped context is in the pt_regs at the callee's CFA,
+// and the frame returned is the trapped one. done says the backtrace
+// ends (bt.End says why, unless at the user program).
+func (s *Session) trapFrame(ctx context.Context, th *gdb.Thread, st unwindState, f Frame, bt *Backtrace, max int) (unwindState, Frame, bool) {
+	bt.Frames = append(bt.Frames, f)
+	b, err := th.ReadMemory(ctx, st.calleeCFA, ptSize)
+	if err != nil || len(b) < ptSize {
+		bt.End = fmt.Sprintf("could not read the trap frame at %s", hex(st.calleeCFA))
+		return st, f, true
+	}
+	word := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+	t := DecodeCause(word(ptCause))
+	t.TVal = hex(word(ptBadaddr))
+	t.epc, t.tval, t.status = word(ptEPC), word(ptBadaddr), word(ptStatus)
+	st = unwindState{pc: word(ptEPC), ra: word(1 * 8), sp: word(2 * 8), fp: word(8 * 8), exact: true}
+	f = Frame{Where: s.Where(st.pc), Trap: &t}
+	if len(bt.Frames) >= max {
+		bt.End = frameLimit(max)
+		return st, f, true
+	}
+	if word(ptStatus)>>8&1 == 0 { // SPP: the trap came from user mode
+		f.User = true
+		bt.Frames = append(bt.Frames, f)
+		return st, f, true
+	}
+	return st, f, false
+}
+
+// vectorFrame adds f, a frame stopped in the trap vector, before the
+// handler: the trapped context is sepc and what the vector has not yet
+// moved into pt_regs, and the frame returned is the trapped one. done
+// says the backtrace ends.
+func (s *Session) vectorFrame(ctx context.Context, th *gdb.Thread, st unwindState, f Frame, bt *Backtrace, max int) (unwindState, Frame, bool) {
+	bt.Frames = append(bt.Frames, f)
+	next, t, user, err := s.inVector(ctx, th, st)
+	if err != nil {
+		bt.End = err.Error()
+		return st, f, true
+	}
+	if len(bt.Frames) >= max {
+		bt.End = frameLimit(max)
+		return st, f, true
+	}
+	f = Frame{Where: s.Where(next.pc), Trap: &t, User: user}
+	if user {
+		bt.Frames = append(bt.Frames, f)
+		return next, f, true
+	}
+	return next, f, false
+}
+
+// caller is the frame that called st's, by its prologue and frame
+// pointer; end says why there is none to find.
+func (s *Session) caller(ctx context.Context, th *gdb.Thread, st unwindState) (next unwindState, end string) {
+	pro := s.prologue(ctx, th, st.pc)
+	if !st.exact && !pro.fpSet {
+		pro = standardPrologue // a caller's frame is built; assume it is standard
+	}
+	switch {
+	case st.exact && !pro.fpSet:
+		// Stopped before the prologue set the frame pointer (a
+		// breakpoint on a function): the caller's pc is ra, and fp is
+		// still the caller's.
+		return unwindState{pc: st.ra, fp: st.fp, calleeCFA: st.sp - uint64(pro.spOff)}, ""
+	case st.fp == 0 || st.fp%8 != 0:
+		return st, fmt.Sprintf("frame pointer %s is not a stack address (code built without frame pointers?)", hex(st.fp))
+	}
+	next = unwindState{calleeCFA: st.fp - uint64(pro.fpPos)}
+	var ok bool
+	if pro.raSaved {
+		next.pc, ok = readWord(ctx, th, st.fp+uint64(pro.raOff))
+	} else if st.exact {
+		next.pc, ok = st.ra, true // a leaf keeps its return address in ra
+	}
+	if !ok {
+		return st, fmt.Sprintf("could not read the return address near frame pointer %s", hex(st.fp))
+	}
+	if next.fp, ok = readWord(ctx, th, st.fp+uint64(pro.s0Off)); !ok {
+		return st, fmt.Sprintf("could not read the saved frame pointer near %s", hex(st.fp))
+	}
+	if next.fp != 0 && next.fp <= st.fp && !isEntry(s.callerWhere(ctx, th, next.pc).Function) {
+		return st, fmt.Sprintf("saved frame pointer %s is below %s: the stack is corrupt or the code lacks frame pointers", hex(next.fp), hex(st.fp))
+	}
+	return next, ""
+}
+
+// readWord reads the 64-bit word at a.
+func readWord(ctx context.Context, th *gdb.Thread, a uint64) (uint64, bool) {
+	b, err := th.ReadMemory(ctx, a, 8)
+	if err != nil || len(b) < 8 {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b), true
 }
 
 // inVector recovers the context a trap interrupted while the hart is in
@@ -314,83 +344,105 @@ func (s *Session) prologue(ctx context.Context, th *gdb.Thread, pc uint64) prolo
 // sd ra,X(sp); sd s0,Y(sp); addi s0,sp,M (each possibly compressed, other
 // instructions between).
 func scanPrologue(code []byte) prologue {
-	var p prologue
-	var raPos, s0Pos int64
-	s0Saved := false
+	var ps prologueScanner
 	for off := 0; off+2 <= len(code); {
 		lo := uint32(binary.LittleEndian.Uint16(code[off:]))
 		if lo&3 != 3 { // compressed
 			off += 2
-			op, f3 := lo&3, lo>>13
-			rd := lo >> 7 & 0x1f
-			switch {
-			case op == 1 && f3 == 3 && rd == 2: // c.addi16sp
-				imm := int64(lo>>12&1)<<9 | int64(lo>>3&3)<<7 | int64(lo>>5&1)<<6 | int64(lo>>2&1)<<5 | int64(lo>>6&1)<<4
-				p.spOff += signExtend(imm, 10)
-				p.spAdjusted = true
-			case op == 1 && f3 == 0 && rd == 2: // c.addi sp,imm
-				imm := int64(lo>>12&1)<<5 | int64(lo>>2&0x1f)
-				p.spOff += signExtend(imm, 6)
-				p.spAdjusted = true
-			case op == 2 && f3 == 7: // c.sdsp rs2, uimm(sp)
-				rs2 := lo >> 2 & 0x1f
-				uimm := int64(lo>>10&7)<<3 | int64(lo>>7&7)<<6
-				if rs2 == 1 {
-					p.raSaved, raPos = true, p.spOff+uimm
-				} else if rs2 == 8 {
-					s0Saved, s0Pos = true, p.spOff+uimm
-				}
-			case op == 0 && f3 == 0 && lo>>2&7 == 0: // c.addi4spn s0,sp,nzuimm
-				nz := int64(lo>>11&3)<<4 | int64(lo>>7&0xf)<<6 | int64(lo>>6&1)<<2 | int64(lo>>5&1)<<3
-				if nz != 0 {
-					p.fpSet, p.fpPos = true, p.spOff+nz
-				}
-			}
+			ps.compressed(lo)
 			continue
 		}
 		if off+4 > len(code) {
 			break
 		}
-		x := binary.LittleEndian.Uint32(code[off:])
+		ps.full(binary.LittleEndian.Uint32(code[off:]))
 		off += 4
-		rd, rs1, rs2 := x>>7&0x1f, x>>15&0x1f, x>>20&0x1f
-		f3 := x >> 12 & 7
-		switch x & 0x7f {
-		case 0x13: // addi
-			if f3 != 0 || rs1 != 2 {
-				continue
-			}
-			imm := signExtend(int64(x>>20), 12)
-			if rd == 2 {
-				p.spOff += imm
-				p.spAdjusted = true
-			} else if rd == 8 {
-				p.fpSet, p.fpPos = true, p.spOff+imm
-			}
-		case 0x23: // store
-			if f3 != 3 || rs1 != 2 {
-				continue
-			}
-			imm := signExtend(int64(x>>25)<<5|int64(x>>7&0x1f), 12)
-			if rs2 == 1 {
-				p.raSaved, raPos = true, p.spOff+imm
-			} else if rs2 == 8 {
-				s0Saved, s0Pos = true, p.spOff+imm
-			}
+	}
+	return ps.result()
+}
+
+// prologueScanner is scanPrologue's state: the prologue so far, and where
+// ra and s0 were stored relative to the CFA.
+type prologueScanner struct {
+	p            prologue
+	raPos, s0Pos int64
+	s0Saved      bool
+}
+
+// compressed takes in a 16-bit instruction.
+func (ps *prologueScanner) compressed(lo uint32) {
+	p := &ps.p
+	op, f3 := lo&3, lo>>13
+	rd := lo >> 7 & 0x1f
+	switch {
+	case op == 1 && f3 == 3 && rd == 2: // c.addi16sp
+		imm := int64(lo>>12&1)<<9 | int64(lo>>3&3)<<7 | int64(lo>>5&1)<<6 | int64(lo>>2&1)<<5 | int64(lo>>6&1)<<4
+		p.spOff += signExtend(imm, 10)
+		p.spAdjusted = true
+	case op == 1 && f3 == 0 && rd == 2: // c.addi sp,imm
+		imm := int64(lo>>12&1)<<5 | int64(lo>>2&0x1f)
+		p.spOff += signExtend(imm, 6)
+		p.spAdjusted = true
+	case op == 2 && f3 == 7: // c.sdsp rs2, uimm(sp)
+		uimm := int64(lo>>10&7)<<3 | int64(lo>>7&7)<<6
+		ps.stored(lo>>2&0x1f, uimm)
+	case op == 0 && f3 == 0 && lo>>2&7 == 0: // c.addi4spn s0,sp,nzuimm
+		nz := int64(lo>>11&3)<<4 | int64(lo>>7&0xf)<<6 | int64(lo>>6&1)<<2 | int64(lo>>5&1)<<3
+		if nz != 0 {
+			p.fpSet, p.fpPos = true, p.spOff+nz
 		}
 	}
-	if s0Saved {
-		p.s0Stored, p.s0Slot = true, s0Pos-p.spOff
+}
+
+// full takes in a 32-bit instruction.
+func (ps *prologueScanner) full(x uint32) {
+	p := &ps.p
+	rd, rs1, rs2 := x>>7&0x1f, x>>15&0x1f, x>>20&0x1f
+	f3 := x >> 12 & 7
+	switch x & 0x7f {
+	case 0x13: // addi
+		if f3 != 0 || rs1 != 2 {
+			return
+		}
+		imm := signExtend(int64(x>>20), 12)
+		if rd == 2 {
+			p.spOff += imm
+			p.spAdjusted = true
+		} else if rd == 8 {
+			p.fpSet, p.fpPos = true, p.spOff+imm
+		}
+	case 0x23: // store
+		if f3 != 3 || rs1 != 2 {
+			return
+		}
+		ps.stored(rs2, signExtend(int64(x>>25)<<5|int64(x>>7&0x1f), 12))
+	}
+}
+
+// stored takes in "sd reg, off(sp)".
+func (ps *prologueScanner) stored(reg uint32, off int64) {
+	if reg == 1 {
+		ps.p.raSaved, ps.raPos = true, ps.p.spOff+off
+	} else if reg == 8 {
+		ps.s0Saved, ps.s0Pos = true, ps.p.spOff+off
+	}
+}
+
+// result is the prologue scanned.
+func (ps *prologueScanner) result() prologue {
+	p := ps.p
+	if ps.s0Saved {
+		p.s0Stored, p.s0Slot = true, ps.s0Pos-p.spOff
 	}
 	if !p.fpSet {
 		return p
 	}
-	if !s0Saved {
+	if !ps.s0Saved {
 		// Without a saved fp the frame is not a frame-pointer frame;
 		// the standard layout is the best guess.
 		return standardPrologue
 	}
-	p.raOff, p.s0Off = raPos-p.fpPos, s0Pos-p.fpPos
+	p.raOff, p.s0Off = ps.raPos-p.fpPos, ps.s0Pos-p.fpPos
 	p.s0Stored, p.s0Slot = false, 0
 	return p
 }

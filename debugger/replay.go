@@ -128,104 +128,164 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 	if err := tl.StopAt(ctx, limit); err != nil {
 		return gdb.Stop{}, 0, fmt.Errorf("debugger: break the replay at %d: %w", limit, err)
 	}
-	progress := progressOf(ctx)
-	spacing := tl.Spacing()
-	every := tick
-	if spacing > 0 && spacing < every {
-		every = spacing
-	}
-	lastPos, _ := tl.Position(ctx)
-	lastMove := time.Now()
-	// The replay's speed at the last poll: it changes with what the
-	// guest did (busy code 400 M instructions a second, typed input a few
-	// M, an idle guest less).
-	prevPos, prevAt := lastPos, time.Now()
-	var sinceCk time.Duration
-	// ckAt is a break set ahead to save a checkpoint at: a checkpoint is
-	// taken where a replay break stopped the replay (one taken where an
-	// interrupt stopped it does not reload: its first instruction never
-	// comes).
-	var ckAt uint64
-	stopped := func(st gdb.Stop) (gdb.Stop, uint64, error) {
-		tl.Sync()
-		pos, err := tl.Position(ctx)
-		return st, pos, err
-	}
+	r := s.newRun(ctx, c, limit)
 	for {
 		if err := c.Continue(ctx); err != nil {
 			return gdb.Stop{}, 0, err
 		}
-		for {
-			t0 := time.Now()
-			wctx, cancel := context.WithTimeout(ctx, every)
-			st, err := c.Wait(wctx)
-			cancel()
-			sinceCk += time.Since(t0)
-			if err == nil {
-				st, pos, err := stopped(st)
-				if err != nil || ckAt == 0 || pos != ckAt || st.Signal != gdb.SIGINT {
-					return st, pos, err
-				}
-				if s.armedAtPC(ctx, c) {
-					// A breakpoint at the very place: it is this hit.
-					st.Signal, st.Reason = gdb.SIGTRAP, gdb.ReasonBreakpoint
-					return st, pos, nil
-				}
-				if err := tl.Checkpoint(ctx, pos, sinceCk); err != nil {
-					s.cfg.Logger.Warn("debugger: keep a replay checkpoint", "icount", pos, "err", err)
-				}
-				ckAt, sinceCk = 0, 0
-				if err := tl.StopAt(ctx, limit); err != nil {
-					return gdb.Stop{}, 0, err
-				}
-				break // resume
-			}
-			if ctx.Err() != nil {
-				c.Interrupt(context.WithoutCancel(ctx))
-				return gdb.Stop{}, 0, ctx.Err()
-			}
-			if wctx.Err() == nil {
-				return gdb.Stop{}, 0, err
-			}
-			pos, err := tl.Position(ctx)
-			if err != nil {
-				return gdb.Stop{}, 0, err
-			}
-			progress(fmt.Sprintf("replaying: instruction %d of %d", pos, limit), pos, limit)
-			if pos != lastPos {
-				lastPos, lastMove = pos, time.Now()
-			} else if time.Since(lastMove) > stall {
-				c.Interrupt(context.WithoutCancel(ctx))
-				return gdb.Stop{}, pos, fmt.Errorf("debugger: the replay made no progress for %v at instruction %d: stopped there", stall, pos)
-			}
-			// Far enough ahead that the replay has not passed it by the
-			// time the break is set: what it replays in 20 ms at its
-			// speed now. A break set when the replay ran faster is set
-			// again, nearer, so that a slow stretch (typed input, an idle
-			// guest) still gets its checkpoints.
-			rate := float64(pos-min(prevPos, pos)) / max(time.Since(prevAt), time.Millisecond).Seconds()
-			prevPos, prevAt = pos, time.Now()
-			ahead := max(uint64(rate*0.02), minAhead)
-			if spacing > 0 && sinceCk >= spacing && (ckAt == 0 || ckAt > pos+2*ahead) {
-				if at := pos + ahead; at < limit && tl.StopAt(ctx, at) == nil {
-					ckAt = at
-					s.cfg.Logger.Debug("debugger: a checkpoint's break set", "icount", pos, "at", at, "since", sinceCk)
-					// QEMU holds one replay break: the checkpoint's took
-					// the place of limit's. A replay already past it (a
-					// busy host, a sudden fast stretch) would never stop
-					// there, and then not at limit either: it would run
-					// off the end of its log, where QEMU exits.
-					if now, err := tl.Position(ctx); err == nil && now > at {
-						if err := tl.StopAt(ctx, limit); err != nil {
-							return gdb.Stop{}, 0, err
-						}
-						ckAt = 0
-						s.cfg.Logger.Debug("debugger: the replay passed the checkpoint's break before it was set", "at", at, "icount", now)
-					}
-				}
-			}
+		st, pos, resume, err := r.untilStop(ctx)
+		if !resume || err != nil {
+			return st, pos, err
 		}
 	}
+}
+
+// replayRun is one runTo under way: the replay resumed toward limit,
+// polled every tick for its progress, with start points offered on the
+// way.
+type replayRun struct {
+	s        *Session
+	tl       Timeline
+	c        *gdb.Client
+	limit    uint64
+	spacing  time.Duration
+	every    time.Duration
+	progress Progress
+	// lastPos is where the replay was last seen to move, at lastMove: a
+	// replay that stays there past stall is stopped.
+	lastPos  uint64
+	lastMove time.Time
+	// The replay's speed at the last poll: it changes with what the
+	// guest did (busy code 400 M instructions a second, typed input a few
+	// M, an idle guest less).
+	prevPos uint64
+	prevAt  time.Time
+	// sinceCk is the replay time since the last start point.
+	sinceCk time.Duration
+	// ckAt is a break set ahead to save a checkpoint at: a checkpoint is
+	// taken where a replay break stopped the replay (one taken where an
+	// interrupt stopped it does not reload: its first instruction never
+	// comes).
+	ckAt uint64
+}
+
+func (s *Session) newRun(ctx context.Context, c *gdb.Client, limit uint64) *replayRun {
+	tl := s.cfg.Timeline
+	r := &replayRun{s: s, tl: tl, c: c, limit: limit, progress: progressOf(ctx), spacing: tl.Spacing(), every: tick}
+	if r.spacing > 0 && r.spacing < r.every {
+		r.every = r.spacing
+	}
+	r.lastPos, _ = tl.Position(ctx)
+	r.lastMove = time.Now()
+	r.prevPos, r.prevAt = r.lastPos, time.Now()
+	return r
+}
+
+// untilStop waits for the resumed replay to stop, polling it every
+// r.every. resume says the stop was a checkpoint's, taken: the replay is
+// to be resumed.
+func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, resume bool, err error) {
+	for {
+		t0 := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, r.every)
+		st, err := r.c.Wait(wctx)
+		cancel()
+		r.sinceCk += time.Since(t0)
+		if err == nil {
+			return r.stopped(ctx, st)
+		}
+		if pos, err := r.poll(ctx, wctx, err); err != nil {
+			return gdb.Stop{}, pos, false, err
+		}
+	}
+}
+
+// stopped handles a stop of the replay: the checkpoint's break, where
+// the checkpoint is offered (resume), or any other stop, the run's end.
+func (r *replayRun) stopped(ctx context.Context, st gdb.Stop) (gdb.Stop, uint64, bool, error) {
+	r.tl.Sync()
+	pos, err := r.tl.Position(ctx)
+	if err != nil || r.ckAt == 0 || pos != r.ckAt || st.Signal != gdb.SIGINT {
+		return st, pos, false, err
+	}
+	if r.s.armedAtPC(ctx, r.c) {
+		// A breakpoint at the very place: it is this hit.
+		st.Signal, st.Reason = gdb.SIGTRAP, gdb.ReasonBreakpoint
+		return st, pos, false, nil
+	}
+	if err := r.tl.Checkpoint(ctx, pos, r.sinceCk); err != nil {
+		r.s.cfg.Logger.Warn("debugger: keep a replay checkpoint", "icount", pos, "err", err)
+	}
+	r.ckAt, r.sinceCk = 0, 0
+	if err := r.tl.StopAt(ctx, r.limit); err != nil {
+		return gdb.Stop{}, 0, false, err
+	}
+	return gdb.Stop{}, 0, true, nil
+}
+
+// poll looks at a replay that has not stopped within r.every (werr is
+// why the wait ended): it reports progress, stops a replay that made none
+// for stall, and sets a checkpoint's break when one is due. An error ends
+// the run; pos is where it ended, when known.
+func (r *replayRun) poll(ctx, wctx context.Context, werr error) (uint64, error) {
+	if ctx.Err() != nil {
+		r.c.Interrupt(context.WithoutCancel(ctx))
+		return 0, ctx.Err()
+	}
+	if wctx.Err() == nil {
+		return 0, werr
+	}
+	pos, err := r.tl.Position(ctx)
+	if err != nil {
+		return 0, err
+	}
+	r.progress(fmt.Sprintf("replaying: instruction %d of %d", pos, r.limit), pos, r.limit)
+	if pos != r.lastPos {
+		r.lastPos, r.lastMove = pos, time.Now()
+	} else if time.Since(r.lastMove) > stall {
+		r.c.Interrupt(context.WithoutCancel(ctx))
+		return pos, fmt.Errorf("debugger: the replay made no progress for %v at instruction %d: stopped there", stall, pos)
+	}
+	return 0, r.armCheckpoint(ctx, pos)
+}
+
+// armCheckpoint sets a checkpoint's break ahead of the replay, at pos,
+// once Spacing of replay has passed since the last start point.
+func (r *replayRun) armCheckpoint(ctx context.Context, pos uint64) error {
+	ahead := checkpointAhead(pos, r.prevPos, time.Since(r.prevAt))
+	r.prevPos, r.prevAt = pos, time.Now()
+	if r.spacing <= 0 || r.sinceCk < r.spacing || r.ckAt != 0 && r.ckAt <= pos+2*ahead {
+		return nil
+	}
+	at := pos + ahead
+	if at >= r.limit || r.tl.StopAt(ctx, at) != nil {
+		return nil
+	}
+	r.ckAt = at
+	r.s.cfg.Logger.Debug("debugger: a checkpoint's break set", "icount", pos, "at", at, "since", r.sinceCk)
+	// QEMU holds one replay break: the checkpoint's took the place of
+	// limit's. A replay already past it (a busy host, a sudden fast
+	// stretch) would never stop there, and then not at limit either: it
+	// would run off the end of its log, where QEMU exits.
+	if now, err := r.tl.Position(ctx); err == nil && now > at {
+		if err := r.tl.StopAt(ctx, r.limit); err != nil {
+			return err
+		}
+		r.ckAt = 0
+		r.s.cfg.Logger.Debug("debugger: the replay passed the checkpoint's break before it was set", "at", at, "icount", now)
+	}
+	return nil
+}
+
+// checkpointAhead is how far ahead of the replay, at pos (prevPos
+// elapsed ago), a checkpoint's break is set: far enough that the replay
+// has not passed it by the time the break is set, what it replays in 20
+// ms at its speed now. A break set when the replay ran faster is set
+// again, nearer, so that a slow stretch (typed input, an idle guest)
+// still gets its checkpoints.
+func checkpointAhead(pos, prevPos uint64, elapsed time.Duration) uint64 {
+	rate := float64(pos-min(prevPos, pos)) / max(elapsed, time.Millisecond).Seconds()
+	return max(uint64(rate*0.02), minAhead)
 }
 
 // minAhead is the least distance ahead of the replay a checkpoint's break
@@ -741,243 +801,6 @@ func (s *Session) readLoc(ctx context.Context, c *gdb.Client, a uint64, length i
 	}
 	defer c.SetPhysicalMemory(context.WithoutCancel(ctx), false)
 	return c.ReadMemory(ctx, w.pa, length)
-}
-
-// LastWrite is the last write that changed a location before an
-// instruction count.
-type LastWrite struct {
-	// Found says there is one; Note says so plainly when not.
-	Found bool   `json:"found"`
-	Note  string `json:"note,omitempty"`
-	// Data is the location's address, Symbol what the symbols say of it,
-	// Length the bytes compared.
-	Data   string `json:"data"`
-	Symbol string `json:"symbol,omitempty"`
-	Length int    `json:"length"`
-	// Before is the instruction count searched before.
-	Before uint64 `json:"before"`
-	// ICount is the instruction count right after the write; Hart the
-	// hart that wrote.
-	ICount *uint64 `json:"icount,omitempty"`
-	Hart   *int    `json:"hart,omitempty"`
-	// Access is the write: the instruction (function+offset, file:line),
-	// the value before and after.
-	Access    *Access    `json:"access,omitempty"`
-	Backtrace *Backtrace `json:"backtrace,omitempty"`
-	// Value is the location's value at Before, when nothing changed it.
-	Value string `json:"value,omitempty"`
-}
-
-// LastWrite finds the last write that changed loc (length bytes; 0: the
-// symbol's size, up to 8) before instruction before (0: the replay's
-// position). As gdb's watch does, a write that leaves the value as it was
-// does not count. The replay is back where it was afterwards.
-func (s *Session) LastWrite(ctx context.Context, loc string, length int, before uint64) (res LastWrite, err error) {
-	addrs, _, err := s.Resolve(loc)
-	if err != nil {
-		return LastWrite{}, err
-	}
-	a := addrs[0]
-	if length == 0 {
-		length = s.dataSize(a)
-	}
-	if length < 1 || length > 8 {
-		return LastWrite{}, fmt.Errorf("length %d: want 1 to 8 bytes", length)
-	}
-	// The session stays held until the replay is back where the agent
-	// left it: after the answer, in the background (the next operation
-	// waits for it).
-	s.mu.Lock()
-	back := uint64(0)
-	goBack := false
-	defer func() {
-		if !goBack || s.c == nil {
-			s.restoreArmed(ctx)
-			s.releaseIdle()
-			s.mu.Unlock()
-			return
-		}
-		go func() {
-			bctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			if _, err := s.goTo(bctx, s.c, back); err != nil {
-				s.cfg.Logger.Warn("debugger: back to where the replay was after a last-write search", "icount", back, "err", err)
-			}
-			s.restoreArmed(bctx)
-			s.releaseIdle()
-			s.mu.Unlock()
-		}()
-	}()
-	tl, c, err := s.replayClient(ctx)
-	if err != nil {
-		return LastWrite{}, err
-	}
-	here, err := tl.Position(ctx)
-	if err != nil {
-		return LastWrite{}, err
-	}
-	if before == 0 {
-		before = here
-	}
-	if end := tl.End(); before > end {
-		return LastWrite{}, fmt.Errorf("before %d is past the end of the recording (%d)", before, end)
-	}
-	w := &watch{Breakpoint: Breakpoint{Where: s.Where(a), Kind: "write", Length: length, kind: gdb.WatchWrite}}
-	res = LastWrite{Data: hex(a), Length: length, Before: before}
-	if w.Function != "" {
-		res.Symbol = w.Where.String()
-	}
-	back, goBack = here, true
-	set := []gdb.Breakpoint{{Kind: gdb.WatchWrite, Addr: a, Length: length}}
-	hi := before
-	// vHi is the value at hi, once known: here it is read as it is.
-	var vHi []byte
-	if hi == here {
-		if v, err := s.readLoc(ctx, c, a, length); err == nil && len(v) == length {
-			vHi = v
-		}
-	}
-	// Where the location is in physical memory, when its value at a
-	// start point can be read out of the point's saved state instead of
-	// loading the point; saved holds what was read so, to be checked
-	// against the load if the interval is searched after all.
-	pa, phys := s.physical(ctx, c, a, length)
-	saved := map[uint64][]byte{}
-	progress := progressOf(ctx)
-	lastNote := time.Now()
-	for hi > 0 {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		// What the location held at the start point this interval
-		// begins at, if an earlier search read it, or as the point's
-		// saved state holds it: an interval whose ends hold the same
-		// value is skipped without going there (a value changed and
-		// changed back within it is not seen).
-		if starts := tl.Starts(hi - 1); len(starts) > 0 && starts[0] > 0 && vHi != nil {
-			st := starts[0]
-			v, ok := s.values[valueAt{st, a, length}]
-			how := "read before"
-			if !ok && phys {
-				t0 := time.Now()
-				if fv, err := tl.ReadPhysical(ctx, st, pa, length); err == nil && len(fv) == length {
-					v, ok, how = fv, true, "its saved state"
-					saved[st] = fv
-					s.cfg.Logger.Debug("debugger: read a start point's saved state", "icount", st, "pa", hex(pa), "value", number(fv), "took", time.Since(t0))
-				} else {
-					s.cfg.Logger.Debug("debugger: a start point's saved state is not readable: it is loaded", "icount", st, "err", err)
-				}
-			}
-			if ok && string(v) == string(vHi) {
-				s.cfg.Logger.Debug("debugger: the same value at both ends of an interval: skipped", "from", st, "to", hi, "read", how)
-				if time.Since(lastNote) >= tick {
-					progress(fmt.Sprintf("looking for the last change of %s: unchanged back to instruction %d", hex(a), st), before-st, before)
-					lastNote = time.Now()
-				}
-				hi = st
-				continue
-			}
-		}
-		var start uint64
-		if c, start, err = s.rewind(ctx, c, hi-1); err != nil {
-			return res, err
-		}
-		// Unreadable (not mapped yet, early in boot): nothing to compare,
-		// the interval is searched.
-		v, _ := s.readLoc(ctx, c, a, length)
-		w.value = v
-		if len(v) == length {
-			s.values[valueAt{start, a, length}] = v
-			if fv, ok := saved[start]; ok && string(fv) != string(v) {
-				// The saved state and the loaded machine disagree: the
-				// physical address is not the location's here. Loads
-				// only, from now on.
-				s.cfg.Logger.Warn("debugger: a start point's saved state disagrees with the point loaded: its states are no longer read", "icount", start, "location", hex(a), "pa", hex(pa), "saved", number(fv), "loaded", number(v))
-				phys = false
-			}
-		}
-		if vHi != nil && len(v) == length && string(v) == string(vHi) && start > 0 {
-			s.cfg.Logger.Debug("debugger: the same value at both ends of an interval: skipped", "from", start, "to", hi)
-			hi = start
-			continue
-		}
-		var last *LastWrite
-		progressOf(ctx)(fmt.Sprintf("looking for writes to %s between instructions %d and %d", hex(a), start, hi), start, hi)
-		err = s.scan(ctx, c, hi, set, func(st gdb.Stop, pos uint64) error {
-			th, hart, err := s.stoppedHart(ctx, c, st)
-			if err != nil {
-				return err
-			}
-			acc, err := s.accessOf(ctx, th, w)
-			if err != nil {
-				return err
-			}
-			if acc.Old == acc.New {
-				return nil
-			}
-			at, err := tl.Position(ctx)
-			if err != nil || at >= hi {
-				return err
-			}
-			lw := res
-			lw.Found, lw.ICount, lw.Hart, lw.Access = true, &at, &hart, acc
-			if regs, err := th.ReadRegisters(ctx); err == nil {
-				bt := s.unwind(ctx, th, regs, watchFrames)
-				lw.Backtrace = &bt
-			}
-			last = &lw
-			return nil
-		})
-		if err != nil {
-			return res, err
-		}
-		if last != nil {
-			return *last, nil
-		}
-		if vHi == nil || len(w.value) == length {
-			vHi = w.value
-		}
-		hi = start
-	}
-	res.Value = number(vHi)
-	res.Note = fmt.Sprintf("no earlier write changed it: it held %s from the start of the recording to instruction %d", res.Value, before)
-	return res, nil
-}
-
-// physical is the guest-physical address of the length bytes at a, when
-// their value at a start point can be read out of the point's saved
-// state: a location in the kernel image (its global and static data),
-// whose mapping the kernel fixes in its first instructions and keeps,
-// translated once here through the stopped hart's page tables (the
-// kernel's half is in every process's). Elsewhere (the heap, vmalloc
-// areas, modules, user space) what a physical address holds at another
-// point in time may be another location: those start points are loaded.
-func (s *Session) physical(ctx context.Context, c *gdb.Client, a uint64, length int) (uint64, bool) {
-	if s.cfg.Symbols == nil || !s.cfg.Symbols.Loaded(a, length) || a>>12 != (a+uint64(length)-1)>>12 {
-		return 0, false
-	}
-	th, _, err := s.on(ctx, c, LastHart)
-	if err != nil {
-		return 0, false
-	}
-	w, err := s.translate(ctx, th, a, nil)
-	if err != nil || w.PA == "" {
-		s.cfg.Logger.Debug("debugger: no physical address for a location: start points are loaded", "location", hex(a), "err", err, "fault", w.Fault)
-		return 0, false
-	}
-	return w.pa, true
-}
-
-// dataSize is the size of the symbol at a (up to 8), else 8.
-func (s *Session) dataSize(a uint64) int {
-	if syms := s.cfg.Symbols; syms != nil {
-		if l, ok := syms.Symbolize(a); ok && l.Offset == 0 {
-			if sym, err := syms.Lookup(l.Function); err == nil && sym.Addr == a && sym.Size > 0 {
-				return int(min(sym.Size, 8))
-			}
-		}
-	}
-	return 8
 }
 
 // continueReplay runs the replay forward to the next breakpoint or
