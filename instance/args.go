@@ -64,11 +64,11 @@ type Resolved struct {
 // expandLine reads p's command line into p, under the fields p gives
 // itself (its extra arguments follow the line's), and adds what became of
 // each option to *rep.
-func (m *Manager) expandLine(p *profile.Profile, rep **qemuline.Report) {
+func expandLine(p *profile.Profile, rep **qemuline.Report, check func([]string) error) {
 	if p.CommandLine == nil {
 		return
 	}
-	lp, r := qemuline.Parse(p.CommandLine, m.cfg.Boundary.ExtraArgs)
+	lp, r := qemuline.Parse(p.CommandLine, check)
 	extra := p.ExtraArgs
 	p.ExtraArgs = nil
 	lp.Under(p)
@@ -85,7 +85,7 @@ func (m *Manager) expandLine(p *profile.Profile, rep **qemuline.Report) {
 // checkLineFiles checks, under the host-path policy, each host file a
 // command line named that the boot uses, so that a refused file is told
 // beside the line's other refusals before anything starts.
-func (m *Manager) checkLineFiles(scope *hostpath.Scope, mach profile.Profile, rep *qemuline.Report) {
+func checkLineFiles(scope *hostpath.Scope, mach profile.Profile, rep *qemuline.Report) {
 	uses := func(f qemuline.File) bool {
 		switch f.Field {
 		case "kernel":
@@ -153,17 +153,17 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 		return Resolved{}, err
 	}
 	var line *qemuline.Report
-	m.expandLine(&a.Machine, &line)
+	expandLine(&a.Machine, &line, m.cfg.Boundary.ExtraArgs)
 	if ok {
 		res = Resolved{Profile: a.Profile, Prompt: p.Prompt, Panics: p.PanicPatterns}
 		if res.Profile == "" {
 			res.Profile = f.Default
 		}
-		m.expandLine(&p, &line)
+		expandLine(&p, &line, m.cfg.Boundary.ExtraArgs)
 		p.Under(&a.Machine)
 	}
 	if line != nil {
-		m.checkLineFiles(scope, a.Machine, line)
+		checkLineFiles(scope, a.Machine, line)
 		if len(line.Refused) > 0 {
 			return Resolved{}, &qemuline.RefusedError{Report: *line}
 		}
@@ -172,7 +172,7 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 	given := givenMachine(a.Machine)
 	if a.Replay != "" {
 		if !given {
-			mach, err := m.RecordingMachine(a.Root, a.Replay, m.cfg.BuiltinKernel)
+			mach, err := m.recs.Machine(a.Root, a.Replay, m.cfg.BuiltinKernel)
 			if err != nil {
 				return Resolved{}, err
 			}
@@ -181,7 +181,7 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 		a.Machine.GDB = true
 	}
 	if a.Snapshot != "" && !given {
-		mach, err := m.SnapshotMachine(a.Root, a.Snapshot, m.cfg.BuiltinKernel)
+		mach, err := m.Snapshots().Machine(a.Root, a.Snapshot, m.cfg.BuiltinKernel)
 		if err != nil {
 			return Resolved{}, err
 		}
@@ -234,7 +234,7 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	}
 	var symbols string
 	if a.Machine.GDB || a.Machine.Symbols != "" {
-		d, path, err := m.openSymbols(a.scope, a.Machine, cfg.Kernel)
+		d, path, err := openSymbols(a.scope, a.Machine, cfg.Kernel, m.builtin())
 		if err != nil {
 			return nil, Booted{}, err
 		}
@@ -250,7 +250,7 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 // openSymbols opens the debugger's symbols: mach.Symbols, else those
 // debuginfo.FindKernelSymbols finds for the kernel, each under the
 // host-path policy; the built-in kernel brings its own.
-func (m *Manager) openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string) (*DebugSpec, string, error) {
+func openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string, builtin builtins) (*DebugSpec, string, error) {
 	open := func(p string) (*os.File, string, error) {
 		f, err := scope.Open("symbols", p, false)
 		if err != nil {
@@ -270,11 +270,11 @@ func (m *Manager) openSymbols(scope *hostpath.Scope, mach profile.Profile, kerne
 		}
 		df, err = debuginfo.OpenKernel(f, path)
 	case mach.Kernel == "":
-		if path, err = m.builtinSymbols(); err != nil {
+		if path, err = builtin.symbols(); err != nil {
 			return nil, "", err
 		}
-		f, err := os.Open(path)
-		if err != nil {
+		var f *os.File
+		if f, err = os.Open(path); err != nil {
 			return nil, "", fmt.Errorf("built-in kernel's symbols: %w", err)
 		}
 		df, err = debuginfo.OpenKernel(f, path)
@@ -292,75 +292,31 @@ func (m *Manager) openSymbols(scope *hostpath.Scope, mach profile.Profile, kerne
 // paths are relative to the project) and handed to QEMU as that
 // descriptor; on error nothing stays open.
 func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
-	in, scope := a.Machine, a.scope
+	in := a.Machine
 	if err := m.cfg.Boundary.ExtraArgs(in.ExtraArgs); err != nil {
 		return qemu.Config{}, err
 	}
-	files := map[string]*os.File{}
+	o := &opener{scope: a.scope, files: map[string]*os.File{}}
 	defer func() {
 		if err != nil {
-			qemu.CloseFiles(files)
+			qemu.CloseFiles(o.files)
 		}
 	}()
-	// open checks one file and names it by its real path, which is what
-	// the result and QEMU's errors then show.
-	open := func(what, p string, write bool) (string, error) {
-		f, err := scope.Open(what, p, write)
-		if err != nil {
-			return "", err
-		}
-		real, err := hostpath.Real(f)
-		if err != nil {
-			f.Close()
-			return "", fmt.Errorf("%s %s: %w", what, p, err)
-		}
-		if _, dup := files[real]; dup {
-			f.Close()
-		} else {
-			files[real] = f
-		}
-		return real, nil
-	}
 	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
 	if m.cfg.QEMUBinary != "" {
 		opts = append(opts, qemu.WithBinary(m.cfg.QEMUBinary))
 	}
 	kernel := in.Kernel
 	if kernel == "" {
-		if kernel, err = m.builtinKernel(); err != nil {
+		if kernel, err = m.builtin().kernel(); err != nil {
 			return qemu.Config{}, err
 		}
 	}
-	k, err := open("kernel", kernel, false)
+	boot, err := o.bootFiles(in, kernel)
 	if err != nil {
 		return qemu.Config{}, err
 	}
-	opts = append(opts, qemu.WithKernel(k))
-	if in.Initrd != "" {
-		p, err := open("initrd", in.Initrd, false)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithInitrd(p))
-	}
-	if in.DTB != "" {
-		p, err := open("dtb", in.DTB, false)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithDTB(p))
-	}
-	switch in.BIOS {
-	case "", "default":
-	case "none":
-		opts = append(opts, qemu.WithBIOS("none"))
-	default:
-		p, err := open("bios", in.BIOS, false)
-		if err != nil {
-			return qemu.Config{}, err
-		}
-		opts = append(opts, qemu.WithBIOS(p))
-	}
+	opts = append(opts, boot...)
 	if in.Memory != "" {
 		opts = append(opts, qemu.WithMemory(in.Memory))
 	}
@@ -379,33 +335,119 @@ func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
 	default:
 		return qemu.Config{}, fmt.Errorf("network %q: want none, user or tap", in.Network)
 	}
-	for i, d := range in.Drives {
-		what := fmt.Sprintf("drives[%d]", i)
-		if d.Path, err = open(what, d.Path, !d.ReadOnly); err != nil {
-			return qemu.Config{}, err
+	devs, err := o.drives(in.Drives)
+	if err != nil {
+		return qemu.Config{}, err
+	}
+	shares, err := o.shares(in.Shares)
+	if err != nil {
+		return qemu.Config{}, err
+	}
+	cfg = qemu.NewConfig(append(append(opts, devs...), shares...)...)
+	cfg.Files = o.files
+	return cfg, cfg.Validate()
+}
+
+// opener opens a boot's host files under the host-path policy, each once,
+// named by its real path (what the result and QEMU's errors then show).
+type opener struct {
+	scope *hostpath.Scope
+	files map[string]*os.File
+}
+
+// file checks one file, keeps it open and returns its real path.
+func (o *opener) file(what, p string, write bool) (string, error) {
+	f, err := o.scope.Open(what, p, write)
+	if err != nil {
+		return "", err
+	}
+	real, err := hostpath.Real(f)
+	if err != nil {
+		f.Close()
+		return "", fmt.Errorf("%s %s: %w", what, p, err)
+	}
+	if _, dup := o.files[real]; dup {
+		f.Close()
+	} else {
+		o.files[real] = f
+	}
+	return real, nil
+}
+
+// bootFiles opens what QEMU loads: the kernel, initrd, device tree and
+// firmware.
+func (o *opener) bootFiles(in profile.Profile, kernel string) ([]qemu.Option, error) {
+	k, err := o.file("kernel", kernel, false)
+	if err != nil {
+		return nil, err
+	}
+	opts := []qemu.Option{qemu.WithKernel(k)}
+	if in.Initrd != "" {
+		p, err := o.file("initrd", in.Initrd, false)
+		if err != nil {
+			return nil, err
 		}
-		if err := scope.CheckImage(what+" "+d.Path, files[d.Path], d.Format); err != nil {
-			return qemu.Config{}, err
+		opts = append(opts, qemu.WithInitrd(p))
+	}
+	if in.DTB != "" {
+		p, err := o.file("dtb", in.DTB, false)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, qemu.WithDTB(p))
+	}
+	switch in.BIOS {
+	case "", "default":
+	case "none":
+		opts = append(opts, qemu.WithBIOS("none"))
+	default:
+		p, err := o.file("bios", in.BIOS, false)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, qemu.WithBIOS(p))
+	}
+	return opts, nil
+}
+
+// drives opens the disk images, each checked to be of its format.
+func (o *opener) drives(drives []qemu.Drive) ([]qemu.Option, error) {
+	var opts []qemu.Option
+	for i, d := range drives {
+		what := fmt.Sprintf("drives[%d]", i)
+		var err error
+		if d.Path, err = o.file(what, d.Path, !d.ReadOnly); err != nil {
+			return nil, err
+		}
+		if err := o.scope.CheckImage(what+" "+d.Path, o.files[d.Path], d.Format); err != nil {
+			return nil, err
 		}
 		opts = append(opts, qemu.WithDrive(d))
 	}
+	return opts, nil
+}
+
+// shares opens the shared directories, each shared once, and names each
+// that has no tag.
+func (o *opener) shares(shares []profile.Share) ([]qemu.Option, error) {
+	var opts []qemu.Option
 	tags := map[string]bool{}
-	for i, sh := range in.Shares {
+	for i, sh := range shares {
 		what := fmt.Sprintf("shares[%d]", i)
-		f, err := scope.OpenDir(what, sh.Path, sh.Writable)
+		f, err := o.scope.OpenDir(what, sh.Path, sh.Writable)
 		if err != nil {
-			return qemu.Config{}, err
+			return nil, err
 		}
 		real, err := hostpath.Real(f)
 		if err != nil {
 			f.Close()
-			return qemu.Config{}, fmt.Errorf("%s %s: %w", what, sh.Path, err)
+			return nil, fmt.Errorf("%s %s: %w", what, sh.Path, err)
 		}
-		if _, dup := files[real]; dup {
+		if _, dup := o.files[real]; dup {
 			f.Close()
-			return qemu.Config{}, fmt.Errorf("%s %s: that directory is shared already", what, sh.Path)
+			return nil, fmt.Errorf("%s %s: that directory is shared already", what, sh.Path)
 		}
-		files[real] = f
+		o.files[real] = f
 		tag := sh.Tag
 		if tag == "" {
 			tag = defaultTag(real, tags)
@@ -417,12 +459,7 @@ func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
 		}
 		opts = append(opts, qemu.WithShare(share))
 	}
-	cfg = qemu.NewConfig(opts...)
-	cfg.Files = files
-	if err := cfg.Validate(); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return opts, nil
 }
 
 // defaultTag names a share by its directory (letters, digits, '_', '.',
@@ -449,31 +486,42 @@ func defaultTag(dir string, taken map[string]bool) string {
 	}
 }
 
-// builtinKernel writes the embedded tiny kernel to the runtime
-// directory's images (ImagesDir), named by its hash so every server
+// builtins are the images built into the server: its tiny kernel and
+// that kernel's ELF (its symbols), written to the runtime directory's
+// images (ImagesDir) on first use, named by their hash so every server
 // shares one copy and no stale copy can be booted by mistake.
-func (m *Manager) builtinKernel() (string, error) {
-	if len(m.cfg.BuiltinKernel) == 0 {
-		return "", ErrNoBuiltinKernel
-	}
-	return m.builtinImage(m.cfg.BuiltinKernel, ".bin")
+type builtins struct {
+	kernelImage, symbolsELF []byte
+	runtimeDir              string
 }
 
-// builtinSymbols writes the built-in kernel's ELF (its symbols) the same way.
-func (m *Manager) builtinSymbols() (string, error) {
-	if len(m.cfg.BuiltinSymbols) == 0 {
+func (m *Manager) builtin() builtins {
+	return builtins{m.cfg.BuiltinKernel, m.cfg.BuiltinSymbols, m.cfg.RuntimeDir}
+}
+
+// kernel is the path of the built-in kernel.
+func (b builtins) kernel() (string, error) {
+	if len(b.kernelImage) == 0 {
+		return "", ErrNoBuiltinKernel
+	}
+	return b.write(b.kernelImage, ".bin")
+}
+
+// symbols is the path of the built-in kernel's ELF.
+func (b builtins) symbols() (string, error) {
+	if len(b.symbolsELF) == 0 {
 		return "", ErrNoBuiltinSymbols
 	}
-	return m.builtinImage(m.cfg.BuiltinSymbols, ".elf")
+	return b.write(b.symbolsELF, ".elf")
 }
 
 // ImagesDir is where a server with runtime directory dir writes its
 // built-in images: the host-path policy lets QEMU read them.
 func ImagesDir(dir string) string { return filepath.Join(dir, "images") }
 
-func (m *Manager) builtinImage(data []byte, ext string) (string, error) {
+func (b builtins) write(data []byte, ext string) (string, error) {
 	sum := sha256.Sum256(data)
-	dir := ImagesDir(m.cfg.RuntimeDir)
+	dir := ImagesDir(b.runtimeDir)
 	path := filepath.Join(dir, "tiny-"+hex.EncodeToString(sum[:8])+ext)
 	if b, err := os.ReadFile(path); err == nil && sha256.Sum256(b) == sum {
 		return path, nil

@@ -127,7 +127,7 @@ func (b *booting) reapLeftovers(_ context.Context) error {
 func (b *booting) lockRepository(_ context.Context) error {
 	i := b.i
 	m := i.mgr
-	path, release, err := m.acquireLock(i.spec.Root, i.name)
+	path, release, err := m.locks.acquire(i.spec.Root, i.name)
 	if err != nil {
 		return err
 	}
@@ -250,7 +250,7 @@ func (b *booting) stageBootSnapshot(_ context.Context) error {
 		if err := snapshot.Verify(snap.meta); err != nil {
 			return err
 		}
-		r := &restoring{i: i, store: i.mgr.Snapshots(), meta: snap.meta}
+		r := &restoring{i: i, store: i.mgr.Snapshots().Store(), meta: snap.meta}
 		if err := r.stage(); err != nil {
 			return err
 		}

@@ -56,7 +56,7 @@ const ProbeFailed = "probe failed"
 func (m *Manager) Health(root string) Health {
 	rec := m.Record()
 	var h Health
-	if path, err := m.LockPath(root); err != nil {
+	if path, err := m.locks.path(root); err != nil {
 		h.LockErr = err
 	} else {
 		h.LockFile = path

@@ -41,14 +41,14 @@ func rawDisk(t *testing.T, dir string) string {
 
 // The snapshot calls of the tests, in one place: the store is the
 // manager's (Manager.Snapshots).
-func snapshots(m *Manager) snapshot.Store { return m.Snapshots() }
+func snapshots(m *Manager) snapshot.Store { return m.Snapshots().Store() }
 
 func saveSnapshot(ctx context.Context, i *Instance, name string) (snapshot.Meta, error) {
 	return i.SaveSnapshot(ctx, name)
 }
 
 func restoreSnapshot(ctx context.Context, i *Instance, meta snapshot.Meta) (Restored, error) {
-	return (&restoring{i: i, store: i.mgr.Snapshots(), meta: meta}).restore(ctx)
+	return (&restoring{i: i, store: i.mgr.Snapshots().Store(), meta: meta}).restore(ctx)
 }
 
 func checkSnapshot(_ context.Context, i *Instance, meta snapshot.Meta) error {

@@ -157,8 +157,7 @@ type Manager struct {
 	mu        sync.Mutex // guards the fields below
 	closed    bool
 	instances map[string]*Instance
-	boots     map[string]int // boot attempts per instance name
-	locks     map[string]*lockRef
+	boots     map[string]int          // boot attempts per instance name
 	drives    map[string][]driveClaim // by real path
 	rec       registry.Record
 	recGone   bool // the record was removed at Close: never written again
@@ -175,14 +174,8 @@ type Manager struct {
 	// answers).
 	seq atomic.Int64
 
-	// replays are the recordings guests replay, by directory: the
-	// instance's name.
-	replays map[string]string
-}
-
-type lockRef struct {
-	l     *lock.Lock
-	users []string // instance names, in boot order
+	recs  *Recordings
+	locks *repoLocks
 }
 
 type driveClaim struct {
@@ -237,54 +230,21 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, owner: cfg.Record.Owner(),
 		instances: map[string]*Instance{}, boots: map[string]int{},
-		locks: map[string]*lockRef{}, drives: map[string][]driveClaim{}, rec: cfg.Record, replays: map[string]string{},
+		drives: map[string][]driveClaim{}, rec: cfg.Record,
 		stopKeep: make(chan struct{}),
 	}
+	m.recs = &Recordings{m: m, replays: map[string]string{}}
+	m.locks = &repoLocks{log: cfg.Logger, lockFile: cfg.LockFile, runtimeDir: cfg.RuntimeDir, byPath: map[string]*lockRef{}}
 	m.qemuVersion = sync.OnceValue(func() string { return askVersion(cfg.QEMUBinary) })
 	// What saves killed with an earlier server left goes at start.
-	m.reapSnapshots(nil)
-	m.reapRecordings(nil)
+	m.Snapshots().reap(nil)
+	m.recs.reap(nil)
 	if len(cfg.ProbeKernel) > 0 {
 		m.caps = caps.New(caps.Config{CacheDir: cfg.CacheDir, WorkDir: cfg.RuntimeDir, Owner: m.owner.Tag(),
 			Kernel: cfg.ProbeKernel, Logger: cfg.Logger.With("probe", "qemu")})
 	}
 	go m.keepLoop()
 	return m, nil
-}
-
-// reapSnapshots removes what killed saves left in the snapshot store (see
-// snapshot.Store.Reap), adding it to rep if there is one.
-func (m *Manager) reapSnapshots(rep *reaper.Report) {
-	if m.cfg.Snapshots == "" {
-		return
-	}
-	sr, err := snapshot.Store{Dir: m.cfg.Snapshots, Owner: m.owner, Logger: m.log}.Reap()
-	if err != nil {
-		sr.Errors = append(sr.Errors, err.Error())
-	}
-	for _, l := range sr.Removed {
-		m.log.Info("removed a leftover of a killed snapshot save", "what", l.String())
-	}
-	for _, l := range sr.Left {
-		m.log.Warn("a leftover of a killed snapshot save stays for now", "what", l.String())
-	}
-	for _, e := range sr.Errors {
-		m.log.Warn("snapshot store", "err", e)
-	}
-	if rep == nil {
-		return
-	}
-	for _, l := range sr.Removed {
-		p := l.Path
-		if l.Tag != "" {
-			p += " (tag " + l.Tag + ")"
-		}
-		rep.Removed = append(rep.Removed, p)
-	}
-	for _, l := range sr.Left {
-		rep.Skipped = append(rep.Skipped, reaper.Skip{Path: l.Path + " (tag " + l.Tag + ")", Reason: l.Why})
-	}
-	rep.Errors = append(rep.Errors, sr.Errors...)
 }
 
 // QEMUCaps says what is known of the QEMU binary's capabilities (see
@@ -354,7 +314,7 @@ func (m *Manager) enforceCap() []kept.File {
 	}
 	if m.cfg.Recordings != "" {
 		// Checkpoints are a cache: they go before anything kept.
-		store := m.recordings()
+		store := m.recs.store()
 		total, cks := store.Total()
 		files, _ := kept.List(m.cfg.Captures)
 		if over := kept.Total(files) + snapshots + total - m.cfg.KeepCap; over > 0 && cks > 0 {
@@ -464,12 +424,12 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Repor
 		return nil, nil, err
 	}
 	if spec.Snapshot != nil {
-		if err := m.findBootSnapshot(&spec); err != nil {
+		if err := m.Snapshots().findBoot(&spec); err != nil {
 			return nil, nil, err
 		}
 	}
 	if spec.Replay != nil {
-		if err := m.findReplay(&spec); err != nil {
+		if err := m.recs.findReplay(&spec); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -643,8 +603,8 @@ func (m *Manager) reap() *reaper.Report {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
 	// After the dead servers' QEMUs are gone: their drives are free.
-	m.reapSnapshots(&rep)
-	m.reapRecordings(&rep)
+	m.Snapshots().reap(&rep)
+	m.recs.reap(&rep)
 	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 && len(rep.Removed) == 0 {
 		return nil
 	}
@@ -671,84 +631,6 @@ func (m *Manager) deleteDeadTAP(name string) error {
 func DeleteTAP(name string) error {
 	_, err := tap.DeleteIfTAP(name)
 	return err
-}
-
-// LockPath is the repository lock for a project root.
-func (m *Manager) LockPath(root string) (string, error) {
-	if m.cfg.LockFile != "" {
-		return m.cfg.LockFile, nil
-	}
-	return lock.Path(root, m.cfg.RuntimeDir)
-}
-
-// acquireLock adds instance name to the holders of root's repository lock,
-// taking the lock if no instance holds it yet. The returned function undoes
-// that.
-func (m *Manager) acquireLock(root, name string) (string, func() error, error) {
-	path, err := m.LockPath(root)
-	if err != nil {
-		return "", nil, fmt.Errorf("find the repository lock for %s: %w", root, err)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ref := m.locks[path]
-	if ref == nil {
-		l, err := lock.Acquire(path, lock.Record{Target: root, Instances: []string{name}})
-		if err != nil {
-			var held *lock.HeldError
-			if errors.As(err, &held) {
-				return "", nil, fmt.Errorf("cannot boot: %w", err)
-			}
-			return "", nil, fmt.Errorf("take the repository lock: %w", err)
-		}
-		if r := l.Reclaimed(); r != nil {
-			m.log.Info("reclaimed a stale repository lock", "path", path, "stale_pid", r.Stale.PID, "why", r.Liveness.String())
-		}
-		ref = &lockRef{l: l}
-		m.locks[path] = ref
-	}
-	ref.users = append(ref.users, name)
-	if len(ref.users) > 1 {
-		m.setLockInstancesLocked(ref)
-	}
-	return path, func() error { return m.releaseLock(path, name) }, nil
-}
-
-func (m *Manager) setLockInstancesLocked(ref *lockRef) {
-	if err := ref.l.SetInstances(ref.users); err != nil {
-		m.log.Warn("update repository lock record", "err", err)
-	}
-}
-
-func (m *Manager) releaseLock(path, name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ref := m.locks[path]
-	if ref == nil {
-		return nil
-	}
-	ref.users = slices.DeleteFunc(ref.users, func(u string) bool { return u == name })
-	if len(ref.users) > 0 {
-		m.setLockInstancesLocked(ref)
-		return nil
-	}
-	delete(m.locks, path)
-	if err := ref.l.Release(); err != nil {
-		return fmt.Errorf("release repository lock %s: %w", path, err)
-	}
-	return nil
-}
-
-// HoldsLock tells whether this server holds the lock at path, and for which
-// instances.
-func (m *Manager) HoldsLock(path string) ([]string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ref := m.locks[path]
-	if ref == nil {
-		return nil, false
-	}
-	return slices.Clone(ref.users), true
 }
 
 // precheck tells whether a boot of spec would be refused by what can be
@@ -781,15 +663,15 @@ func (m *Manager) precheck(spec Spec, prev *Instance) error {
 		}
 	}
 	if s := spec.Snapshot; s != nil {
-		if err := m.Snapshots().CheckStage(s.meta, m.cfg.RuntimeDir); err != nil {
+		if err := m.Snapshots().Store().CheckStage(s.meta, m.cfg.RuntimeDir); err != nil {
 			return err
 		}
 	}
-	path, err := m.LockPath(spec.Root)
+	path, err := m.locks.path(spec.Root)
 	if err != nil {
 		return fmt.Errorf("find the repository lock for %s: %w", spec.Root, err)
 	}
-	if _, ours := m.HoldsLock(path); ours {
+	if _, ours := m.locks.holds(path); ours {
 		return nil
 	}
 	if st, err := lock.Inspect(path); err == nil && st.Refuses() {

@@ -156,24 +156,24 @@ func TestRepositoryLockCounts(t *testing.T) {
 		}
 		return st.Record.Instances
 	}
-	pathA, releaseA, err := m.acquireLock(root, "a")
+	pathA, releaseA, err := m.locks.acquire(root, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pathB, releaseB, err := m.acquireLock(root, "b")
+	pathB, releaseB, err := m.locks.acquire(root, "b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pathA != lockFile || pathB != lockFile {
 		t.Fatalf("lock paths %s %s, want %s", pathA, pathB, lockFile)
 	}
-	if users, held := m.HoldsLock(lockFile); !held || !slices.Equal(users, []string{"a", "b"}) {
+	if users, held := m.locks.holds(lockFile); !held || !slices.Equal(users, []string{"a", "b"}) {
 		t.Errorf("holders %v %v", users, held)
 	}
 	if got := instances(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("the lock file names %v", got)
 	}
-	_, _, err = other.acquireLock(root, "x")
+	_, _, err = other.locks.acquire(root, "x")
 	var held *lock.HeldError
 	if !errors.As(err, &held) || !strings.HasPrefix(err.Error(), "cannot boot: ") || !strings.Contains(err.Error(), "a, b") {
 		t.Errorf("another server's boot while a and b run: %v", err)
@@ -185,31 +185,31 @@ func TestRepositoryLockCounts(t *testing.T) {
 	if err := releaseA(); err != nil {
 		t.Fatal(err)
 	}
-	if users, held := m.HoldsLock(lockFile); !held || !slices.Equal(users, []string{"b"}) {
+	if users, held := m.locks.holds(lockFile); !held || !slices.Equal(users, []string{"b"}) {
 		t.Errorf("after a stopped: holders %v %v", users, held)
 	}
 	if got := instances(); !slices.Equal(got, []string{"b"}) {
 		t.Errorf("after a stopped, the lock file names %v", got)
 	}
-	if _, _, err := other.acquireLock(root, "x"); err == nil {
+	if _, _, err := other.locks.acquire(root, "x"); err == nil {
 		t.Errorf("another server took the lock while b runs")
 	}
 	if err := releaseA(); err != nil { // a second release of a changes nothing
 		t.Fatal(err)
 	}
-	if _, held := m.HoldsLock(lockFile); !held {
+	if _, held := m.locks.holds(lockFile); !held {
 		t.Errorf("a's second release let b's lock go")
 	}
 	if err := releaseB(); err != nil {
 		t.Fatal(err)
 	}
-	if _, held := m.HoldsLock(lockFile); held {
+	if _, held := m.locks.holds(lockFile); held {
 		t.Errorf("still held after the last instance stopped")
 	}
 	if st, _ := lock.Inspect(lockFile); st.Refuses() {
 		t.Errorf("the lock after the last release: %v", st)
 	}
-	_, releaseX, err := other.acquireLock(root, "x")
+	_, releaseX, err := other.locks.acquire(root, "x")
 	if err != nil {
 		t.Fatalf("another server after the last release: %v", err)
 	}
@@ -290,7 +290,7 @@ func TestFailedBootUnwinds(t *testing.T) {
 	}
 	assertNothingHeld := func(what string) {
 		t.Helper()
-		if _, held := m.HoldsLock(lockFile); held {
+		if _, held := m.locks.holds(lockFile); held {
 			t.Errorf("%s: the repository lock is still held", what)
 		}
 		if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {

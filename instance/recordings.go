@@ -3,6 +3,7 @@ package instance
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
@@ -10,10 +11,21 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
-// The Manager owns the recordings as it owns the snapshots: one store,
-// the match of a recording to the machine a replay boots, which guest
-// records or replays which, listing, deleting, and their part of the cap
-// on kept files.
+// Recordings are the server's recordings, as Snapshots are its saved
+// states: one store, the match of a recording to the machine a replay
+// boots, which guest records or replays which, listing, deleting, and
+// their part of the cap on kept files.
+type Recordings struct {
+	m *Manager
+
+	mu sync.Mutex
+	// replays are the recordings guests replay, by directory: the
+	// instance's name.
+	replays map[string]string
+}
+
+// Recordings are the server's recordings.
+func (m *Manager) Recordings() *Recordings { return m.recs }
 
 // ErrRecordingInUse is wrapped by a *RecordingInUseError.
 var ErrRecordingInUse = errors.New("the recording is in use")
@@ -37,23 +49,24 @@ func (e *RecordingInUseError) Error() string {
 
 func (e *RecordingInUseError) Is(target error) bool { return target == ErrRecordingInUse }
 
-// FindRecording returns the project root's recording name, or a
+// Find returns the project root's recording name, or a
 // *recording.NotFoundError.
-func (m *Manager) FindRecording(root, name string) (recording.Meta, error) {
+func (rs *Recordings) Find(root, name string) (recording.Meta, error) {
+	m := rs.m
 	if m.cfg.Recordings == "" {
 		return recording.Meta{}, errNoRecordings
 	}
-	return m.recordings().Get(root, name)
+	return rs.store().Get(root, name)
 }
 
 // errNoRecordings is a server without a state directory.
 var errNoRecordings = errors.New("this server keeps no recordings (no state directory)")
 
-// RecordingMachine is the machine the project root's recording name was
+// Machine is the machine the project root's recording name was
 // made on, as boot arguments, for a replay that gives none (builtin as
-// for SnapshotMachine).
-func (m *Manager) RecordingMachine(root, name string, builtin []byte) (profile.Profile, error) {
-	meta, err := m.FindRecording(root, name)
+// for Snapshots.Machine).
+func (rs *Recordings) Machine(root, name string, builtin []byte) (profile.Profile, error) {
+	meta, err := rs.Find(root, name)
 	if err != nil {
 		return profile.Profile{}, err
 	}
@@ -62,10 +75,10 @@ func (m *Manager) RecordingMachine(root, name string, builtin []byte) (profile.P
 
 // findReplay finds the recording spec.Replay names and checks that it
 // was made on the machine spec.QEMU gives.
-func (m *Manager) findReplay(spec *Spec) error {
+func (rs *Recordings) findReplay(spec *Spec) error {
 	r := spec.Replay
 	if r.Meta.Dir == "" {
-		meta, err := m.FindRecording(spec.Root, r.Name)
+		meta, err := rs.Find(spec.Root, r.Name)
 		if err != nil {
 			return err
 		}
@@ -89,13 +102,14 @@ type RecordingList struct {
 	Total, Cap int64
 }
 
-// ListRecordings lists the project root's recordings.
-func (m *Manager) ListRecordings(root string) (RecordingList, error) {
+// List lists the project root's recordings.
+func (rs *Recordings) List(root string) (RecordingList, error) {
+	m := rs.m
 	l := RecordingList{Cap: m.cfg.KeepCap}
 	if m.cfg.Recordings == "" {
 		return l, nil
 	}
-	store := m.recordings()
+	store := rs.store()
 	metas, err := store.List(root)
 	if err != nil {
 		return l, err
@@ -105,14 +119,15 @@ func (m *Manager) ListRecordings(root string) (RecordingList, error) {
 	return l, nil
 }
 
-// DeleteRecording deletes the project root's recording name, unless a
+// Delete deletes the project root's recording name, unless a
 // guest records or replays it (a *RecordingInUseError).
-func (m *Manager) DeleteRecording(root, name string) (recording.Meta, error) {
-	meta, err := m.FindRecording(root, name)
+func (rs *Recordings) Delete(root, name string) (recording.Meta, error) {
+	m := rs.m
+	meta, err := rs.Find(root, name)
 	if err != nil {
 		return recording.Meta{}, err
 	}
-	if who := m.recordingUser(root, name); who != "" {
+	if who := rs.user(root, name); who != "" {
 		return meta, &RecordingInUseError{Name: name, Guest: who, Replayed: true}
 	}
 	for _, i := range m.List() {
@@ -120,52 +135,54 @@ func (m *Manager) DeleteRecording(root, name string) (recording.Meta, error) {
 			return meta, &RecordingInUseError{Name: name, Guest: i.Name()}
 		}
 	}
-	return meta, m.recordings().Delete(meta)
+	return meta, rs.store().Delete(meta)
 }
 
-// recordings is the recording store.
-func (m *Manager) recordings() recording.Store {
+// store is the recording store.
+func (rs *Recordings) store() recording.Store {
+	m := rs.m
 	return recording.Store{Dir: m.cfg.Recordings, Owner: m.owner, Logger: m.log}
 }
 
-// claimRecording marks meta as replayed by instance name until release:
+// claim marks meta as replayed by instance name until release:
 // it is neither deleted nor replaced meanwhile.
-func (m *Manager) claimRecording(meta recording.Meta, name string) (release func(), err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if who, ok := m.replays[meta.Dir]; ok && who != name {
+func (rs *Recordings) claim(meta recording.Meta, name string) (release func(), err error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if who, ok := rs.replays[meta.Dir]; ok && who != name {
 		return nil, fmt.Errorf("recording %q is being replayed by guest %q already: one replay of a recording at a time", meta.Name, who)
 	}
-	m.replays[meta.Dir] = name
+	rs.replays[meta.Dir] = name
 	return func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.replays[meta.Dir] == name {
-			delete(m.replays, meta.Dir)
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		if rs.replays[meta.Dir] == name {
+			delete(rs.replays, meta.Dir)
 		}
 	}, nil
 }
 
-// recordingUser is the guest that replays the project's recording name,
+// user is the guest that replays the project's recording name,
 // "" if none does.
-func (m *Manager) recordingUser(root, name string) string {
-	meta, err := m.recordings().Get(root, name)
+func (rs *Recordings) user(root, name string) string {
+	meta, err := rs.store().Get(root, name)
 	if err != nil {
 		return ""
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.replays[meta.Dir]
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.replays[meta.Dir]
 }
 
-// reapRecordings removes what killed recording starts and checkpoint saves
+// reap removes what killed recording starts and checkpoint saves
 // left, and marks recordings whose server died while they recorded as
 // cut, adding it to rep if there is one.
-func (m *Manager) reapRecordings(rep *reaper.Report) {
+func (rs *Recordings) reap(rep *reaper.Report) {
+	m := rs.m
 	if m.cfg.Recordings == "" {
 		return
 	}
-	rr, err := m.recordings().Reap()
+	rr, err := rs.store().Reap()
 	if err != nil {
 		rr.Errors = append(rr.Errors, err.Error())
 	}

@@ -59,10 +59,10 @@ func (b *booting) beginRecording(ctx context.Context) error {
 		return errNoRecordings
 	}
 	name := i.spec.Record.Name
-	if who := m.recordingUser(i.spec.Root, name); who != "" {
+	if who := m.recs.user(i.spec.Root, name); who != "" {
 		return fmt.Errorf("recording %q is being replayed by guest %q: shut it down first, or record under another name", name, who)
 	}
-	r, err := timetravel.Begin(ctx, timetravel.RecordConfig{Store: m.recordings(), Root: i.spec.Root, Name: name,
+	r, err := timetravel.Begin(ctx, timetravel.RecordConfig{Store: m.recs.store(), Root: i.spec.Root, Name: name,
 		Instance: i.name, RuntimeDir: m.cfg.RuntimeDir, Log: m.log}, cfg)
 	if err != nil {
 		return err
@@ -126,7 +126,7 @@ func (b *booting) prepareReplay(ctx context.Context) error {
 	if err := timetravel.Check(ctx, meta, cfg.Binary, m.cfg.RuntimeDir); err != nil {
 		return err
 	}
-	release, err := m.claimRecording(meta, i.name)
+	release, err := m.recs.claim(meta, i.name)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (b *booting) prepareReplay(ctx context.Context) error {
 	m.QEMUCaps(cfg.Binary)
 	dir := m.cfg.RuntimeDir
 	r, err := timetravel.Prepare(ctx, replayGuest{i}, timetravel.ReplayConfig{
-		Store: m.recordings(), Meta: meta, RuntimeDir: dir,
+		Store: m.recs.store(), Meta: meta, RuntimeDir: dir,
 		Staged:      filepath.Join(dir, names.Name(names.ReplayStage, m.owner, i.name)),
 		ConsoleFile: filepath.Join(dir, names.Name(names.ReplayConsole, m.owner, i.name)),
 		Keep:        m.cfg.Recordings != "", Kept: func() { m.enforceCap() },

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
@@ -18,19 +19,25 @@ type SnapshotSpec struct {
 	meta snapshot.Meta // found by Boot
 }
 
-// Snapshots is the server's snapshot store, the one every instance saves
-// into and loads from.
-func (m *Manager) Snapshots() snapshot.Store {
-	return snapshot.Store{Dir: m.cfg.Snapshots, Owner: m.owner, Logger: m.log}
+// Snapshots are the server's saved states: one store every instance saves
+// into and loads from, found by project, name and machine.
+type Snapshots struct{ m *Manager }
+
+// Snapshots are the server's saved states.
+func (m *Manager) Snapshots() Snapshots { return Snapshots{m} }
+
+// Store is the snapshot store.
+func (s Snapshots) Store() snapshot.Store {
+	return snapshot.Store{Dir: s.m.cfg.Snapshots, Owner: s.m.owner, Logger: s.m.log}
 }
 
-// FindSnapshots returns the project root's snapshots called name (one a
+// Find returns the project root's snapshots called name (one a
 // machine they were saved on), or a *snapshot.NotFoundError.
-func (m *Manager) FindSnapshots(root, name string) ([]snapshot.Meta, error) {
+func (s Snapshots) Find(root, name string) ([]snapshot.Meta, error) {
 	if err := snapshot.CheckName(name); err != nil {
 		return nil, err
 	}
-	metas, err := m.Snapshots().Find(root, name)
+	metas, err := s.Store().Find(root, name)
 	if err != nil {
 		return nil, err
 	}
@@ -40,13 +47,13 @@ func (m *Manager) FindSnapshots(root, name string) ([]snapshot.Meta, error) {
 	return metas, nil
 }
 
-// SnapshotMachine is the machine the project root's snapshot name was
+// Machine is the machine the project root's snapshot name was
 // saved on, as boot arguments, for a boot that gives none (builtin is the
 // kernel a boot that names none boots: its path is left out). It is a
 // *snapshot.AmbiguousError if several machines have a snapshot of that
 // name.
-func (m *Manager) SnapshotMachine(root, name string, builtin []byte) (profile.Profile, error) {
-	metas, err := m.FindSnapshots(root, name)
+func (s Snapshots) Machine(root, name string, builtin []byte) (profile.Profile, error) {
+	metas, err := s.Find(root, name)
 	if err != nil {
 		return profile.Profile{}, err
 	}
@@ -80,14 +87,14 @@ func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
 	return p
 }
 
-// findBootSnapshot finds the snapshot spec.Snapshot names among those
+// findBoot finds the snapshot spec.Snapshot names among those
 // saved on the machine spec.QEMU gives, or says how the machines differ.
-func (m *Manager) findBootSnapshot(spec *Spec) error {
+func (s Snapshots) findBoot(spec *Spec) error {
 	name := spec.Snapshot.Name
 	if spec.Snapshot.meta.Path != "" {
 		return nil // found already (the package's tests give one)
 	}
-	metas, err := m.FindSnapshots(spec.Root, name)
+	metas, err := s.Find(spec.Root, name)
 	if err != nil {
 		return err
 	}
@@ -117,12 +124,12 @@ type ListedSnapshot struct {
 	Loads *bool
 }
 
-// ListSnapshots lists the project root's snapshots, newest first, at
+// List lists the project root's snapshots, newest first, at
 // most max of them (more counts the others). With inst running a guest
 // of the project, each says whether it loads into it; that asks QEMU
 // nothing.
-func (m *Manager) ListSnapshots(root string, inst *Instance, max int) (list []ListedSnapshot, more int, err error) {
-	metas, err := m.Snapshots().List(root)
+func (s Snapshots) List(root string, inst *Instance, max int) (list []ListedSnapshot, more int, err error) {
+	metas, err := s.Store().List(root)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -145,16 +152,16 @@ func (m *Manager) ListSnapshots(root string, inst *Instance, max int) (list []Li
 	return list, more, nil
 }
 
-// DeleteSnapshot deletes the project root's snapshots called name (one a
+// Delete deletes the project root's snapshots called name (one a
 // machine). A snapshot's disk part is removed from its drives through
 // inst, if inst runs the machine it was saved on and has the drives
 // attached; left names the drives that keep it otherwise.
-func (m *Manager) DeleteSnapshot(ctx context.Context, root, name string, inst *Instance) (deleted []snapshot.Meta, left []string, err error) {
-	metas, err := m.FindSnapshots(root, name)
+func (s Snapshots) Delete(ctx context.Context, root, name string, inst *Instance) (deleted []snapshot.Meta, left []string, err error) {
+	metas, err := s.Find(root, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	store := m.Snapshots()
+	store := s.Store()
 	for _, meta := range metas {
 		if len(meta.Drives) > 0 {
 			// The disk part lives in the drives: a running guest that
@@ -204,7 +211,7 @@ func (i *Instance) SaveSnapshot(ctx context.Context, name string) (snapshot.Meta
 	for k, d := range i.vm.cfg.Drives {
 		drives[fmt.Sprintf("drive%d", k)] = d.Path
 	}
-	meta, err := i.mgr.Snapshots().Save(ctx, mch.Monitor(), i.spec.Root, mach, name, mch.Version(), drives)
+	meta, err := i.mgr.Snapshots().Store().Save(ctx, mch.Monitor(), i.spec.Root, mach, name, mch.Version(), drives)
 	if err != nil {
 		return snapshot.Meta{}, err
 	}
@@ -236,13 +243,13 @@ func (i *Instance) LoadSnapshot(ctx context.Context, name string) (snapshot.Meta
 	if _, err := i.Running(); err != nil {
 		return snapshot.Meta{}, Restored{}, err
 	}
-	metas, err := i.mgr.FindSnapshots(i.spec.Root, name)
+	metas, err := i.mgr.Snapshots().Find(i.spec.Root, name)
 	if err != nil {
 		return snapshot.Meta{}, Restored{}, err
 	}
 	var errs []error
 	for _, meta := range metas {
-		r := &restoring{i: i, store: i.mgr.Snapshots(), meta: meta}
+		r := &restoring{i: i, store: i.mgr.Snapshots().Store(), meta: meta}
 		err := r.checkMachine()
 		if err == nil {
 			res, err := r.restore(ctx)
@@ -270,4 +277,40 @@ func deleteTag(ctx context.Context, i *Instance, tag string) error {
 		return err
 	}
 	return snapshot.DeleteTag(ctx, mch.Monitor(), tag)
+}
+
+// reap removes what killed saves left in the snapshot store (see
+// snapshot.Store.Reap), adding it to rep if there is one.
+func (s Snapshots) reap(rep *reaper.Report) {
+	m := s.m
+	if m.cfg.Snapshots == "" {
+		return
+	}
+	sr, err := snapshot.Store{Dir: m.cfg.Snapshots, Owner: m.owner, Logger: m.log}.Reap()
+	if err != nil {
+		sr.Errors = append(sr.Errors, err.Error())
+	}
+	for _, l := range sr.Removed {
+		m.log.Info("removed a leftover of a killed snapshot save", "what", l.String())
+	}
+	for _, l := range sr.Left {
+		m.log.Warn("a leftover of a killed snapshot save stays for now", "what", l.String())
+	}
+	for _, e := range sr.Errors {
+		m.log.Warn("snapshot store", "err", e)
+	}
+	if rep == nil {
+		return
+	}
+	for _, l := range sr.Removed {
+		p := l.Path
+		if l.Tag != "" {
+			p += " (tag " + l.Tag + ")"
+		}
+		rep.Removed = append(rep.Removed, p)
+	}
+	for _, l := range sr.Left {
+		rep.Skipped = append(rep.Skipped, reaper.Skip{Path: l.Path + " (tag " + l.Tag + ")", Reason: l.Why})
+	}
+	rep.Errors = append(rep.Errors, sr.Errors...)
 }

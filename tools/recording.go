@@ -69,12 +69,12 @@ func (s *Server) recordingsTool(ctx context.Context, _ *mcp.CallToolRequest, in 
 	}
 	out := RecordingsOutput{Project: root, Recordings: []RecordingInfo{}, Cap: mgr.KeepCap()}
 	if in.Delete != "" {
-		if _, err := mgr.DeleteRecording(root, in.Delete); err != nil {
+		if _, err := mgr.Recordings().Delete(root, in.Delete); err != nil {
 			return nil, out, err
 		}
 		out.Deleted = in.Delete
 	}
-	list, err := mgr.ListRecordings(root)
+	list, err := mgr.Recordings().List(root)
 	if err != nil {
 		return nil, out, err
 	}

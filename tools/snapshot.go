@@ -71,7 +71,7 @@ func (s *Server) snapshotSave(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	}
 	out := info(meta)
 	text := fmt.Sprintf("saved snapshot %q of %q in %d ms: %s (%s)", meta.Name, inst.Name(), time.Since(t).Milliseconds(), size(meta.Size), out.Machine)
-	if total, keep := mgr.Snapshots().Total(), mgr.KeepCap(); total > keep {
+	if total, keep := mgr.Snapshots().Store().Total(), mgr.KeepCap(); total > keep {
 		text += fmt.Sprintf("; snapshots now take %s, over the %s the server keeps (--max-kept): delete some with qemu_snapshot_delete", size(total), size(keep))
 	}
 	return textResult(text), out, nil
@@ -159,11 +159,11 @@ func (s *Server) snapshotList(ctx context.Context, _ *mcp.CallToolRequest, in Sn
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	list, more, err := mgr.ListSnapshots(root, inst, maxListed)
+	list, more, err := mgr.Snapshots().List(root, inst, maxListed)
 	if err != nil {
 		return nil, SnapshotListOutput{}, err
 	}
-	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Total(), Cap: mgr.KeepCap(), More: more}
+	out := SnapshotListOutput{Project: root, Snapshots: []SnapshotInfo{}, Total: mgr.Snapshots().Store().Total(), Cap: mgr.KeepCap(), More: more}
 	for _, ls := range list {
 		si := info(ls.Meta)
 		si.Incomplete, si.Matches = ls.Incomplete, ls.Loads
@@ -220,7 +220,7 @@ func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err != nil {
 		return nil, SnapshotDeleteOutput{}, err
 	}
-	deleted, left, err := mgr.DeleteSnapshot(ctx, root, in.Name, inst)
+	deleted, left, err := mgr.Snapshots().Delete(ctx, root, in.Name, inst)
 	out := SnapshotDeleteOutput{Left: left}
 	for _, m := range deleted {
 		out.Deleted = append(out.Deleted, info(m))
