@@ -12,6 +12,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -207,6 +208,9 @@ type Booted struct {
 	QEMU qemu.Config
 	// Symbols is the ELF the debugger names addresses by.
 	Symbols string
+	// KeptRemoved lists the kept files the boot removed to stay under the
+	// cap.
+	KeptRemoved []kept.File
 }
 
 // BootArgs boots a, which Resolve completed.
@@ -244,7 +248,10 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	if err != nil {
 		return nil, Booted{Reaped: reaped}, err
 	}
-	return i, Booted{Reaped: reaped, QEMU: cfg, Symbols: symbols}, nil
+	i.mu.Lock()
+	removed := i.keptRemoved
+	i.mu.Unlock()
+	return i, Booted{Reaped: reaped, QEMU: cfg, Symbols: symbols, KeptRemoved: removed}, nil
 }
 
 // openSymbols opens the debugger's symbols: mach.Symbols, else those

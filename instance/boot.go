@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/cpus"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
@@ -265,8 +267,9 @@ func (b *booting) stageBootSnapshot(_ context.Context) error {
 			return nil
 		})
 		b.cfg.LoadVM = &qemu.LoadVM{Path: staged}
+		con := b.rt.Console
 		b.rt.BeforeCont = loadSnapshot(snap.meta, func() {
-			i.mark(fmt.Sprintf("booted from snapshot %q (saved %s)", snap.meta.Name, snap.meta.Created.Format(time.RFC3339)))
+			markConsole(con, fmt.Sprintf("booted from snapshot %q (saved %s)", snap.meta.Name, snap.meta.Created.Format(time.RFC3339)))
 		})
 	}
 	b.rt.BeforeCont = thenCall(b.rt.BeforeCont, b.captureAtStart)
@@ -312,13 +315,39 @@ func (b *booting) startReplayStep(_ context.Context) error {
 }
 
 // attachDebugger follows QEMU's events and, if the boot asks for one,
-// starts the debugger.
+// gives the guest its debugger. The debugger connects to the stub of
+// whichever QEMU runs the guest on first use; it is closed (detaching,
+// which lets a stopped guest run) before QEMU is stopped.
 func (b *booting) attachDebugger(_ context.Context) error {
 	i := b.i
 	b.followed = i.follow(b.mch)
-	if i.spec.Debug != nil {
-		i.startDebugger()
+	if i.spec.Debug == nil {
+		return nil
 	}
+	log := i.mgr.log.With("instance", i.name)
+	d := debugger.New(debugger.Config{
+		Dial: func(ctx context.Context) (*gdb.Client, error) {
+			mch, err := i.Running()
+			if err != nil {
+				return nil, err
+			}
+			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log))
+		},
+		Running: func(ctx context.Context) (bool, error) {
+			mch, err := i.Running()
+			if err != nil {
+				return false, err
+			}
+			return mch.Monitor().Running(ctx)
+		},
+		Symbols:  i.spec.Debug.Symbols,
+		Timeline: i.tt.timeline(),
+		Logger:   log,
+	})
+	i.mu.Lock()
+	i.debugger = d
+	i.mu.Unlock()
+	i.push("debugger", d.Close)
 	return nil
 }
 

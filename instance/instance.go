@@ -10,7 +10,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
-	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
@@ -135,12 +134,12 @@ type Instance struct {
 	done   chan struct{} // closed when every cleanup has run
 
 	teardownOnce sync.Once
+	undo         undoStack
 
 	mu          sync.Mutex // guards the fields below
 	state       State
 	transcript  string
 	lockPath    string
-	cleanups    []cleanup
 	ending      *qemu.Ending
 	cleanupErr  error
 	stoppedAt   time.Time
@@ -164,16 +163,38 @@ type Instance struct {
 	exitNoted chan struct{}
 }
 
-// KeptRemoved lists the kept files this boot removed to stay under the cap.
-func (i *Instance) KeptRemoved() []kept.File {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.keptRemoved
-}
-
+// cleanup is the undo of one step, under the step's name.
 type cleanup struct {
 	what string
 	do   func() error
+}
+
+// undoStack is what undoes a guest's steps, newest last.
+type undoStack struct {
+	mu    sync.Mutex
+	items []cleanup
+}
+
+func (u *undoStack) push(what string, do func() error) {
+	u.mu.Lock()
+	u.items = append(u.items, cleanup{what, do})
+	u.mu.Unlock()
+}
+
+// take empties the stack and returns what it held.
+func (u *undoStack) take() []cleanup {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	cl := u.items
+	u.items = nil
+	return cl
+}
+
+// len is how many undos the stack holds.
+func (u *undoStack) len() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.items)
 }
 
 func newInstance(m *Manager, spec Spec, boot int) *Instance {
@@ -195,51 +216,14 @@ func (i *Instance) Network() *Network { return i.net }
 func (i *Instance) TAP() *tap.Device { return i.net.TAP() }
 
 // push adds the undo of a step that just succeeded.
-func (i *Instance) push(what string, do func() error) {
-	i.mu.Lock()
-	i.cleanups = append(i.cleanups, cleanup{what, do})
-	i.mu.Unlock()
-}
+func (i *Instance) push(what string, do func() error) { i.undo.push(what, do) }
 
-// startDebugger gives the instance its debugger; it connects to the stub
-// of whichever QEMU runs the guest on first use. It is closed (detaching,
-// which lets a stopped guest run) before QEMU is stopped.
-func (i *Instance) startDebugger() {
-	log := i.mgr.log.With("instance", i.name)
-	d := debugger.New(debugger.Config{
-		Dial: func(ctx context.Context) (*gdb.Client, error) {
-			mch, err := i.Running()
-			if err != nil {
-				return nil, err
-			}
-			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log))
-		},
-		Running: func(ctx context.Context) (bool, error) {
-			mch, err := i.Running()
-			if err != nil {
-				return false, err
-			}
-			return mch.Monitor().Running(ctx)
-		},
-		Symbols:  i.spec.Debug.Symbols,
-		Timeline: i.tt.timeline(),
-		Logger:   log,
-	})
-	i.mu.Lock()
-	i.debugger = d
-	i.mu.Unlock()
-	i.push("debugger", i.closeDebugger)
-}
-
-// closeDebugger detaches from the stub, once.
-func (i *Instance) closeDebugger() error {
-	i.mu.Lock()
-	d := i.debugger
-	i.mu.Unlock()
-	if d == nil {
-		return nil
+// detachDebugger detaches the debugger from the stub, if there is one.
+func (i *Instance) detachDebugger() error {
+	if d := i.Debugger(); d != nil {
+		return d.Close()
 	}
-	return d.Close()
+	return nil
 }
 
 // Debugger is the instance's debugger, nil when it was booted without one.
@@ -286,8 +270,7 @@ func (i *Instance) teardown(end *qemu.Ending) {
 		if i.state != Stopping {
 			i.state = Stopping
 		}
-		cl := i.cleanups
-		i.cleanups = nil
+		cl := i.undo.take()
 		if i.ending == nil {
 			i.ending = end
 		}
@@ -344,7 +327,7 @@ func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Durat
 	} else if mch != nil {
 		// A guest the debugger holds stopped could not shut down by
 		// itself: detaching lets it run.
-		if derr := i.closeDebugger(); derr != nil {
+		if derr := i.detachDebugger(); derr != nil {
 			i.mgr.log.Debug("detach debugger before stop", "instance", i.name, "err", derr)
 		}
 		// A recording ends where the stop finds it, and its replay stops
@@ -411,7 +394,8 @@ func (i *Instance) Running() (*qemu.Machine, error) {
 	return mch, nil
 }
 
-func (i *Instance) busyError() error {
+// busyError says the guest is there already, and since when its QEMU runs.
+func busyError(i *Instance) error {
 	st, mch := i.State(), i.vm.current()
 	e := &BusyError{Name: i.name, State: st}
 	if mch != nil {

@@ -215,12 +215,12 @@ func TestCleanupStackOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i.mu.Lock()
+	i.undo.mu.Lock()
 	var steps []string
-	for _, c := range i.cleanups {
+	for _, c := range i.undo.items {
 		steps = append(steps, c.what)
 	}
-	i.mu.Unlock()
+	i.undo.mu.Unlock()
 	want := []string{"repository lock", "drive claims", "console", "qemu", "debugger"}
 	at := -1
 	for _, w := range want {
@@ -234,7 +234,7 @@ func TestCleanupStackOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	i.mu.Lock()
-	left := len(i.cleanups)
+	left := i.undo.len()
 	i.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d cleanups left after the stop", left)

@@ -14,6 +14,8 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
 // vm is the guest's QEMU of the moment: the one the boot started, then
@@ -263,12 +265,9 @@ func dupFiles(files map[string]*os.File) (map[string]*os.File, error) {
 	return out, nil
 }
 
-// mark writes a line into the console's output (and transcript) and
-// returns the cursor after it.
-func (i *Instance) mark(what string) int64 {
-	i.mu.Lock()
-	con := i.console
-	i.mu.Unlock()
+// markConsole writes the line what into con's output and returns the
+// cursor after it.
+func markConsole(con *serial.Console, what string) int64 {
 	b := con.Buffer()
 	_, _ = b.Write([]byte("\r\n[qemu-mcp: " + what + "]\r\n"))
 	_ = b.Flush() // a failure was logged; the ring has the marker
@@ -281,3 +280,7 @@ func removeIfThere(p string) error {
 	}
 	return nil
 }
+
+// describe is the guest's machine, as snapshots know it (its files'
+// hashes are cached by snapshot.Describe).
+func (v *vm) describe() (snapshot.Machine, error) { return snapshot.Describe(v.config()) }

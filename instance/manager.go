@@ -471,7 +471,7 @@ func (m *Manager) admit(ctx context.Context, spec Spec) (*Instance, error) {
 				}
 			}
 			if !spec.Restart {
-				return nil, prev.busyError()
+				return nil, busyError(prev)
 			}
 			// What would refuse the new boot refuses it before the
 			// running guest is stopped, not after.

@@ -182,7 +182,7 @@ func (r *restoring) checkParts() error {
 // It asks QEMU nothing: a snapshot list checks each snapshot with it.
 func (r *restoring) checkMachine() error {
 	i, meta := r.i, r.meta
-	mach, err := i.describe()
+	mach, err := i.vm.describe()
 	if err != nil {
 		return err
 	}
@@ -208,7 +208,7 @@ func (r *restoring) step(step string) {
 // marker written and the guest resumed. A failure before the guest is
 // stopped leaves it as it was; one after is an *inPlaceError.
 func (r *restoring) inPlace(ctx context.Context, mch *qemu.Machine) (err error) {
-	i, meta := r.i, r.meta
+	meta := r.meta
 	mon := mch.Monitor()
 	// QEMU opens the image read-write to load from it: the copy, never
 	// the kept one.
@@ -241,7 +241,7 @@ func (r *restoring) inPlace(ctx context.Context, mch *qemu.Machine) (err error) 
 		return &inPlaceError{err}
 	}
 	r.step("loaded")
-	r.res.Cursor = i.mark(restoredWhat(meta, r.res.DiscardedInput))
+	r.res.Cursor = markConsole(r.con, restoredWhat(meta, r.res.DiscardedInput))
 	if _, err := mon.Execute(ctx, "cont", nil); err != nil {
 		return &inPlaceError{fmt.Errorf("resume the restored guest: %w", err)}
 	}
@@ -290,7 +290,7 @@ func (r *restoring) fresh(ctx context.Context, old *qemu.Machine) (Restored, err
 			cfg.LoadVM = &qemu.LoadVM{Path: r.staged}
 			rt.BeforeCont = loadSnapshot(meta, func() {
 				r.step("loaded")
-				r.res.Cursor = i.mark(restoredWhat(meta, r.res.DiscardedInput))
+				r.res.Cursor = markConsole(r.con, restoredWhat(meta, r.res.DiscardedInput))
 			})
 			rt.BeforeCont = thenCall(rt.BeforeCont, i.net.continueCapture())
 		},

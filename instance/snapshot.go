@@ -196,7 +196,7 @@ func (i *Instance) SaveSnapshot(ctx context.Context, name string) (snapshot.Meta
 	if err != nil {
 		return snapshot.Meta{}, err
 	}
-	mach, err := i.describe()
+	mach, err := i.vm.describe()
 	if err != nil {
 		return snapshot.Meta{}, fmt.Errorf("save snapshot: %w", err)
 	}
@@ -261,12 +261,6 @@ func (i *Instance) LoadSnapshot(ctx context.Context, name string) (snapshot.Meta
 		errs = append(errs, err)
 	}
 	return snapshot.Meta{}, Restored{}, errors.Join(errs...)
-}
-
-// describe is the instance's machine, as snapshots know it (its files'
-// hashes are cached by snapshot.Describe).
-func (i *Instance) describe() (snapshot.Machine, error) {
-	return snapshot.Describe(i.vm.config())
 }
 
 // deleteTag removes a snapshot's part from the guest's writable

@@ -187,7 +187,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	for _, sh := range booted.QEMU.Shares {
 		out.Shares = append(out.Shares, ShareInfo{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable, Mount: qemu.MountCommand(sh.Tag, "/mnt/"+sh.Tag)})
 	}
-	for _, f := range inst.KeptRemoved() {
+	for _, f := range booted.KeptRemoved {
 		out.KeptRemoved = append(out.KeptRemoved, f.Path)
 	}
 	if st, active, ok := inst.Network().CaptureStats(); ok && active {
