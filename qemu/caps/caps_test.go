@@ -89,7 +89,7 @@ func TestReplayProbeOutlivesQEMUDying(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.image(ctx, filepath.Join(dir, "rr.qcow2"))
+	err = a.image(ctx, filepath.Join(dir, rrImage))
 	a.close()
 	if err != nil {
 		t.Fatal(err)

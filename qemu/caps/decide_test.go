@@ -2,6 +2,9 @@ package caps
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -164,13 +167,22 @@ func TestRetryCrashed(t *testing.T) {
 // trusted either: no replay is tried. Where the state probes could not
 // tell, the replay probe runs and says why it could not either.
 func TestReplayCheckpointKnowsTimerKept(t *testing.T) {
-	r := &run{p: &Prober{cfg: Config{Timeout: time.Second}}, dir: t.TempDir(), bin: "/nonexistent/qemu"}
+	r := &run{p: fakeProber(t, "", nil, time.Second), dir: t.TempDir(), bin: "/nonexistent/qemu"}
 	res := r.replayCheckpoint(t.Context(), no("mtime went back"))
 	if res.Answer != No || !strings.Contains(res.Detail, "timer_kept: no") || res.Millis != 0 {
 		t.Errorf("after timer_kept no: %+v", res)
 	}
-	res = r.replayCheckpoint(t.Context(), failed("boot", context.DeadlineExceeded))
-	if res.Answer != Failed || res.Detail == "" {
-		t.Errorf("after timer_kept failed: %+v", res)
+	// The state probes failed before making the recording's image.
+	res = r.replayCheckpoint(t.Context(), failed("boot", errors.New("qemu: cannot open the kernel")))
+	if res.Answer != Failed || !strings.Contains(res.Detail, "state probes failed") || !strings.Contains(res.Detail, "qemu: cannot open the kernel") {
+		t.Errorf("after timer_kept failed early: %+v", res)
+	}
+	// After it: the replay probe runs (and fails here, with no QEMU).
+	if err := os.WriteFile(filepath.Join(r.dir, rrImage), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res = r.replayCheckpoint(t.Context(), failed("save", errors.New("timed out")))
+	if res.Answer != Failed || !strings.Contains(res.Detail, "/nonexistent/qemu") {
+		t.Errorf("after timer_kept failed late: %+v", res)
 	}
 }

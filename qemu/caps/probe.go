@@ -65,6 +65,11 @@ func (r *run) replayCheckpoint(ctx context.Context, timerKept Result) Result {
 		// uses none, so the replay probe would not show it).
 		return no("a loaded checkpoint loses the guest's timer (timer_kept: no), so the replay of a guest that uses it diverges")
 	}
+	if _, err := os.Stat(filepath.Join(r.dir, rrImage)); err != nil {
+		// The state probes make the image the recording writes into
+		// (QEMU makes it: no qemu-img needed); they failed before.
+		return Result{Answer: Failed, Detail: "not tried: the state probes failed before making the recording's image (" + timerKept.Detail + ")"}
+	}
 	res, _ := r.timed(ctx, func(ctx context.Context) (Result, Result) {
 		return r.replayProbe(ctx), Result{}
 	})
@@ -310,6 +315,9 @@ func readMtimeStub(ctx context.Context, c *gdb.Client) (uint64, error) {
 }
 
 const (
+	// rrImage is the empty qcow2 each replay attempt copies to record
+	// into (the state probes make it).
+	rrImage  = "rr.qcow2"
 	snapNode = "probe-snap"
 	tag      = "probe"
 	// timerDelay is when the armed supervisor timer fires, in guest time
@@ -342,7 +350,7 @@ func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 	if err := a.image(ctx, snap); err != nil {
 		return failed("make an image", err), failed("make an image", err)
 	}
-	if err := a.image(ctx, filepath.Join(r.dir, "rr.qcow2")); err != nil {
+	if err := a.image(ctx, filepath.Join(r.dir, rrImage)); err != nil {
 		return failed("make an image", err), failed("make an image", err)
 	}
 	if err := a.qmp(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": snapNode,
@@ -532,7 +540,7 @@ func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash strin
 	rr := rrFiles{log: filepath.Join(r.dir, fmt.Sprintf("rec-%d.bin", n)), img: filepath.Join(r.dir, fmt.Sprintf("rr-%d.qcow2", n))}
 	// Each attempt starts from the empty image: a record writes its
 	// start into it.
-	if err := filecopy.New(filepath.Join(r.dir, "rr.qcow2"), rr.img); err != nil {
+	if err := filecopy.New(filepath.Join(r.dir, rrImage), rr.img); err != nil {
 		return failed("the recording's image", err), ""
 	}
 	rec, err := r.boot(ctx, false, "", nil, rr.args("record")...)
