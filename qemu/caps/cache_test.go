@@ -248,7 +248,7 @@ func TestCloseStopsProbe(t *testing.T) {
 	p := fakeProber(t, cache, []byte("kernel"), 0)
 	done := p.Start(bin)
 	var boot []string
-	for deadline := time.Now().Add(5 * time.Second); len(boot) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); len(boot) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		boot = startsOf(t, log, "-kernel")
 	}
 	if len(boot) != 1 {
@@ -260,8 +260,8 @@ func TestCloseStopsProbe(t *testing.T) {
 	start := time.Now()
 	p.Close()
 	<-done
-	if took := time.Since(start); took > 3*time.Second {
-		t.Errorf("Close took %v", took)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Close took %v (the fake QEMU sleeps 30 s)", took)
 	}
 	pid, _ := strconv.Atoi(strings.Fields(boot[0])[0])
 	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
@@ -291,8 +291,8 @@ func TestProbeTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("the probe of a hung QEMU took %v", took)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the probe of a hung QEMU took %v (it sleeps 30 s)", took)
 	}
 	for name, r := range map[string]Result{"timer_kept": c.TimerKept, "in_place_load": c.InPlaceLoad} {
 		if r.Answer != Failed || !strings.Contains(r.Detail, "no answer within 300ms") || r.Millis < 300 {

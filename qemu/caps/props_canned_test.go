@@ -174,10 +174,11 @@ func TestPropProbeOtherFailures(t *testing.T) {
 	}
 
 	bin, _ = fakeQMPBinary(t, 0, withAnswers(map[string]string{"device-list-properties stuck": `{"hang": true}`}))
-	p = newPropProber(t, bin, "", 500*time.Millisecond)
+	// The timeout leaves a loaded machine time to start the fake QEMU.
+	p = newPropProber(t, bin, "", 1500*time.Millisecond)
 	start := time.Now()
 	_, err := p.PropertyTypes(t.Context(), "stuck")
-	if err == nil || !strings.Contains(err.Error(), "asking QEMU about stuck: no answer within the probe's time") || time.Since(start) > 3*time.Second {
+	if err == nil || !strings.Contains(err.Error(), "asking QEMU about stuck: no answer within the probe's time") || time.Since(start) > 10*time.Second {
 		t.Errorf("a hung QEMU: %v after %v", err, time.Since(start))
 	}
 	m := newPropProber(t, "no-such-qemu-for-caps", "", 0)
