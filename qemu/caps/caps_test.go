@@ -62,6 +62,18 @@ func TestProbe(t *testing.T) {
 	if TimerKept(bin) != (want == Yes) {
 		t.Errorf("TimerKept = %v", TimerKept(bin))
 	}
+	// Where a load loses the timer, no replay is tried: a checkpoint is a
+	// snapshot.
+	if want == No && (!strings.Contains(c.ReplayCheckpoint.Detail, "timer_kept: no") || c.ReplayCheckpoint.Millis != 0) {
+		t.Errorf("replay_checkpoint where the timer is lost: %+v", c.ReplayCheckpoint)
+	}
+	// The next server reads the answers (its Prober could not probe: no
+	// kernel).
+	q := New(Config{CacheDir: cache, WorkDir: p.cfg.WorkDir})
+	defer q.Close()
+	if st, cached, err := q.Status(bin); st != Probed || err != nil || cached.TimerKept != c.TimerKept || cached.ReplayCheckpoint != c.ReplayCheckpoint {
+		t.Errorf("from the cache: %s, %+v, %v", st, cached, err)
+	}
 	// Nothing of the probes is left.
 	if ents, _ := os.ReadDir(p.cfg.WorkDir); len(ents) != 0 {
 		t.Errorf("left in the work directory: %v", ents)
@@ -89,7 +101,7 @@ func TestReplayProbeOutlivesQEMUDying(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = a.image(ctx, filepath.Join(dir, "rr.qcow2"))
+	err = a.image(ctx, filepath.Join(dir, rrImage))
 	a.close()
 	if err != nil {
 		t.Fatal(err)

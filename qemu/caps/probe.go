@@ -47,23 +47,33 @@ func (p *Prober) probeAll(ctx context.Context, k Key) (*Caps, error) {
 	c := &Caps{Binary: k.Path, Size: k.Size, ModTime: k.ModTime, ProbeVersion: probeVersion}
 	c.Version = qemuVersion(ctx, k.Path)
 	c.TimerKept, c.InPlaceLoad = r.timed(ctx, r.stateProbes)
-	if c.TimerKept.Answer == No {
-		// A checkpoint is a snapshot: loaded, it loses the guest's timer
-		// as any other, and a guest that uses its timer then takes its
-		// interrupts elsewhere than the recording did (the tiny kernel
-		// uses none, so the replay below would not show it).
-		c.ReplayCheckpoint = no("a loaded checkpoint loses the guest's timer (timer_kept: no), so the replay of a guest that uses it diverges")
-	} else {
-		c.ReplayCheckpoint, _ = r.timed(ctx, func(ctx context.Context) (Result, Result) {
-			return r.replayProbe(ctx), Result{}
-		})
-	}
+	c.ReplayCheckpoint = r.replayCheckpoint(ctx, c.TimerKept)
 	if ctx.Err() != nil {
 		// Stopped (the server closes): nothing was decided.
 		return nil, ctx.Err()
 	}
 	c.Probed = time.Now().UTC()
 	return c, nil
+}
+
+// replayCheckpoint decides ReplayCheckpoint, knowing TimerKept.
+func (r *run) replayCheckpoint(ctx context.Context, timerKept Result) Result {
+	if timerKept.Answer == No {
+		// A checkpoint is a snapshot: loaded, it loses the guest's timer
+		// as any other, and a guest that uses its timer then takes its
+		// interrupts elsewhere than the recording did (the tiny kernel
+		// uses none, so the replay probe would not show it).
+		return no("a loaded checkpoint loses the guest's timer (timer_kept: no), so the replay of a guest that uses it diverges")
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, rrImage)); err != nil {
+		// The state probes make the image the recording writes into
+		// (QEMU makes it: no qemu-img needed); they failed before.
+		return Result{Answer: Failed, Detail: "not tried: the state probes failed before making the recording's image (" + timerKept.Detail + ")"}
+	}
+	res, _ := r.timed(ctx, func(ctx context.Context) (Result, Result) {
+		return r.replayProbe(ctx), Result{}
+	})
+	return res
 }
 
 func qemuVersion(ctx context.Context, bin string) string {
@@ -214,6 +224,12 @@ func (g *guest) mtime(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return xpValue(out)
+}
+
+// xpValue is the value in HMP's answer to "xp /1gx ADDR": "ADDR: 0xVALUE"
+// (QEMU 7.2 writes the address in 16 digits, 11.1 in 8).
+func xpValue(out string) (uint64, error) {
 	_, v, ok := strings.Cut(strings.TrimSpace(out), ": ")
 	if !ok {
 		return 0, fmt.Errorf("xp answered %q", out)
@@ -299,6 +315,9 @@ func readMtimeStub(ctx context.Context, c *gdb.Client) (uint64, error) {
 }
 
 const (
+	// rrImage is the empty qcow2 each replay attempt copies to record
+	// into (the state probes make it).
+	rrImage  = "rr.qcow2"
 	snapNode = "probe-snap"
 	tag      = "probe"
 	// timerDelay is when the armed supervisor timer fires, in guest time
@@ -331,7 +350,7 @@ func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 	if err := a.image(ctx, snap); err != nil {
 		return failed("make an image", err), failed("make an image", err)
 	}
-	if err := a.image(ctx, filepath.Join(r.dir, "rr.qcow2")); err != nil {
+	if err := a.image(ctx, filepath.Join(r.dir, rrImage)); err != nil {
 		return failed("make an image", err), failed("make an image", err)
 	}
 	if err := a.qmp(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": snapNode,
@@ -368,8 +387,8 @@ func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 // after checks a loaded guest: mtime was back at saved before it ran
 // (loaded), it answers, its time runs forward, and the armed timer fired.
 func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, word string) Result {
-	if loaded != saved {
-		return no("mtime after the load is %#x, the save left %#x (%+.3f s): the timer's offset is not restored", loaded, saved, float64(int64(loaded-saved))/mtimeHz)
+	if res, ok := mtimeRestored(loaded, saved); !ok {
+		return res
 	}
 	if err := g.typeLine(ctx, "echo "+word, word); err != nil {
 		return no("the loaded guest does not answer: %v", err)
@@ -384,12 +403,28 @@ func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, word str
 	if err != nil {
 		return failed("read mtime", err)
 	}
-	if now <= saved {
-		return no("the loaded guest's time does not run: mtime %#x, saved %#x", now, saved)
-	}
 	mip, err := c.ReadRegister(ctx, "mip")
 	if err != nil {
 		return failed("read mip", err)
+	}
+	return timerVerdict(saved, now, mip, armed)
+}
+
+// mtimeRestored says No unless a load put mtime back where the save left
+// it (the guest had not run yet).
+func mtimeRestored(loaded, saved uint64) (Result, bool) {
+	if loaded != saved {
+		return no("mtime after the load is %#x, the save left %#x (%+.3f s): the timer's offset is not restored", loaded, saved, float64(int64(loaded-saved))/mtimeHz), false
+	}
+	return Result{}, true
+}
+
+// timerVerdict decides from mtime (now) and mip read after the loaded
+// guest ran past the deadline of the timers armed before the save: its
+// time must run, and every armed timer must be pending.
+func timerVerdict(saved, now, mip, armed uint64) Result {
+	if now <= saved {
+		return no("the loaded guest's time does not run: mtime %#x, saved %#x", now, saved)
 	}
 	deadline := saved + uint64(timerDelay.Seconds()*mtimeHz)
 	if now < deadline {
@@ -454,14 +489,26 @@ func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Resul
 // to C with the double load (loadvm, one instruction, loadvm again), and
 // forward to T again, where the registers must be the reference's.
 func (r *run) replayProbe(ctx context.Context) Result {
-	// QEMU 11.1 itself once died in this replay (its monitor closing
-	// under the probe, in one of a day's test runs): that says nothing of the
-	// checkpoints, whose every load the time travel verifies anyway, so a
-	// probe whose QEMU died is run again, from a new recording.
-	const attempts = 3
+	return retryCrashed(ctx, replayAttempts, func(n int) (Result, string) { return r.replayAttempt(ctx, n) },
+		func(n int, crash string) {
+			r.p.log.Debug("probe: QEMU died during the replay probe; trying again", "binary", r.bin, "attempt", n, "crash", crash)
+		})
+}
+
+// replayAttempts bounds the replay probe's attempts whose QEMU died.
+const replayAttempts = 3
+
+// retryCrashed runs attempt (numbered from 1) until its QEMU did not die
+// (crash is ""), attempts ran, or ctx ends. QEMU 11.1 can die in the replay
+// (its monitor closing under the probe): that says nothing of the
+// checkpoints, whose every load the time travel verifies anyway, so an
+// attempt whose QEMU died is run again, from a new recording, and the
+// answer says what happened; a QEMU that died in the last attempt is no
+// answer (Failed).
+func retryCrashed(ctx context.Context, attempts int, attempt func(n int) (Result, string), retrying func(n int, crash string)) Result {
 	var crashes []string
 	for i := 1; ; i++ {
-		res, crash := r.replayAttempt(ctx, i)
+		res, crash := attempt(i)
 		if crash == "" || i == attempts || ctx.Err() != nil {
 			if len(crashes) > 0 {
 				res.Detail += fmt.Sprintf(" (QEMU died in %d earlier attempt(s): %s)", len(crashes), strings.Join(crashes, "; "))
@@ -471,45 +518,37 @@ func (r *run) replayProbe(ctx context.Context) Result {
 			}
 			return res
 		}
-		r.p.log.Debug("probe: QEMU died during the replay probe; trying again", "binary", r.bin, "attempt", i, "crash", crash)
+		retrying(i, crash)
 		crashes = append(crashes, crash)
 	}
+}
+
+// rrFiles are one attempt's record/replay log and image.
+type rrFiles struct{ log, img string }
+
+// args are the QEMU arguments that record (mode "record") or replay
+// ("replay") the attempt.
+func (f rrFiles) args(mode string) []string {
+	return []string{"-icount", "shift=auto,rr=" + mode + ",rrfile=" + f.log + ",rrsnapshot=init",
+		"-drive", "file=" + f.img + ",format=qcow2,if=none,id=rr"}
 }
 
 // replayAttempt records the tiny kernel, replays it to a checkpoint and
 // back through it; crash says how QEMU ended if one of its processes
 // died on its own.
 func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash string) {
-	log := filepath.Join(r.dir, fmt.Sprintf("rec-%d.bin", n))
-	img := filepath.Join(r.dir, fmt.Sprintf("rr-%d.qcow2", n))
+	rr := rrFiles{log: filepath.Join(r.dir, fmt.Sprintf("rec-%d.bin", n)), img: filepath.Join(r.dir, fmt.Sprintf("rr-%d.qcow2", n))}
 	// Each attempt starts from the empty image: a record writes its
 	// start into it.
-	if err := filecopy.New(filepath.Join(r.dir, "rr.qcow2"), img); err != nil {
+	if err := filecopy.New(filepath.Join(r.dir, rrImage), rr.img); err != nil {
 		return failed("the recording's image", err), ""
 	}
-	rr := func(mode string) []string {
-		return []string{"-icount", "shift=auto,rr=" + mode + ",rrfile=" + log + ",rrsnapshot=init",
-			"-drive", "file=" + img + ",format=qcow2,if=none,id=rr"}
-	}
-	died := func(g *guest) string {
-		if g.mon().Err() != nil {
-			// The monitor went first; the exit is noticed just after.
-			select {
-			case <-g.m.Done():
-			case <-time.After(time.Second):
-			}
-		}
-		if e, ok := g.m.Exited(); ok {
-			return strings.TrimSpace(e.String() + " " + lastWords(g.m.Stderr()))
-		}
-		return ""
-	}
-	rec, err := r.boot(ctx, false, "", nil, rr("record")...)
+	rec, err := r.boot(ctx, false, "", nil, rr.args("record")...)
 	if err != nil {
 		return failed("record", err), ""
 	}
 	c, t, err := recordSession(ctx, rec)
-	crash = died(rec)
+	crash = rec.died()
 	rec.close()
 	if err != nil {
 		return failed("record", err), crash
@@ -517,7 +556,7 @@ func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash strin
 	p, err := r.boot(ctx, false, "", func(ctx context.Context, m *qemu.Machine) error {
 		_, err := (&guest{m: m}).hmp(ctx, "replay_break "+strconv.FormatUint(c, 10))
 		return err
-	}, rr("replay")...)
+	}, rr.args("replay")...)
 	if err != nil {
 		return failed("replay", err), ""
 	}
@@ -525,41 +564,62 @@ func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash strin
 	if replayStarted != nil {
 		replayStarted(n, p.m)
 	}
-	defer func() {
-		if res.Answer != Yes {
-			crash = died(p)
+	res = p.checkpointRoundTrip(ctx, c, t)
+	if res.Answer != Yes {
+		return res, p.died()
+	}
+	return res, ""
+}
+
+// died says how the guest's QEMU ended if it died on its own, else "".
+func (g *guest) died() string {
+	if g.mon().Err() != nil {
+		// The monitor went first; the exit is noticed just after.
+		select {
+		case <-g.m.Done():
+		case <-time.After(time.Second):
 		}
-	}()
-	// The break at C was set before the replay ran.
-	if err := p.waitStop(ctx, 10*time.Second); err != nil {
-		return failed("replay to the checkpoint", err), ""
 	}
-	if _, err := p.hmpOK(ctx, "savevm ck"); err != nil {
-		return failed("checkpoint", err), ""
+	if e, ok := g.m.Exited(); ok {
+		return strings.TrimSpace(e.String() + " " + lastWords(g.m.Stderr()))
 	}
-	want, err := p.replayTo(ctx, t, 10*time.Second)
+	return ""
+}
+
+// checkpointRoundTrip takes the replaying guest, stopped by the break at
+// c set before it ran, through the checkpoint there: savevm at c, replay
+// to t (the reference registers), the double load of the checkpoint, and
+// replay to t again, where the registers must be the reference's.
+func (g *guest) checkpointRoundTrip(ctx context.Context, c, t uint64) Result {
+	if err := g.waitStop(ctx, 10*time.Second); err != nil {
+		return failed("replay to the checkpoint", err)
+	}
+	if _, err := g.hmpOK(ctx, "savevm ck"); err != nil {
+		return failed("checkpoint", err)
+	}
+	want, err := g.replayTo(ctx, t, 10*time.Second)
 	if err != nil {
-		return failed("replay past the checkpoint", err), ""
+		return failed("replay past the checkpoint", err)
 	}
 	// The double load: the first load sets the replay's clock shift, the
 	// second restores the timers against it.
-	if _, err := p.hmpOK(ctx, "loadvm ck"); err != nil {
-		return no("loadvm of the checkpoint failed: %v", err), ""
+	if _, err := g.hmpOK(ctx, "loadvm ck"); err != nil {
+		return no("loadvm of the checkpoint failed: %v", err)
 	}
-	if _, err := p.replayTo(ctx, c+1, 5*time.Second); err != nil {
-		return no("the replay froze one instruction after loading the checkpoint: %v", err), ""
+	if _, err := g.replayTo(ctx, c+1, 5*time.Second); err != nil {
+		return no("the replay froze one instruction after loading the checkpoint: %v", err)
 	}
-	if _, err := p.hmpOK(ctx, "loadvm ck"); err != nil {
-		return no("the second loadvm of the checkpoint failed: %v", err), ""
+	if _, err := g.hmpOK(ctx, "loadvm ck"); err != nil {
+		return no("the second loadvm of the checkpoint failed: %v", err)
 	}
-	got, err := p.replayTo(ctx, t, 10*time.Second)
+	got, err := g.replayTo(ctx, t, 10*time.Second)
 	if err != nil {
-		return no("the replay from the checkpoint did not reach instruction %d: %v", t, err), ""
+		return no("the replay from the checkpoint did not reach instruction %d: %v", t, err)
 	}
 	if got != want {
-		return no("the replay from the checkpoint reached instruction %d in another state than the replay from the start", t), ""
+		return no("the replay from the checkpoint reached instruction %d in another state than the replay from the start", t)
 	}
-	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start", c, t)}, ""
+	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start", c, t)}
 }
 
 // lastWords is the last line QEMU printed that is not a deprecation
@@ -619,6 +679,11 @@ func (g *guest) icount(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return icountOf(out)
+}
+
+// icountOf is the instruction count in HMP's answer to "info replay".
+func icountOf(out string) (uint64, error) {
 	m := icountRe.FindStringSubmatch(out)
 	if m == nil {
 		return 0, fmt.Errorf("info replay answered %q", strings.TrimSpace(out))

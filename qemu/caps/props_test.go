@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 )
 
@@ -43,6 +44,15 @@ func TestPropProbe(t *testing.T) {
 	if n := p.started.Load(); n != 1 {
 		t.Errorf("%d QEMUs started, want 1", n)
 	}
+	checkRealTypes(t, pt)
+	checkCacheAcrossProbers(t, ctx, bin, cache, p, classes)
+}
+
+// checkRealTypes checks what QEMU 7.2 and 11.1 both say of the classes
+// TestPropProbe asks about.
+func checkRealTypes(t *testing.T, pt boundary.PropertyTypes) {
+	t.Helper()
+	tab := pt.(*propTable)
 	for _, tc := range []struct {
 		class, prop, typ string
 	}{
@@ -78,14 +88,20 @@ func TestPropProbe(t *testing.T) {
 			t.Errorf("EnumValue(%q) = %v", v, !want)
 		}
 	}
+}
 
+// checkCacheAcrossProbers checks that p answers again from memory, that
+// other probers (servers) on the same cache start no QEMU for what it
+// knows and add to it, and that another path is another binary.
+func checkCacheAcrossProbers(t *testing.T, ctx context.Context, bin, cache string, p *PropProber, classes []string) {
+	t.Helper()
 	// Asked again: memory.
 	if _, err := p.PropertyTypes(ctx, "virtio-mmio", "no-such-class"); err != nil || p.started.Load() != 1 {
 		t.Errorf("asked again: %v, %d QEMUs started", err, p.started.Load())
 	}
 	// Another prober (another server) reads the cache file.
 	q := newPropProber(t, bin, cache, 0)
-	start = time.Now()
+	start := time.Now()
 	pt2, err := q.PropertyTypes(ctx, classes...)
 	if err != nil {
 		t.Fatal(err)
