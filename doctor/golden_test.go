@@ -3,19 +3,20 @@ package doctor_test
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/doctor"
+	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
 )
 
 // testdata/json-keys.golden and testdata/report.golden are what the code
-// of the commit that added them made of a Result with every field set:
-// scripts read `doctor --json`, and people read its text, so neither
-// changes by accident.
+// of commit ff3bbbc made of a Result with every field set (their
+// generator: git show ff3bbbc:doctor/golden_gen_test.go): scripts read
+// `doctor --json`, and people read its text, so neither changes by
+// accident.
 
 var goldenTime = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
@@ -137,22 +138,10 @@ func goldenKeys(t *testing.T) []byte {
 
 // `doctor --json` has the keys, in the order, it always had.
 func TestJSONKeysUnchanged(t *testing.T) {
-	want, err := os.ReadFile("testdata/json-keys.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := goldenKeys(t); !bytes.Equal(got, want) {
-		t.Errorf("doctor --json's keys changed:\n%s\nwant (testdata/json-keys.golden):\n%s", got, want)
-	}
+	storetest.Golden(t, "testdata/json-keys.golden", goldenKeys(t))
 }
 
 // The text report says what it always said.
 func TestReportUnchanged(t *testing.T) {
-	want, err := os.ReadFile("testdata/report.golden")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := goldenReport(t); !bytes.Equal(got, want) {
-		t.Errorf("doctor's report changed:\n%s\nwant (testdata/report.golden):\n%s", got, want)
-	}
+	storetest.Golden(t, "testdata/report.golden", goldenReport(t))
 }
