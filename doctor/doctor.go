@@ -175,10 +175,31 @@ func Collect(dir string, opts Options) (Result, error) {
 			res.Lock.Error = err.Error()
 		}
 	}
-	entries, err := registry.List(dir)
-	if err != nil {
+	errs = append(errs, res.collectServers(dir))
+	ropts := reaper.Options{Self: names.Owner{PID: opts.self()}, Logger: opts.Logger, DeleteTAP: opts.DeleteTAP}
+	errs = append(errs, res.collectLeftovers(dir, ropts))
+	if opts.Cleanup {
+		rep, err := reaper.Reap(dir, ropts)
 		errs = append(errs, err)
+		res.Cleanup = &rep
 	}
+	errs = append(errs, res.sweepStores(opts))
+	if opts.Kept != "" {
+		files, err := kept.List(opts.Kept)
+		errs = append(errs, err)
+		res.Kept = &Kept{Dir: opts.Kept, Count: len(files), Bytes: kept.Total(files), Files: files}
+	}
+	for _, s := range res.Servers {
+		if s.Health != nil && s.Health.Orphaned {
+			res.Orphans = append(res.Orphans, orphan(s, opts))
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// collectServers lists the records of servers in dir, each assessed.
+func (res *Result) collectServers(dir string) error {
+	entries, err := registry.List(dir)
 	for _, e := range entries {
 		s := Server{Path: e.Path, PID: e.PID, owner: e.Owner}
 		if e.Err != nil {
@@ -190,11 +211,13 @@ func Collect(dir string, opts Options) (Result, error) {
 		}
 		res.Servers = append(res.Servers, s)
 	}
-	ropts := reaper.Options{Self: names.Owner{PID: opts.self()}, Logger: opts.Logger, DeleteTAP: opts.DeleteTAP}
+	return err
+}
+
+// collectLeftovers lists the entries of dead servers, and those whose
+// owner cannot be told.
+func (res *Result) collectLeftovers(dir string, ropts reaper.Options) error {
 	inv, err := reaper.Scan(dir, ropts)
-	if err != nil {
-		errs = append(errs, err)
-	}
 	for _, o := range inv.Owners {
 		switch {
 		case o.Dead:
@@ -204,60 +227,40 @@ func Collect(dir string, opts Options) (Result, error) {
 		}
 	}
 	res.Unknown = inv.Unknown
+	return err
+}
 
-	if opts.Cleanup {
-		rep, err := reaper.Reap(dir, ropts)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		res.Cleanup = &rep
-	}
-
+// sweepStores lists what killed work left in the snapshot and recording
+// stores, or with Cleanup removes it; a store with nothing to say is left
+// out.
+func (res *Result) sweepStores(opts Options) error {
+	self := names.Owner{PID: opts.self()}
+	var errs []error
 	if opts.Snapshots != "" {
-		st := snapshot.Store{Dir: opts.Snapshots, Owner: names.Owner{PID: opts.self()}, Logger: opts.Logger}
-		sweep := st.Leftovers
-		if opts.Cleanup {
-			sweep = st.Reap
-		}
-		sr, err := sweep()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if len(sr.Removed)+len(sr.Left)+len(sr.Errors)+len(sr.Broken) > 0 {
-			res.Snapshots = &sr
+		st := snapshot.Store{Dir: opts.Snapshots, Owner: self, Logger: opts.Logger}
+		r, err := sweepStore(st.Leftovers, st.Reap, opts.Cleanup)
+		errs = append(errs, err)
+		if !snapshotSection(&r).empty() {
+			res.Snapshots = &r
 		}
 	}
-
 	if opts.Recordings != "" {
-		st := recording.Store{Dir: opts.Recordings, Owner: names.Owner{PID: opts.self()}, Logger: opts.Logger}
-		sweep := st.Leftovers
-		if opts.Cleanup {
-			sweep = st.Reap
-		}
-		rr, err := sweep()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if len(rr.Removed)+len(rr.Cut)+len(rr.Errors) > 0 {
-			res.Recordings = &rr
+		st := recording.Store{Dir: opts.Recordings, Owner: self, Logger: opts.Logger}
+		r, err := sweepStore(st.Leftovers, st.Reap, opts.Cleanup)
+		errs = append(errs, err)
+		if !recordingSection(&r).empty() {
+			res.Recordings = &r
 		}
 	}
+	return errors.Join(errs...)
+}
 
-	if opts.Kept != "" {
-		files, err := kept.List(opts.Kept)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		res.Kept = &Kept{Dir: opts.Kept, Count: len(files), Bytes: kept.Total(files), Files: files}
+// sweepStore is list, or with cleanup reap, of either kind of store.
+func sweepStore[R any](list, reap func() (R, error), cleanup bool) (R, error) {
+	if cleanup {
+		return reap()
 	}
-
-	for _, s := range res.Servers {
-		if s.Health == nil || !s.Health.Orphaned {
-			continue
-		}
-		res.Orphans = append(res.Orphans, orphan(s, opts))
-	}
-	return res, errors.Join(errs...)
+	return list()
 }
 
 func orphan(s Server, opts Options) Orphan {
@@ -303,7 +306,28 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 			p.f("lock: %s\n", orDash(res.Lock.Status))
 		}
 	}
+	res.writeServers(p, now)
+	res.writeLeftovers(p)
+	if k := res.Kept; k != nil {
+		p.f("\nkept in %s: %d file(s), %.1f MiB (the oldest go first past the server's --max-kept cap)\n", k.Dir, k.Count, float64(k.Bytes)/(1<<20))
+		for _, f := range k.Files {
+			p.f("  %s  %10d  %s\n", f.ModTime.Format(time.RFC3339), f.Size, filepath.Base(f.Path))
+		}
+	}
+	if res.Snapshots != nil {
+		snapshotSection(res.Snapshots).write(p, res.Cleanup != nil)
+	}
+	if res.Recordings != nil {
+		recordingSection(res.Recordings).write(p, res.Cleanup != nil)
+	}
+	if r := res.Cleanup; r != nil {
+		writeCleanup(p, r)
+	}
+	res.writeOrphans(p)
+	return p.err
+}
 
+func (res Result) writeServers(p *printer, now time.Time) {
 	p.f("\nservers: %d record(s)\n", len(res.Servers))
 	leftovers := make(map[names.Owner]int)
 	for _, o := range res.Leftovers {
@@ -316,7 +340,10 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 		}
 		writeServer(p, s, now, leftovers[s.owner])
 	}
+}
 
+// writeLeftovers writes the entries of dead servers, and those left alone.
+func (res Result) writeLeftovers(p *printer) {
 	p.f("\nleftovers of dead servers: %d server(s)\n", len(res.Leftovers))
 	for _, o := range res.Leftovers {
 		p.f("  pid %d: %s\n", o.PID, o.Why)
@@ -355,95 +382,111 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 	if len(res.Unknown) > 0 {
 		p.f("\nunknown entries (never touched): %s\n", strings.Join(res.Unknown, " "))
 	}
-	if k := res.Kept; k != nil {
-		p.f("\nkept in %s: %d file(s), %.1f MiB (the oldest go first past the server's --max-kept cap)\n", k.Dir, k.Count, float64(k.Bytes)/(1<<20))
-		for _, f := range k.Files {
-			p.f("  %s  %10d  %s\n", f.ModTime.Format(time.RFC3339), f.Size, filepath.Base(f.Path))
-		}
-	}
+}
 
-	if sr := res.Snapshots; sr != nil {
-		verb := "left by killed snapshot saves (doctor --cleanup removes them)"
-		if res.Cleanup != nil {
-			verb = "left by killed snapshot saves, removed"
-		}
-		if len(sr.Removed) > 0 {
-			p.f("\n%s:\n", verb)
-			for _, l := range sr.Removed {
-				p.f("  %s\n", l.String())
-			}
-		}
-		if len(sr.Left) > 0 {
-			p.f("\nleft by killed snapshot saves, in drives a QEMU holds (removed once free):\n")
-			for _, l := range sr.Left {
-				p.f("  %s\n", l.String())
-			}
-		}
-		for _, b := range sr.Broken {
-			p.f("\nincomplete snapshot (cannot load; delete it): %s\n", b)
-		}
-		for _, e := range sr.Errors {
-			p.f("\nsnapshot store: %s\n", e)
-		}
-	}
+// storeSection is a store's part of the report, of either kind: what
+// killed work left there, and what its sweep says of the store's entries.
+type storeSection struct {
+	// killed is the work whose leftovers these are; store names the store.
+	killed, store string
+	// removed were found (or removed), held stay while a QEMU holds the
+	// file they are in; notes are about entries, one sentence each.
+	removed, held, notes, errors []string
+}
 
-	if rr := res.Recordings; rr != nil {
-		verb := "left by killed recordings and checkpoint saves (doctor --cleanup removes them)"
-		if res.Cleanup != nil {
-			verb = "left by killed recordings and checkpoint saves, removed"
-		}
-		if len(rr.Removed) > 0 {
-			p.f("\n%s:\n", verb)
-			for _, l := range rr.Removed {
-				p.f("  %s\n", l.String())
-			}
-		}
-		for _, n := range rr.Cut {
-			p.f("\nrecording %s: its server was killed while it recorded; marked cut (it replays up to there)\n", n)
-		}
-		for _, e := range rr.Errors {
-			p.f("\nrecording store: %s\n", e)
-		}
+func snapshotSection(r *snapshot.ReapReport) storeSection {
+	s := storeSection{killed: "killed snapshot saves", store: "snapshot store", removed: lines(r.Removed), held: lines(r.Left), errors: r.Errors}
+	for _, b := range r.Broken {
+		s.notes = append(s.notes, "incomplete snapshot (cannot load; delete it): "+b)
 	}
+	return s
+}
 
-	if r := res.Cleanup; r != nil {
-		p.f("\ncleanup:\n")
-		for _, k := range r.KilledQEMU {
-			p.f("  killed QEMU pid %d (%s) of dead server %d\n", k.PID, k.Executable, k.ServerPID)
-		}
-		for _, t := range r.DeletedTAPs {
-			p.f("  deleted TAP %s\n", t)
-		}
-		for _, path := range r.Removed {
-			p.f("  removed %s\n", path)
-		}
-		for _, s := range r.Skipped {
-			p.f("  skipped %s: %s\n", s.Path, s.Reason)
-		}
-		for _, e := range r.Errors {
-			p.f("  error: %s\n", e)
-		}
-		p.f("  %s\n", r.String())
+func recordingSection(r *recording.ReapReport) storeSection {
+	s := storeSection{killed: "killed recordings and checkpoint saves", store: "recording store", removed: lines(r.Removed), errors: r.Errors}
+	for _, n := range r.Cut {
+		s.notes = append(s.notes, "recording "+n+": its server was killed while it recorded; marked cut (it replays up to there)")
 	}
+	return s
+}
 
-	if len(res.Orphans) > 0 {
-		p.f("\norphaned stdio servers (their client is gone):\n")
-		for _, o := range res.Orphans {
-			switch {
-			case o.Terminated && o.Exited:
-				p.f("  pid %d: sent SIGTERM; it exited\n", o.PID)
-			case o.Terminated:
-				p.f("  pid %d: sent SIGTERM; %s\n", o.PID, o.Note)
-			case o.Command != "" && o.Note == "":
-				p.f("  pid %d: terminate it with: %s\n", o.PID, o.Command)
-			case o.Command != "":
-				p.f("  pid %d: %s; terminate it with: %s\n", o.PID, o.Note, o.Command)
-			default:
-				p.f("  pid %d: %s\n", o.PID, o.Note)
-			}
+func lines[T fmt.Stringer](items []T) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.String()
+	}
+	return out
+}
+
+func (s storeSection) empty() bool {
+	return len(s.removed)+len(s.held)+len(s.notes)+len(s.errors) == 0
+}
+
+// write writes the section; cleanup says the leftovers were removed.
+func (s storeSection) write(p *printer, cleanup bool) {
+	if len(s.removed) > 0 {
+		if cleanup {
+			p.f("\nleft by %s, removed:\n", s.killed)
+		} else {
+			p.f("\nleft by %s (doctor --cleanup removes them):\n", s.killed)
+		}
+		for _, l := range s.removed {
+			p.f("  %s\n", l)
 		}
 	}
-	return p.err
+	if len(s.held) > 0 {
+		p.f("\nleft by %s, in drives a QEMU holds (removed once free):\n", s.killed)
+		for _, l := range s.held {
+			p.f("  %s\n", l)
+		}
+	}
+	for _, n := range s.notes {
+		p.f("\n%s\n", n)
+	}
+	for _, e := range s.errors {
+		p.f("\n%s: %s\n", s.store, e)
+	}
+}
+
+func writeCleanup(p *printer, r *reaper.Report) {
+	p.f("\ncleanup:\n")
+	for _, k := range r.KilledQEMU {
+		p.f("  killed QEMU pid %d (%s) of dead server %d\n", k.PID, k.Executable, k.ServerPID)
+	}
+	for _, t := range r.DeletedTAPs {
+		p.f("  deleted TAP %s\n", t)
+	}
+	for _, path := range r.Removed {
+		p.f("  removed %s\n", path)
+	}
+	for _, s := range r.Skipped {
+		p.f("  skipped %s: %s\n", s.Path, s.Reason)
+	}
+	for _, e := range r.Errors {
+		p.f("  error: %s\n", e)
+	}
+	p.f("  %s\n", r.String())
+}
+
+func (res Result) writeOrphans(p *printer) {
+	if len(res.Orphans) == 0 {
+		return
+	}
+	p.f("\norphaned stdio servers (their client is gone):\n")
+	for _, o := range res.Orphans {
+		switch {
+		case o.Terminated && o.Exited:
+			p.f("  pid %d: sent SIGTERM; it exited\n", o.PID)
+		case o.Terminated:
+			p.f("  pid %d: sent SIGTERM; %s\n", o.PID, o.Note)
+		case o.Command != "" && o.Note == "":
+			p.f("  pid %d: terminate it with: %s\n", o.PID, o.Command)
+		case o.Command != "":
+			p.f("  pid %d: %s; terminate it with: %s\n", o.PID, o.Note, o.Command)
+		default:
+			p.f("  pid %d: %s\n", o.PID, o.Note)
+		}
+	}
 }
 
 func writeServer(p *printer, s Server, now time.Time, leftovers int) {

@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/durable"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 )
 
 // CheckpointTag is the snapshot a checkpoint's image holds.
@@ -60,7 +63,7 @@ func parseCk(name, suffix string) (uint64, string, bool) {
 	if err != nil || strconv.FormatUint(c, 10) != n {
 		return 0, "", false
 	}
-	if _, ok := parseID(id); !ok {
+	if _, ok := store.ParseID(id); !ok {
 		return 0, "", false
 	}
 	return c, id, true
@@ -111,7 +114,7 @@ func (s Store) NewCheckpoint(m Meta, icount uint64) (Checkpoint, error) {
 	if err := os.MkdirAll(m.ckDir(), 0o700); err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
-	id := newID(s.owner())
+	id := store.NewID(s.owner())
 	return Checkpoint{ICount: icount, ID: id, Path: filepath.Join(m.ckDir(), ckBase(icount, id)+".qcow2")}, nil
 }
 
@@ -127,7 +130,7 @@ func (s Store) CommitCheckpoint(ck Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint at %d: %w", ck.ICount, err)
 	}
-	if err := syncFile(ck.Path); err != nil {
+	if err := store.SyncFile(ck.Path); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	ck.Created = time.Now().UTC()
@@ -136,7 +139,7 @@ func (s Store) CommitCheckpoint(ck Checkpoint) error {
 		return err
 	}
 	base := strings.TrimSuffix(ck.Path, ".qcow2")
-	return writeDurable(base+".json", base+".json.tmp", b)
+	return durable.WriteFile(base+".json", base+".json.tmp", b, false)
 }
 
 // DropCheckpoint removes a checkpoint: its record first, then its image.
@@ -156,18 +159,14 @@ func (s Store) DropCheckpoint(ck Checkpoint) error {
 // freed.
 func (s Store) Evict(need int64) (freed int64, n int) {
 	var all []Checkpoint
-	projects, _ := os.ReadDir(s.Dir)
-	for _, p := range projects {
-		if !p.IsDir() {
-			continue
-		}
-		ms, _ := s.records(filepath.Join(s.Dir, p.Name()))
+	store.Walk(s.Dir, 1, nil, func(dir string) {
+		ms, _ := s.recordsIn(dir)
 		for _, m := range ms {
 			if m.unreadable == "" {
 				all = append(all, m.Checkpoints("")...)
 			}
 		}
-	}
+	})
 	slices.SortFunc(all, func(a, b Checkpoint) int { return a.Created.Compare(b.Created) })
 	for _, ck := range all {
 		if freed >= need {
@@ -175,7 +174,7 @@ func (s Store) Evict(need int64) (freed int64, n int) {
 		}
 		size := int64(0)
 		if fi, err := os.Stat(ck.Path); err == nil {
-			size = allocated(fi)
+			size = store.Allocated(fi)
 		}
 		if s.DropCheckpoint(ck) == nil {
 			freed += size
@@ -183,16 +182,4 @@ func (s Store) Evict(need int64) (freed int64, n int) {
 		}
 	}
 	return freed, n
-}
-
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -1,7 +1,6 @@
 package recording
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 )
 
 // Leftover is something a killed recording start, or a killed checkpoint
@@ -45,36 +45,30 @@ func (s Store) Leftovers() (ReapReport, error) { return s.sweep(false) }
 func (s Store) Reap() (ReapReport, error) { return s.sweep(true) }
 
 func (s Store) sweep(act bool) (ReapReport, error) {
-	var rep ReapReport
-	projects, err := os.ReadDir(s.Dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return rep, nil
-	}
-	if err != nil {
-		return rep, fmt.Errorf("recording store: %w", err)
-	}
-	for _, p := range projects {
-		if p.IsDir() {
-			s.sweepProject(filepath.Join(s.Dir, p.Name()), act, &rep)
-		}
-	}
-	slices.SortFunc(rep.Removed, func(a, b Leftover) int { return strings.Compare(a.Path, b.Path) })
-	return rep, nil
+	var cut []string
+	sw, err := store.SweepDirs(kind, s.Dir, 1, act, func(dir string, sw *store.Sweep[Leftover]) {
+		s.sweepProject(dir, sw, &cut)
+	})
+	slices.SortFunc(sw.Removed, func(a, b Leftover) int { return strings.Compare(a.Path, b.Path) })
+	return ReapReport{Removed: sw.Removed, Cut: cut, Errors: sw.Errors}, err
 }
 
 // live tells whether o may still be working: this process, a live
 // process, or one that cannot be told.
-func (s Store) live(o names.Owner) bool { return o == s.owner() || alive(o) }
+func (s Store) live(o names.Owner) bool { return store.Live(s.owner(), o) }
 
-func (s Store) sweepProject(dir string, act bool, rep *ReapReport) {
+// sweepProject sweeps a project directory: it marks recordings whose
+// server died while they recorded as cut, and removes what no record or
+// live server's intent names.
+func (s Store) sweepProject(dir string, sw *store.Sweep[Leftover], cut *[]string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
+		sw.Fail(err)
 		return
 	}
-	recs, err := s.records(dir)
+	recs, err := s.recordsIn(dir)
 	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
+		sw.Fail(err)
 		return
 	}
 	named := map[string]bool{} // directory names records name
@@ -85,91 +79,67 @@ func (s Store) sweepProject(dir string, act bool, rep *ReapReport) {
 			continue
 		}
 		named[filepath.Base(m.Dir)] = true
-		if act && m.State == Recording && m.Owner != nil && !s.live(*m.Owner) {
-			m.State = Cut
-			if m.Ended == "" {
-				m.Ended = "its server (" + m.Owner.String() + ") was killed while it recorded"
-			}
-			m.Owner = nil
-			if err := s.Update(m); err != nil {
-				rep.Errors = append(rep.Errors, err.Error())
-			} else {
-				rep.Cut = append(rep.Cut, m.Name)
-			}
+		if sw.Act && m.State == Recording && m.Owner != nil && !s.live(*m.Owner) {
+			s.markCut(m, sw, cut)
 		}
-		s.sweepCheckpoints(m, act, rep)
+		s.sweepCheckpoints(m, sw)
 	}
-	remove := func(l Leftover) {
-		if act {
-			if err := os.RemoveAll(l.Path); err != nil {
-				rep.Errors = append(rep.Errors, err.Error())
-				return
-			}
-		}
-		rep.Removed = append(rep.Removed, l)
-	}
-	// Intents of live servers protect what they name.
-	protected := map[string]bool{}
-	for _, e := range ents {
-		name, id, ok := splitNameID(e.Name(), ".intent")
-		if !ok || !strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		o, _ := parseID(id)
-		if s.live(o) {
-			protected[name+"."+id] = true
-			continue
-		}
-		remove(Leftover{Path: filepath.Join(dir, e.Name()), What: "intent", Owner: &o,
-			Why: "its recording's server (" + o.String() + ") died before it finished starting or replacing"})
-	}
+	protected := s.sweepIntents(dir, ents, sw)
 	for _, e := range ents {
 		n := e.Name()
 		p := filepath.Join(dir, n)
 		switch {
 		case e.IsDir() && !strings.HasPrefix(n, "."):
-			_, id, ok := splitNameID(n, "")
-			if !ok || named[n] || protected[n] || slices.ContainsFunc(unreadable, func(u string) bool { return strings.HasPrefix(n, u) }) {
+			_, _, o, ok := store.SplitName(n, "")
+			if !ok || named[n] || protected[n] || slices.ContainsFunc(unreadable, func(u string) bool { return strings.HasPrefix(n, u) }) || s.live(o) {
 				continue
 			}
-			o, _ := parseID(id)
-			if s.live(o) {
-				continue
-			}
-			remove(Leftover{Path: p, What: "partial recording", Owner: &o,
+			sw.RemoveTree(p, Leftover{Path: p, What: "partial recording", Owner: &o,
 				Why: "no record names it and its server (" + o.String() + ") is dead: a recording that did not start, or one a later recording replaced"})
 		case strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".json.tmp") || strings.HasSuffix(n, ".intent.tmp")):
-			_, id, ok := splitNameID(n, ".json.tmp")
-			if !ok {
-				if _, id, ok = splitNameID(n, ".intent.tmp"); !ok {
-					continue
-				}
-			}
-			if o, _ := parseID(id); !s.live(o) {
-				remove(Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
+			if o, ok := store.TempOwner(n); ok && !s.live(o) {
+				sw.RemoveTree(p, Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
 			}
 		}
 	}
 }
 
-// splitNameID reads "[.]NAME.ID<suffix>".
-func splitNameID(file, suffix string) (name, id string, ok bool) {
-	base, ok := strings.CutSuffix(strings.TrimPrefix(file, "."), suffix)
-	if !ok {
-		return "", "", false
+// markCut rewrites the record of m, whose server died while it recorded,
+// as cut.
+func (s Store) markCut(m Meta, sw *store.Sweep[Leftover], cut *[]string) {
+	m.State = Cut
+	if m.Ended == "" {
+		m.Ended = "its server (" + m.Owner.String() + ") was killed while it recorded"
 	}
-	k := strings.LastIndexByte(base, '.')
-	if k <= 0 {
-		return "", "", false
+	m.Owner = nil
+	if err := s.Update(m); err != nil {
+		sw.Fail(err)
+		return
 	}
-	name, id = base[:k], base[k+1:]
-	if _, ok := parseID(id); !ok || !names.ValidUserName(name) {
-		return "", "", false
-	}
-	return name, id, true
+	*cut = append(*cut, m.Name)
 }
 
-func (s Store) sweepCheckpoints(m Meta, act bool, rep *ReapReport) {
+// sweepIntents removes the intents of dead servers, and returns the
+// recordings (NAME.ID) that live servers' intents name: those stay.
+func (s Store) sweepIntents(dir string, ents []fs.DirEntry, sw *store.Sweep[Leftover]) map[string]bool {
+	protected := map[string]bool{}
+	for _, e := range ents {
+		name, id, o, ok := store.SplitName(e.Name(), store.IntentSuffix)
+		if !ok || !strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if s.live(o) {
+			protected[name+"."+id] = true
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		sw.RemoveTree(p, Leftover{Path: p, What: "intent", Owner: &o,
+			Why: "its recording's server (" + o.String() + ") died before it finished starting or replacing"})
+	}
+	return protected
+}
+
+func (s Store) sweepCheckpoints(m Meta, sw *store.Sweep[Leftover]) {
 	dir := m.ckDir()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -179,15 +149,6 @@ func (s Store) sweepCheckpoints(m Meta, act bool, rep *ReapReport) {
 	for _, e := range ents {
 		have[e.Name()] = true
 	}
-	remove := func(l Leftover) {
-		if act {
-			if err := os.Remove(l.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				rep.Errors = append(rep.Errors, err.Error())
-				return
-			}
-		}
-		rep.Removed = append(rep.Removed, l)
-	}
 	for _, e := range ents {
 		n := e.Name()
 		p := filepath.Join(dir, n)
@@ -196,20 +157,20 @@ func (s Store) sweepCheckpoints(m Meta, act bool, rep *ReapReport) {
 			if !ok {
 				continue
 			}
-			o, _ := parseID(id)
+			o, _ := store.ParseID(id)
 			base := ckBase(c, id)
 			switch suffix {
 			case ".qcow2":
 				if !have[base+".json"] && !s.live(o) {
-					remove(Leftover{Path: p, What: "partial checkpoint", Owner: &o, Why: "its replay's server (" + o.String() + ") died before the checkpoint was whole"})
+					sw.Remove(p, Leftover{Path: p, What: "partial checkpoint", Owner: &o, Why: "its replay's server (" + o.String() + ") died before the checkpoint was whole"})
 				}
 			case ".json":
 				if !have[base+".qcow2"] {
-					remove(Leftover{Path: p, What: "partial checkpoint", Why: "its image is gone"})
+					sw.Remove(p, Leftover{Path: p, What: "partial checkpoint", Why: "its image is gone"})
 				}
 			case ".json.tmp":
 				if !s.live(o) {
-					remove(Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
+					sw.Remove(p, Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
 				}
 			}
 		}

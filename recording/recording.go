@@ -53,14 +53,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
@@ -152,7 +151,7 @@ func (m Meta) Console() string { return filepath.Join(m.Dir, ConsoleFile) }
 // Status is the recording's state now: a recording whose server is gone is
 // cut.
 func (m Meta) Status() string {
-	if m.State == Recording && (m.Owner == nil || !alive(*m.Owner)) {
+	if m.State == Recording && (m.Owner == nil || !store.Alive(*m.Owner)) {
 		return Cut
 	}
 	return m.State
@@ -171,61 +170,15 @@ type Store struct {
 	Logger *slog.Logger
 }
 
-func (s Store) owner() names.Owner {
-	if s.Owner.PID > 0 {
-		return s.Owner
-	}
-	if id, err := proc.Self(); err == nil {
-		return names.Owner{PID: id.PID, StartTime: id.StartTime}
-	}
-	return names.Owner{PID: os.Getpid()}
-}
+func (s Store) owner() names.Owner { return store.Self(s.Owner) }
 
-func (s Store) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.New(slog.DiscardHandler)
-}
+// kind is what this store keeps, in its messages.
+const kind store.Kind = "recording"
 
-// alive tells whether o may still be recording: a live process, or one
-// that cannot be told.
-func alive(o names.Owner) bool {
-	live, _, err := proc.Check(proc.Identity{PID: o.PID, StartTime: o.StartTime})
-	return err != nil || live == proc.Alive
-}
-
-// CheckName accepts a recording name: letters, digits, '.', '_', '-', at
-// most 64, not starting with a punctuation mark.
-func CheckName(name string) error {
-	if !names.ValidUserName(name) {
-		return fmt.Errorf("recording name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
-	}
-	return nil
-}
+// CheckName accepts a recording name (see store.Kind.CheckName).
+func CheckName(name string) error { return kind.CheckName(name) }
 
 func (s Store) projectDir(root string) string { return filepath.Join(s.Dir, names.Project(root)) }
-
-// newID names a recording of owner o.
-func newID(o names.Owner) string {
-	return o.Tag() + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-}
-
-// parseID returns the server an id names.
-func parseID(id string) (names.Owner, bool) {
-	parts := strings.Split(id, "-")
-	if len(parts) != 3 || parts[2] == "" {
-		return names.Owner{}, false
-	}
-	o, ok := names.ParseTag(parts[0] + "-" + parts[1])
-	if !ok || o.Legacy() {
-		return names.Owner{}, false
-	}
-	if _, err := strconv.ParseUint(parts[2], 36, 64); err != nil {
-		return names.Owner{}, false
-	}
-	return o, true
-}
 
 // ErrNotFound is a recording name the project does not have; a
 // *NotFoundError wraps it.
@@ -254,13 +207,9 @@ func (e *MachineError) Error() string {
 }
 
 func read(path string) (Meta, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Meta{}, fmt.Errorf("read recording record: %w", err)
-	}
 	var m Meta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("recording record %s: %w", path, err)
+	if err := kind.ReadRecord(path, &m); err != nil {
+		return Meta{}, err
 	}
 	if !names.ValidUserName(m.Name) || m.ID == "" || m.ID != filepath.Base(m.ID) || strings.HasPrefix(m.ID, ".") {
 		return Meta{}, fmt.Errorf("recording record %s: names a directory outside the store", path)
@@ -272,36 +221,23 @@ func read(path string) (Meta, error) {
 // List returns the project's recordings, newest first. A record that cannot
 // be read is listed by name, with Unreadable saying why.
 func (s Store) List(root string) ([]Meta, error) {
-	return s.records(s.projectDir(root))
+	return s.recordsIn(s.projectDir(root))
 }
 
-func (s Store) records(dir string) ([]Meta, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list recordings: %w", err)
-	}
-	var out []Meta
-	for _, e := range ents {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
-			continue
-		}
-		m, err := read(filepath.Join(dir, e.Name()))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			m = Meta{Name: name, unreadable: err.Error()}
-		}
-		if m.Name == name {
-			out = append(out, m)
-		}
-	}
+// recordsIn reads the records of a project directory, newest first.
+func (s Store) recordsIn(dir string) ([]Meta, error) {
+	out, err := records.In(dir)
 	slices.SortFunc(out, func(a, b Meta) int { return b.Created.Compare(a.Created) })
-	return out, nil
+	return out, err
+}
+
+// records reads a project directory's records; one that cannot be read is
+// listed by name, with Unreadable saying why.
+var records = store.Reader[Meta]{Kind: kind, Read: read,
+	Name: func(m Meta) string { return m.Name },
+	Unreadable: func(name, _ string, err error) Meta {
+		return Meta{Name: name, unreadable: err.Error()}
+	},
 }
 
 // Get returns the project's recording name.
@@ -324,7 +260,7 @@ func (m Meta) Size() (total, checkpoints int64) {
 			return nil
 		}
 		if fi, err := d.Info(); err == nil {
-			n := allocated(fi)
+			n := store.Allocated(fi)
 			total += n
 			if filepath.Base(filepath.Dir(p)) == ckDir {
 				checkpoints += n
@@ -338,12 +274,8 @@ func (m Meta) Size() (total, checkpoints int64) {
 // Total is the disk space all recordings take (every project's), and
 // their checkpoints' part of it.
 func (s Store) Total() (total, checkpoints int64) {
-	projects, _ := os.ReadDir(s.Dir)
-	for _, p := range projects {
-		if !p.IsDir() {
-			continue
-		}
-		ms, _ := s.records(filepath.Join(s.Dir, p.Name()))
+	store.Walk(s.Dir, 1, nil, func(dir string) {
+		ms, _ := s.recordsIn(dir)
 		for _, m := range ms {
 			if m.unreadable != "" {
 				continue
@@ -352,15 +284,8 @@ func (s Store) Total() (total, checkpoints int64) {
 			total += t
 			checkpoints += c
 		}
-	}
+	})
 	return total, checkpoints
-}
-
-func allocated(fi fs.FileInfo) int64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Blocks * 512
-	}
-	return fi.Size()
 }
 
 // Delete removes a recording: its record first (from then on it does not
@@ -371,7 +296,7 @@ func (s Store) Delete(m Meta) error {
 		if err := os.Remove(rec); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("delete recording %q: %w", m.Name, err)
 		}
-		syncDir(filepath.Dir(rec))
+		durable.SyncDir(filepath.Dir(rec))
 	}
 	if m.Dir == "" {
 		return nil
@@ -385,7 +310,7 @@ func (s Store) Delete(m Meta) error {
 // Update rewrites the record of m (the same recording: its ID), durably.
 func (s Store) Update(m Meta) error {
 	dir := filepath.Dir(m.Dir)
-	rec := filepath.Join(dir, m.Name+".json")
+	rec := filepath.Join(dir, store.RecordName(m.Name))
 	if cur, err := read(rec); err != nil || cur.ID != m.ID {
 		return fmt.Errorf("update recording %q: it was replaced or deleted meanwhile", m.Name)
 	}
@@ -397,7 +322,7 @@ func writeRecord(dir string, m Meta) error {
 	if err != nil {
 		return err
 	}
-	return writeDurable(filepath.Join(dir, m.Name+".json"), filepath.Join(dir, "."+m.Name+"."+m.ID+".json.tmp"), b)
+	return store.WriteRecord(dir, m.Name, m.ID, b, false)
 }
 
 // Intent is what a starting recording is about to make.
@@ -407,8 +332,6 @@ type Intent struct {
 	Owner    names.Owner `json:"owner"`
 	Replaces string      `json:"replaces,omitempty"`
 }
-
-func intentName(name, id string) string { return "." + name + "." + id + ".intent" }
 
 // Begun is a recording that is starting: its directory exists and QEMU
 // may record into it; Commit makes it the project's recording of its name,
@@ -433,7 +356,7 @@ func (s Store) Begin(root, name string, m Meta) (*Begun, error) {
 		return nil, fmt.Errorf("recording %q: %w", name, err)
 	}
 	o := s.owner()
-	m.Name, m.Project, m.ID, m.State, m.Owner = name, filepath.Clean(root), newID(o), Recording, &o
+	m.Name, m.Project, m.ID, m.State, m.Owner = name, filepath.Clean(root), store.NewID(o), Recording, &o
 	m.Created = time.Now().UTC()
 	m.Dir = filepath.Join(pdir, name+"."+m.ID)
 	b := &Begun{s: s, Meta: m}
@@ -446,15 +369,14 @@ func (s Store) Begin(root, name string, m Meta) (*Begun, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.intent = filepath.Join(pdir, intentName(name, m.ID))
-	if err := writeDurable(b.intent, b.intent+".tmp", raw); err != nil {
+	if b.intent, err = store.WriteIntent(pdir, name, m.ID, raw); err != nil {
 		return nil, fmt.Errorf("recording %q: write its intent: %w", name, err)
 	}
 	if err := os.Mkdir(m.Dir, 0o700); err != nil {
 		os.Remove(b.intent)
 		return nil, fmt.Errorf("recording %q: %w", name, err)
 	}
-	syncDir(pdir)
+	durable.SyncDir(pdir)
 	return b, nil
 }
 
@@ -476,12 +398,12 @@ func (b *Begun) Commit(m Meta) (Meta, error) {
 	b.Meta = m
 	if b.old != nil {
 		if err := os.RemoveAll(b.old.Dir); err != nil {
-			b.s.logger().Warn("remove the recording this one replaced: the reaper finishes it", "dir", b.old.Dir, "err", err)
+			store.Logger(b.s.Logger).Warn("remove the recording this one replaced: the reaper finishes it", "dir", b.old.Dir, "err", err)
 			return m, nil // the intent stays for the reaper
 		}
 	}
 	if err := os.Remove(b.intent); err != nil {
-		b.s.logger().Warn("remove a committed recording's intent", "err", err)
+		store.Logger(b.s.Logger).Warn("remove a committed recording's intent", "err", err)
 	}
 	return m, nil
 }
@@ -494,7 +416,7 @@ func (b *Begun) Abort() {
 	}
 	b.done = true
 	if err := os.RemoveAll(b.Meta.Dir); err != nil {
-		b.s.logger().Warn("remove a recording that did not start: the reaper finishes it", "dir", b.Meta.Dir, "err", err)
+		store.Logger(b.s.Logger).Warn("remove a recording that did not start: the reaper finishes it", "dir", b.Meta.Dir, "err", err)
 		return
 	}
 	os.Remove(b.intent)
@@ -561,9 +483,3 @@ func ReadHeader(log string) (uint32, error) {
 	}
 	return binary.BigEndian.Uint32(b[:]), nil
 }
-
-func writeDurable(path, tmp string, b []byte) error {
-	return durable.WriteFile(path, tmp, b, false)
-}
-
-func syncDir(dir string) error { return durable.SyncDir(dir) }

@@ -142,41 +142,8 @@ func TestAbortKeepsOld(t *testing.T) {
 // reaper removes what no record names, keeps what a live server makes,
 // and marks a recording whose server died while it recorded as cut.
 func TestReap(t *testing.T) {
-	dead := deadOwner(t)
 	s := Store{Dir: t.TempDir()}
-	killed := Store{Dir: s.Dir, Owner: dead}
-	// Killed after the intent and the directory.
-	b, _ := killed.Begin("/p", "a", Meta{})
-	b.NewImage()
-	// Killed after committing (it recorded, then was cut).
-	c, _ := killed.Begin("/p", "b", Meta{})
-	c.NewImage()
-	addState(t, c.Meta.Image(), InitTag)
-	cm, err := c.Commit(Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(cm.Log(), make([]byte, 100), 0o600)
-	// A record being written.
-	tmp := filepath.Join(filepath.Dir(cm.Dir), ".b."+cm.ID+".json.tmp")
-	os.WriteFile(tmp, []byte("{"), 0o600)
-	// Killed while replacing b, after the new record: the old one's
-	// directory and the intent stay.
-	d, _ := killed.Begin("/p", "b", Meta{})
-	d.NewImage()
-	addState(t, d.Meta.Image(), InitTag)
-	intent := d.intent
-	raw, _ := os.ReadFile(intent)
-	dm, err := d.Commit(Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Mkdir(cm.Dir, 0o700)
-	os.WriteFile(cm.Log(), make([]byte, 100), 0o600)
-	os.WriteFile(intent, raw, 0o600)
-	cm = dm
-	ck, _ := killed.NewCheckpoint(cm, 1000)
-	ck.NewImage()
+	k := killRecordings(t, Store{Dir: s.Dir, Owner: deadOwner(t)})
 	live, _ := s.Begin("/p", "c", Meta{}) // this live server's: kept
 	rep, err := s.Leftovers()
 	if err != nil {
@@ -188,13 +155,13 @@ func TestReap(t *testing.T) {
 	}
 	slices.Sort(what)
 	t.Logf("leftovers: %v", what)
-	for _, want := range []string{"intent ." + "a." + b.Meta.ID + ".intent", "partial recording a." + b.Meta.ID, "partial checkpoint " + filepath.Base(ck.Path),
-		"record being written " + filepath.Base(tmp), "intent " + filepath.Base(intent), "partial recording " + filepath.Base(c.Meta.Dir)} {
+	for _, want := range []string{"intent " + filepath.Base(k.intentA), "partial recording " + filepath.Base(k.dirA), "partial checkpoint " + filepath.Base(k.ck),
+		"record being written " + filepath.Base(k.tmp), "intent " + filepath.Base(k.intentB), "partial recording " + filepath.Base(k.replaced)} {
 		if !slices.Contains(what, want) {
 			t.Errorf("leftovers lack %q", want)
 		}
 	}
-	if slices.ContainsFunc(what, func(w string) bool { return strings.Contains(w, live.Meta.ID) || strings.Contains(w, "b."+cm.ID+"/") }) {
+	if slices.ContainsFunc(what, func(w string) bool { return strings.Contains(w, live.Meta.ID) || strings.Contains(w, "b."+k.b.ID+"/") }) {
 		t.Errorf("leftovers name a live server's work or a recording: %v", what)
 	}
 	if ms, _ := s.List("/p"); len(ms) != 1 || ms[0].Status() != Cut {
@@ -211,7 +178,7 @@ func TestReap(t *testing.T) {
 	if got.State != Cut || !strings.Contains(got.Ended, "killed") {
 		t.Errorf("after reap: %+v", got)
 	}
-	for _, p := range []string{b.Meta.Dir, ck.Path, tmp, intent, c.Meta.Dir} {
+	for _, p := range []string{k.dirA, k.ck, k.tmp, k.intentB, k.replaced} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s stays after reap", p)
 		}
@@ -222,6 +189,62 @@ func TestReap(t *testing.T) {
 	if rep, _ := s.Leftovers(); len(rep.Removed) != 0 {
 		t.Errorf("leftovers after reap: %+v", rep.Removed)
 	}
+}
+
+// killedStarts is what killRecordings left.
+type killedStarts struct {
+	// intentA and dirA: the start of "a", killed before its record.
+	intentA, dirA string
+	// b: the recording "b", whose server was killed while it recorded;
+	// replaced the directory of the "b" it replaced, and intentB the
+	// intent of that replacement, both left as a kill after the new
+	// record leaves them.
+	b                 Meta
+	replaced, intentB string
+	// tmp: b's record being written; ck: a checkpoint of b whose save
+	// was killed before its record.
+	tmp, ck string
+}
+
+// killRecordings has the store of a dead server start recordings and be
+// killed at each point of a start.
+func killRecordings(t *testing.T, killed Store) killedStarts {
+	t.Helper()
+	var k killedStarts
+	// Killed after the intent and the directory.
+	b, _ := killed.Begin("/p", "a", Meta{})
+	b.NewImage()
+	k.intentA, k.dirA = b.intent, b.Meta.Dir
+	// Killed after committing (it recorded, then was cut).
+	c, _ := killed.Begin("/p", "b", Meta{})
+	c.NewImage()
+	addState(t, c.Meta.Image(), InitTag)
+	cm, err := c.Commit(Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cm.Log(), make([]byte, 100), 0o600)
+	// A record being written.
+	k.tmp = filepath.Join(filepath.Dir(cm.Dir), ".b."+cm.ID+".json.tmp")
+	os.WriteFile(k.tmp, []byte("{"), 0o600)
+	// Killed while replacing b, after the new record: the old one's
+	// directory and the intent stay.
+	d, _ := killed.Begin("/p", "b", Meta{})
+	d.NewImage()
+	addState(t, d.Meta.Image(), InitTag)
+	k.intentB = d.intent
+	raw, _ := os.ReadFile(k.intentB)
+	if k.b, err = d.Commit(Meta{}); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(cm.Dir, 0o700)
+	os.WriteFile(cm.Log(), make([]byte, 100), 0o600)
+	os.WriteFile(k.intentB, raw, 0o600)
+	k.replaced = cm.Dir
+	ck, _ := killed.NewCheckpoint(k.b, 1000)
+	ck.NewImage()
+	k.ck = ck.Path
+	return k
 }
 
 func TestCheckpointsAndEvict(t *testing.T) {

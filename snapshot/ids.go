@@ -5,43 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 )
 
-// newID names a save of owner o: "<pid>-<start time>-<n>" (package
-// comment), n growing with the time.
-func newID(o names.Owner) string {
-	return o.Tag() + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-}
-
-// parseID returns the server a save id names.
-func parseID(id string) (names.Owner, bool) {
-	parts := strings.Split(id, "-")
-	if len(parts) != 3 || parts[2] == "" {
-		return names.Owner{}, false
-	}
-	pid, err := strconv.Atoi(parts[0])
-	if err != nil || pid < 1 || pid > names.MaxPID || strconv.Itoa(pid) != parts[0] {
-		return names.Owner{}, false
-	}
-	start, err := strconv.ParseUint(parts[1], 10, 64)
-	if err != nil || start == 0 || strconv.FormatUint(start, 10) != parts[1] {
-		return names.Owner{}, false
-	}
-	if _, err := strconv.ParseUint(parts[2], 36, 64); err != nil {
-		return names.Owner{}, false
-	}
-	return names.Owner{PID: pid, StartTime: start}, true
-}
-
-func tagFor(name, id string) string         { return TagPrefix + name + "." + id }
-func imageName(name, id string) string      { return name + "." + id + ".qcow2" }
-func intentName(name, id string) string     { return "." + name + "." + id + ".intent" }
-func recordTempName(name, id string) string { return "." + name + "." + id + ".json.tmp" }
+// A save's id is store.NewID's: "<pid>-<start time>-<n>" (package
+// comment). Its tag and image carry it.
+func tagFor(name, id string) string    { return TagPrefix + name + "." + id }
+func imageName(name, id string) string { return name + "." + id + ".qcow2" }
 
 // Part is one save's parts: its id, image file name and tag.
 type Part struct {
@@ -68,8 +40,8 @@ func writeIntent(dir string, in Intent) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(dir, intentName(in.Name, in.ID))
-	if err := writeDurable(p, p+".tmp", b); err != nil {
+	p, err := store.WriteIntent(dir, in.Name, in.ID, b)
+	if err != nil {
 		return "", fmt.Errorf("write the save's intent: %w", err)
 	}
 	return p, nil

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 )
 
 // legacyAge is how old a leftover of the first version (whose names carry
@@ -70,225 +70,220 @@ func (s Store) Reap() (ReapReport, error) { return s.sweep(true) }
 
 func (s Store) sweep(act bool) (ReapReport, error) {
 	var rep ReapReport
-	projects, err := os.ReadDir(s.Dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return rep, nil
-	}
-	if err != nil {
-		return rep, fmt.Errorf("snapshot store: %w", err)
-	}
-	for _, p := range projects {
-		if !p.IsDir() {
-			continue
-		}
-		machines, err := os.ReadDir(filepath.Join(s.Dir, p.Name()))
-		if err != nil {
-			rep.Errors = append(rep.Errors, err.Error())
-			continue
-		}
-		for _, md := range machines {
-			if md.IsDir() {
-				s.sweepDir(filepath.Join(s.Dir, p.Name(), md.Name()), act, &rep)
-			}
-		}
-	}
-	return rep, nil
+	sw, err := store.SweepDirs(kind, s.Dir, 2, act, func(dir string, sw *store.Sweep[Leftover]) {
+		s.sweepDir(dir, sw, &rep)
+	})
+	rep.Removed, rep.Errors = sw.Removed, sw.Errors
+	slices.SortFunc(rep.Removed, func(a, b Leftover) int { return strings.Compare(a.Path+a.Tag, b.Path+b.Tag) })
+	return rep, err
 }
 
 // alive tells whether o may still be saving: this process, a live
 // process, or one that cannot be told.
-func (s Store) alive(o names.Owner) bool {
-	if o == s.owner() {
-		return true
-	}
-	live, _, err := proc.Check(proc.Identity{PID: o.PID, StartTime: o.StartTime})
-	return err != nil || live == proc.Alive
+func (s Store) alive(o names.Owner) bool { return store.Live(s.owner(), o) }
+
+// dirSweep is the sweep of one machine directory: what its records name
+// stays, and what dead saves' intents say they wrote goes.
+type dirSweep struct {
+	s   Store
+	dir string
+	sw  *store.Sweep[Leftover]
+	rep *ReapReport
+	// byName are the readable records; named the images they, and the
+	// intents of live saves, name; unreadable the names whose record
+	// cannot be read (their images stay: which one it names is unknown).
+	byName     map[string]Meta
+	named      map[string]bool
+	unreadable []string
+	// dead are the intents of dead saves; replaced the images they
+	// replaced.
+	dead     []intentFile
+	replaced map[string]bool
 }
 
-// idOf returns the save id in a store file's name, from its last dotted
-// part before suffix: "NAME.ID.qcow2", ".NAME.ID.intent".
-func idOf(file, suffix string) (string, names.Owner, bool) {
-	base, ok := strings.CutSuffix(file, suffix)
-	if !ok {
-		return "", names.Owner{}, false
-	}
-	k := strings.LastIndexByte(base, '.')
-	if k < 0 {
-		return "", names.Owner{}, false
-	}
-	id := base[k+1:]
-	o, ok := parseID(id)
-	return id, o, ok
+type intentFile struct {
+	path string
+	in   Intent
 }
 
-func (s Store) sweepDir(dir string, act bool, rep *ReapReport) {
+func (s Store) sweepDir(dir string, sw *store.Sweep[Leftover], rep *ReapReport) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
+		sw.Fail(err)
 		return
 	}
-	recs, err := records(dir)
+	d := &dirSweep{s: s, dir: dir, sw: sw, rep: rep, byName: map[string]Meta{}, named: map[string]bool{}, replaced: map[string]bool{}}
+	if err := d.readRecords(); err != nil {
+		sw.Fail(err)
+		return
+	}
+	d.readIntents(ents)
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			d.sweepFile(e)
+		}
+	}
+	for _, f := range d.dead {
+		if !slices.Contains(d.unreadable, f.in.Name) { // else which tag its record names cannot be told
+			d.sweepIntent(f)
+		}
+	}
+}
+
+// readRecords reads the directory's records, noting the snapshots that
+// cannot load.
+func (d *dirSweep) readRecords() error {
+	recs, err := records.In(d.dir)
 	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
-		return
+		return err
 	}
-	byName := map[string]Meta{}
-	named := map[string]bool{}
-	var unreadable []string // names whose record cannot be read: their images stay
 	for _, m := range recs {
 		if m.unreadable != "" {
-			unreadable = append(unreadable, m.Name)
-			rep.Broken = append(rep.Broken, fmt.Sprintf("%s: its record is unreadable: %s", m.Name, m.unreadable))
+			d.unreadable = append(d.unreadable, m.Name)
+			d.rep.Broken = append(d.rep.Broken, fmt.Sprintf("%s: its record is unreadable: %s", m.Name, m.unreadable))
 			continue
 		}
-		byName[m.Name] = m
-		named[m.Image] = true
+		d.byName[m.Name] = m
+		d.named[m.Image] = true
 		if err := verifyImage(m); err != "" {
-			rep.Broken = append(rep.Broken, fmt.Sprintf("%s: %s", m.Name, err))
+			d.rep.Broken = append(d.rep.Broken, fmt.Sprintf("%s: %s", m.Name, err))
 		}
 	}
-	type intentFile struct {
-		path string
-		in   Intent
-	}
-	var dead []intentFile
-	replaced := map[string]bool{} // images dead saves replaced
+	return nil
+}
+
+// readIntents reads the intents: a live save's protect what they name; a
+// dead save's are swept once the files are judged.
+func (d *dirSweep) readIntents(ents []fs.DirEntry) {
 	for _, e := range ents {
-		id, o, ok := idOf(e.Name(), ".intent")
+		_, id, o, ok := store.SplitName(e.Name(), store.IntentSuffix)
 		if !ok || !strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
+		p := filepath.Join(d.dir, e.Name())
 		in, err := readIntent(p)
 		if err != nil {
-			rep.Errors = append(rep.Errors, err.Error())
+			d.sw.Fail(err)
 			continue
 		}
 		if in.ID != id {
-			rep.Errors = append(rep.Errors, fmt.Sprintf("intent %s names save %s: left alone", p, in.ID))
+			d.sw.Fail(fmt.Errorf("intent %s names save %s: left alone", p, in.ID))
 			continue
 		}
-		if s.alive(o) {
-			named[in.Image] = true
+		if d.s.alive(o) {
+			d.named[in.Image] = true
 			if in.Replaces != nil {
-				named[in.Replaces.Image] = true
+				d.named[in.Replaces.Image] = true
 			}
 			continue
 		}
-		dead = append(dead, intentFile{p, in})
-		if in.Replaces != nil && !named[in.Replaces.Image] {
-			replaced[in.Replaces.Image] = true
+		d.dead = append(d.dead, intentFile{p, in})
+		if in.Replaces != nil && !d.named[in.Replaces.Image] {
+			d.replaced[in.Replaces.Image] = true
 		}
 	}
-	remove := func(l Leftover) {
-		if !act {
-			rep.Removed = append(rep.Removed, l)
-			return
-		}
-		if err := os.Remove(l.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			rep.Errors = append(rep.Errors, err.Error())
-			return
-		}
-		rep.Removed = append(rep.Removed, l)
-	}
-	old := func(e fs.DirEntry) bool {
+}
+
+// sweepFile judges a file of the directory by its name: an image no
+// record names, a record being written, a first version's leftover.
+func (d *dirSweep) sweepFile(e fs.DirEntry) {
+	n := e.Name()
+	p := filepath.Join(d.dir, n)
+	old := func() bool {
 		fi, err := e.Info()
 		return err == nil && time.Since(fi.ModTime()) > legacyAge
 	}
-	for _, e := range ents {
-		n := e.Name()
-		p := filepath.Join(dir, n)
-		if !e.Type().IsRegular() {
-			continue
+	switch {
+	case strings.HasSuffix(n, ".qcow2") && !strings.HasPrefix(n, "."):
+		d.sweepImage(n, p, old)
+	case strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".json.tmp") || strings.HasSuffix(n, ".intent.tmp")):
+		if o, ok := store.TempOwner(n); ok && !d.s.alive(o) {
+			d.sw.Remove(p, Leftover{Path: p, What: "record being written", Owner: &o, Why: "its save's server (" + o.String() + ") is dead"})
 		}
-		switch {
-		case strings.HasSuffix(n, ".qcow2") && !strings.HasPrefix(n, "."):
-			if named[n] || slices.ContainsFunc(unreadable, func(name string) bool { return imageOf(n, name) }) {
-				continue
-			}
-			_, o, ok := idOf(n, ".qcow2")
-			switch {
-			case replaced[n]:
-				remove(Leftover{Path: p, What: "replaced image", Why: "a later save of its name committed and was killed before removing it"})
-			case ok && !s.alive(o):
-				remove(Leftover{Path: p, What: "partial image", Owner: &o, Why: "its save's server (" + o.String() + ") is dead and no record names it"})
-			case !ok && old(e):
-				remove(Leftover{Path: p, What: "partial image", Why: "no record names it, and it is older than " + legacyAge.String()})
-			}
-		case strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".json.tmp") || strings.HasSuffix(n, ".intent.tmp")):
-			suffix := ".json.tmp"
-			if strings.HasSuffix(n, ".intent.tmp") {
-				suffix = ".intent.tmp"
-			}
-			if _, o, ok := idOf(n, suffix); ok && !s.alive(o) {
-				remove(Leftover{Path: p, What: "record being written", Owner: &o, Why: "its save's server (" + o.String() + ") is dead"})
-			}
-		case strings.HasPrefix(n, ".") && strings.Contains(n, ".qcow2.tmp-"), // the first version's partial images
-			!strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp"): // and records
-			if old(e) {
-				remove(Leftover{Path: p, What: "partial image", Why: "left by a save of an older version, older than " + legacyAge.String()})
-			}
+	case strings.HasPrefix(n, ".") && strings.Contains(n, ".qcow2.tmp-"), // the first version's partial images
+		!strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp"): // and records
+		if old() {
+			d.sw.Remove(p, Leftover{Path: p, What: "partial image", Why: "left by a save of an older version, older than " + legacyAge.String()})
 		}
 	}
-	for _, d := range dead {
-		in := d.in
-		o := in.Owner
-		if slices.Contains(unreadable, in.Name) {
-			continue // which tag its record names cannot be told
-		}
-		var orphans []string
-		cur := byName[in.Name].Tag
-		for _, t := range []string{in.Tag, tagOf(in.Replaces)} {
-			if t != "" && t != cur {
-				orphans = append(orphans, t)
-			}
-		}
-		done := true
-		for _, drive := range in.Drives {
-			for _, tag := range orphans {
-				f, err := os.Open(drive)
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				if err != nil {
-					rep.Errors = append(rep.Errors, err.Error())
-					done = false
-					continue
-				}
-				_, has, err := hasTag(f, tag)
-				f.Close()
-				if err != nil {
-					rep.Errors = append(rep.Errors, fmt.Sprintf("drive %s: %v", drive, err))
-					done = false
-					continue
-				}
-				if !has {
-					continue
-				}
-				l := Leftover{Path: drive, What: "drive tag", Tag: tag, Owner: &o, Why: "written by a save whose server (" + o.String() + ") died; no record names it"}
-				if !act {
-					rep.Removed = append(rep.Removed, l)
-					continue
-				}
-				held, err := s.deleteDriveTag(drive, tag)
-				switch {
-				case held:
-					l.Held, l.Why = true, l.Why+"; a QEMU holds the drive: removed once it is free (the next start or boot), or with qemu-img snapshot -d "+tag+" "+drive
-					rep.Left = append(rep.Left, l)
-					done = false
-				case err != nil:
-					rep.Errors = append(rep.Errors, err.Error())
-					done = false
-				default:
-					rep.Removed = append(rep.Removed, l)
-				}
-			}
-		}
-		if done {
-			remove(Leftover{Path: d.path, What: "intent", Owner: &o, Why: "its save's server (" + o.String() + ") is dead; what it wrote is gone"})
+}
+
+// sweepImage judges the image n at p that no record may name.
+func (d *dirSweep) sweepImage(n, p string, old func() bool) {
+	if d.named[n] || slices.ContainsFunc(d.unreadable, func(name string) bool { return imageOf(n, name) }) {
+		return
+	}
+	_, _, o, ok := store.SplitName(n, ".qcow2")
+	switch {
+	case d.replaced[n]:
+		d.sw.Remove(p, Leftover{Path: p, What: "replaced image", Why: "a later save of its name committed and was killed before removing it"})
+	case ok && !d.s.alive(o):
+		d.sw.Remove(p, Leftover{Path: p, What: "partial image", Owner: &o, Why: "its save's server (" + o.String() + ") is dead and no record names it"})
+	case !ok && old():
+		d.sw.Remove(p, Leftover{Path: p, What: "partial image", Why: "no record names it, and it is older than " + legacyAge.String()})
+	}
+}
+
+// sweepIntent removes the tags a dead save wrote into its drives that no
+// record names, then, once none is left, its intent.
+func (d *dirSweep) sweepIntent(f intentFile) {
+	in := f.in
+	o := in.Owner
+	var orphans []string
+	cur := d.byName[in.Name].Tag
+	for _, t := range []string{in.Tag, tagOf(in.Replaces)} {
+		if t != "" && t != cur {
+			orphans = append(orphans, t)
 		}
 	}
-	slices.SortFunc(rep.Removed, func(a, b Leftover) int { return strings.Compare(a.Path+a.Tag, b.Path+b.Tag) })
+	done := true
+	for _, drive := range in.Drives {
+		for _, tag := range orphans {
+			done = d.sweepDriveTag(drive, tag, o) && done
+		}
+	}
+	if done {
+		d.sw.Remove(f.path, Leftover{Path: f.path, What: "intent", Owner: &o, Why: "its save's server (" + o.String() + ") is dead; what it wrote is gone"})
+	}
+}
+
+// sweepDriveTag removes tag, which the dead server o's save wrote, from
+// drive if it has it; done says the drive does not have it now.
+func (d *dirSweep) sweepDriveTag(drive, tag string, o names.Owner) (done bool) {
+	f, err := os.Open(drive)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		d.sw.Fail(err)
+		return false
+	}
+	_, has, err := hasTag(f, tag)
+	f.Close()
+	if err != nil {
+		d.sw.Fail(fmt.Errorf("drive %s: %v", drive, err))
+		return false
+	}
+	if !has {
+		return true
+	}
+	l := Leftover{Path: drive, What: "drive tag", Tag: tag, Owner: &o, Why: "written by a save whose server (" + o.String() + ") died; no record names it"}
+	if !d.sw.Act {
+		d.sw.Found(l)
+		return true
+	}
+	held, err := d.s.deleteDriveTag(drive, tag)
+	switch {
+	case held:
+		l.Held, l.Why = true, l.Why+"; a QEMU holds the drive: removed once it is free (the next start or boot), or with qemu-img snapshot -d "+tag+" "+drive
+		d.rep.Left = append(d.rep.Left, l)
+		return false
+	case err != nil:
+		d.sw.Fail(err)
+		return false
+	}
+	d.sw.Found(l)
+	return true
 }
 
 // imageOf tells whether file is an image of the snapshot name: NAME.qcow2

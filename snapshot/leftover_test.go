@@ -12,6 +12,8 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
+	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
 )
 
 func needQEMUImg(t *testing.T) {
@@ -56,16 +58,6 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
-func files(t *testing.T, dir string) []string {
-	t.Helper()
-	des, _ := os.ReadDir(dir)
-	var out []string
-	for _, d := range des {
-		out = append(out, d.Name())
-	}
-	return out
-}
-
 // What killed saves leave is judged by the owner its names carry: a dead
 // server's partial image, record temporary and intent go, with the tags
 // the intent wrote into a drive that no record names (through qemu-img,
@@ -78,7 +70,6 @@ func TestReapLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := names.Owner{PID: self.PID, StartTime: self.StartTime}
-	dead := names.Owner{PID: names.MaxPID, StartTime: 1} // no process has it
 	root := t.TempDir()
 	st := Store{Dir: filepath.Join(root, "store"), Owner: me}
 	dir := st.dir("/proj", "m1")
@@ -86,50 +77,11 @@ func TestReapLeftovers(t *testing.T) {
 	disk := filepath.Join(root, "disk.qcow2")
 	qemuImg(t, "create", "-q", "-f", "qcow2", disk, "1M")
 
-	idOld, idNew, idLive := dead.Tag()+"-1", dead.Tag()+"-2", me.Tag()+"-3"
-	// "c": a dead save replaced the old snapshot (committed), then was
-	// killed before removing the old image and tag.
-	for _, id := range []string{idOld, idNew} {
-		qemuImg(t, "create", "-q", "-f", "qcow2", filepath.Join(dir, imageName("c", id)), "1M")
-		qemuImg(t, "snapshot", "-c", tagFor("c", id), disk)
-	}
-	writeJSON(t, filepath.Join(dir, "c.json"), Meta{Name: "c", Tag: tagFor("c", idNew), ID: idNew, Image: imageName("c", idNew), Drives: []string{disk}})
-	writeJSON(t, filepath.Join(dir, intentName("c", idNew)), Intent{Name: "c", Part: Part{ID: idNew, Image: imageName("c", idNew), Tag: tagFor("c", idNew)},
-		Drives: []string{disk}, Replaces: &Part{ID: idOld, Image: imageName("c", idOld), Tag: tagFor("c", idOld)}, Owner: dead})
-	// "b": a dead first save killed half-way: its tag, its image, no record.
-	idB := dead.Tag() + "-4"
-	qemuImg(t, "snapshot", "-c", tagFor("b", idB), disk)
-	os.WriteFile(filepath.Join(dir, imageName("b", idB)), []byte("partial"), 0o600)
-	writeJSON(t, filepath.Join(dir, intentName("b", idB)), Intent{Name: "b", Part: Part{ID: idB, Image: imageName("b", idB), Tag: tagFor("b", idB)}, Drives: []string{disk}, Owner: dead})
-	os.WriteFile(filepath.Join(dir, recordTempName("b", idB)), []byte("{"), 0o600)
-	// "d": this server's save in progress.
-	os.WriteFile(filepath.Join(dir, imageName("d", idLive)), []byte("writing"), 0o600)
-	writeJSON(t, filepath.Join(dir, intentName("d", idLive)), Intent{Name: "d", Part: Part{ID: idLive, Image: imageName("d", idLive), Tag: tagFor("d", idLive)}, Owner: me})
-	// The first version's leftovers: judged by age.
-	os.WriteFile(filepath.Join(dir, ".e.qcow2.tmp-old"), nil, 0o600)
-	os.Chtimes(filepath.Join(dir, ".e.qcow2.tmp-old"), time.Now().Add(-time.Hour), time.Now().Add(-time.Hour))
-	os.WriteFile(filepath.Join(dir, ".e.qcow2.tmp-young"), nil, 0o600)
+	idNew, idLive, idB := writeKilledSaves(t, dir, disk, me)
 
 	// A QEMU holds the drive: its tags stay, reported.
 	if _, err := exec.LookPath("qemu-system-riscv64"); err == nil {
-		q := exec.Command("qemu-system-riscv64", "-S", "-nodefaults", "-display", "none", "-machine", "virt",
-			"-drive", "file="+disk+",format=qcow2,if=none,id=d0", "-device", "virtio-blk-device,drive=d0")
-		if err := q.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond)
-		rep, err := st.Reap()
-		q.Process.Kill() // the process this test started, by its handle
-		q.Wait()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(rep.Left) != 2 || !rep.Left[0].Held || !strings.Contains(rep.Left[0].Why, "qemu-img snapshot -d") {
-			t.Fatalf("with the drive held: left %+v", rep.Left)
-		}
-		if !slices.Contains(files(t, dir), intentName("b", idB)) {
-			t.Fatal("the intent went while its tag stayed")
-		}
+		checkHeldDrive(t, st, disk, store.IntentName("b", idB))
 	}
 	// Listing changes nothing.
 	list, err := st.Leftovers()
@@ -142,7 +94,7 @@ func TestReapLeftovers(t *testing.T) {
 	}
 	want := []string{".d." + idLive + ".intent", ".e.qcow2.tmp-young", "c.json", imageName("c", idNew), imageName("d", idLive)}
 	slices.Sort(want)
-	if got := files(t, dir); !slices.Equal(got, want) {
+	if got := storetest.Files(t, dir); !slices.Equal(got, want) {
 		t.Errorf("after the reap: %v\nwant %v", got, want)
 	}
 	if got := tags(t, disk); !slices.Equal(got, []string{tagFor("c", idNew)}) {
@@ -154,6 +106,64 @@ func TestReapLeftovers(t *testing.T) {
 	// Nothing more the second time.
 	if rep, _ := st.Reap(); len(rep.Removed) > 0 {
 		t.Errorf("a second reap removed %+v", rep.Removed)
+	}
+}
+
+// writeKilledSaves writes into dir, and into the drive disk, what saves
+// left: of a dead server, one killed after it replaced "c" and one killed
+// half-way through a first save of "b"; of the live server me, a save of
+// "d" in progress; and the first version's leftovers, one old and one
+// young. It returns the ids of c's new save, d's and b's.
+func writeKilledSaves(t *testing.T, dir, disk string, me names.Owner) (idNew, idLive, idB string) {
+	t.Helper()
+	dead := storetest.Dead
+	idOld, idNew, idLive := dead.Tag()+"-1", dead.Tag()+"-2", me.Tag()+"-3"
+	// "c": a dead save replaced the old snapshot (committed), then was
+	// killed before removing the old image and tag.
+	for _, id := range []string{idOld, idNew} {
+		qemuImg(t, "create", "-q", "-f", "qcow2", filepath.Join(dir, imageName("c", id)), "1M")
+		qemuImg(t, "snapshot", "-c", tagFor("c", id), disk)
+	}
+	writeJSON(t, filepath.Join(dir, "c.json"), Meta{Name: "c", Tag: tagFor("c", idNew), ID: idNew, Image: imageName("c", idNew), Drives: []string{disk}})
+	writeJSON(t, filepath.Join(dir, store.IntentName("c", idNew)), Intent{Name: "c", Part: Part{ID: idNew, Image: imageName("c", idNew), Tag: tagFor("c", idNew)},
+		Drives: []string{disk}, Replaces: &Part{ID: idOld, Image: imageName("c", idOld), Tag: tagFor("c", idOld)}, Owner: dead})
+	// "b": a dead first save killed half-way: its tag, its image, no record.
+	idB = dead.Tag() + "-4"
+	qemuImg(t, "snapshot", "-c", tagFor("b", idB), disk)
+	os.WriteFile(filepath.Join(dir, imageName("b", idB)), []byte("partial"), 0o600)
+	writeJSON(t, filepath.Join(dir, store.IntentName("b", idB)), Intent{Name: "b", Part: Part{ID: idB, Image: imageName("b", idB), Tag: tagFor("b", idB)}, Drives: []string{disk}, Owner: dead})
+	os.WriteFile(filepath.Join(dir, store.RecordTemp("b", idB)), []byte("{"), 0o600)
+	// "d": this server's save in progress.
+	os.WriteFile(filepath.Join(dir, imageName("d", idLive)), []byte("writing"), 0o600)
+	writeJSON(t, filepath.Join(dir, store.IntentName("d", idLive)), Intent{Name: "d", Part: Part{ID: idLive, Image: imageName("d", idLive), Tag: tagFor("d", idLive)}, Owner: me})
+	// The first version's leftovers: judged by age.
+	os.WriteFile(filepath.Join(dir, ".e.qcow2.tmp-old"), nil, 0o600)
+	os.Chtimes(filepath.Join(dir, ".e.qcow2.tmp-old"), time.Now().Add(-time.Hour), time.Now().Add(-time.Hour))
+	os.WriteFile(filepath.Join(dir, ".e.qcow2.tmp-young"), nil, 0o600)
+	return idNew, idLive, idB
+}
+
+// checkHeldDrive reaps while a QEMU holds the drive disk: the tags in it
+// stay, reported, and so does the intent that names them.
+func checkHeldDrive(t *testing.T, st Store, disk, intent string) {
+	t.Helper()
+	q := exec.Command("qemu-system-riscv64", "-S", "-nodefaults", "-display", "none", "-machine", "virt",
+		"-drive", "file="+disk+",format=qcow2,if=none,id=d0", "-device", "virtio-blk-device,drive=d0")
+	if err := q.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	rep, err := st.Reap()
+	q.Process.Kill() // the process this test started, by its handle
+	q.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Left) != 2 || !rep.Left[0].Held || !strings.Contains(rep.Left[0].Why, "qemu-img snapshot -d") {
+		t.Fatalf("with the drive held: left %+v", rep.Left)
+	}
+	if !slices.Contains(storetest.Files(t, st.dir("/proj", "m1")), intent) {
+		t.Fatal("the intent went while its tag stayed")
 	}
 }
 

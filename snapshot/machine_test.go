@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -236,26 +237,17 @@ func TestCheckName(t *testing.T) {
 	}
 }
 
-// A save id carries its server, so that a leftover says by its name alone
-// whether its save may still run.
+// A save's image and intent carry its id, and so its server, so that a
+// leftover says by its name alone whether its save may still run.
 func TestSaveIDs(t *testing.T) {
 	id := "1234-5678-abc"
-	o, ok := parseID(id)
-	if !ok || o.PID != 1234 || o.StartTime != 5678 {
-		t.Fatalf("parseID(%q) = %+v %v", id, o, ok)
+	if name, got, o, ok := store.SplitName(imageName("my.snap", id), ".qcow2"); !ok || name != "my.snap" || got != id || o.PID != 1234 || o.StartTime != 5678 {
+		t.Errorf("the image's name: %q %q %+v %v", name, got, o, ok)
 	}
-	for _, bad := range []string{"", "1-2", "0-1-a", "01-2-a", "1-0-a", "1-2-", "1-2-!", "x-2-a", "1-2-3-4"} {
-		if _, ok := parseID(bad); ok {
-			t.Errorf("parseID(%q) accepted", bad)
-		}
+	if name, got, _, ok := store.SplitName(store.IntentName("a", id), ".intent"); !ok || name != "a" || got != id {
+		t.Errorf("the intent's name: %q %q %v", name, got, ok)
 	}
-	if got, o, ok := idOf(imageName("my.snap", id), ".qcow2"); !ok || got != id || o.PID != 1234 {
-		t.Errorf("idOf(image) = %q %+v %v", got, o, ok)
-	}
-	if got, _, ok := idOf(intentName("a", id), ".intent"); !ok || got != id {
-		t.Errorf("idOf(intent) = %q %v", got, ok)
-	}
-	if _, _, ok := idOf("a.qcow2", ".qcow2"); ok {
+	if _, _, _, ok := store.SplitName("a.qcow2", ".qcow2"); ok {
 		t.Errorf("a first-version image has no id")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
@@ -127,24 +128,13 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err := CheckName(name); err != nil {
 		return Meta{}, err
 	}
-	log := s.logger().With("snapshot", name)
 	disks, err := Disks(ctx, mon)
 	if err != nil {
 		return Meta{}, fmt.Errorf("save snapshot: list the drives: %w", err)
 	}
-	var nodes, kept []string
-	for _, d := range disks {
-		if d.ReadOnly {
-			continue
-		}
-		path := drivePaths[d.Device]
-		if path == "" {
-			path = d.File
-		}
-		if d.Format != "qcow2" {
-			return Meta{}, fmt.Errorf("save snapshot: %w", &DriveFormatError{Device: d.Device, Path: path, Format: d.Format})
-		}
-		nodes, kept = append(nodes, d.Node), append(kept, path)
+	nodes, kept, err := writableDrives(disks, drivePaths)
+	if err != nil {
+		return Meta{}, fmt.Errorf("save snapshot: %w", err)
 	}
 	dir := s.dir(root, m.Hash())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -155,168 +145,258 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 		return Meta{}, fmt.Errorf("save snapshot %q: wait for another save of this machine: %w", name, err)
 	}
 	defer unlock()
-	id := newID(s.owner())
-	tag := tagFor(name, id)
-	image := filepath.Join(dir, imageName(name, id))
-	intent := Intent{Name: name, Part: Part{ID: id, Image: filepath.Base(image), Tag: tag}, Drives: kept, Owner: s.owner()}
-	if old, err := read(s.recordPath(root, m.Hash(), name)); err == nil {
-		intent.Replaces = &Part{ID: old.ID, Image: old.Image, Tag: old.Tag}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return Meta{}, fmt.Errorf("save snapshot %q: read the snapshot it replaces: %w", name, err)
-	}
-	fail := func(step string, err error) (Meta, error) {
-		err = fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
-		if free, ok := freeSpace(dir); ok && free < 64<<20 {
-			err = fmt.Errorf("%w (%w)", err, &LowSpaceError{Dir: s.Dir, Free: free})
-		}
-		if intent.Replaces != nil {
-			err = fmt.Errorf("%w; the snapshot %q saved before is unchanged", err, name)
-		}
+	sv, err := s.beginSave(ctx, mon, dir, s.recordPath(root, m.Hash(), name), name, nodes, kept)
+	if err != nil {
 		return Meta{}, err
 	}
-	step := func(what string) { log.Debug("snapshot save", "step", what, "id", id) }
-	intentPath, err := writeIntent(dir, intent)
-	if err != nil {
-		return fail("begin", err)
+	defer sv.undo()
+	defer sv.detach()
+	if err := sv.createImage(); err != nil {
+		return Meta{}, err
 	}
-	step("intent")
-	committed, wroteTags := false, false
-	defer func() {
-		if committed {
-			return
-		}
-		// Undo what this save wrote; the older snapshot was not touched.
-		// If that fails too, the intent stays for the reaper.
-		var errs []error
-		if wroteTags {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			errs = append(errs, deleteTagIfPresent(dctx, mon, tag, nodes))
-			cancel()
-		}
-		if err := os.Remove(image); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		if err := errors.Join(errs...); err != nil {
-			log.Warn("undo a failed snapshot save: the reaper finishes it", "id", id, "err", err)
-			return
-		}
-		os.Remove(intentPath)
-	}()
-	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	mtime, err := sv.saveState()
 	if err != nil {
-		return fail("create its image", err)
+		return Meta{}, err
+	}
+	meta := Meta{Name: name, Project: filepath.Clean(root), Machine: m, Tag: sv.intent.Tag, QEMU: qemuVersion, Drives: kept, Mtime: mtime,
+		ID: sv.intent.ID, Image: sv.intent.Image, Path: sv.image}
+	if err := sv.commit(meta); err != nil {
+		return Meta{}, err
+	}
+	return sv.finish()
+}
+
+// save is one save's transaction (see Save): what it wrote so far, for
+// the steps that follow and for the undo of a failure.
+type save struct {
+	s   Store
+	ctx context.Context
+	mon *qmp.Monitor
+	log *slog.Logger
+	// dir is the machine directory, record the name's record there,
+	// image the new image's path.
+	dir, record, image string
+	// nodes are the writable drives' nodes, which get the save's tag.
+	nodes      []string
+	intent     Intent
+	intentPath string
+	// attached are the nodes of the image attached to the guest.
+	attached []string
+	// wroteTags: the drives may hold the save's tag; committed: the
+	// record names the new snapshot, which is the name's from then on.
+	wroteTags, committed bool
+}
+
+// writableDrives are the nodes and host files (by drivePaths, else as
+// QEMU names them) of the guest's writable drives, which all must be
+// qcow2 to hold their part of a snapshot.
+func writableDrives(disks []Disk, drivePaths map[string]string) (nodes, paths []string, err error) {
+	for _, d := range disks {
+		if d.ReadOnly {
+			continue
+		}
+		path := drivePaths[d.Device]
+		if path == "" {
+			path = d.File
+		}
+		if d.Format != "qcow2" {
+			return nil, nil, &DriveFormatError{Device: d.Device, Path: path, Format: d.Format}
+		}
+		nodes, paths = append(nodes, d.Node), append(paths, path)
+	}
+	return nodes, paths, nil
+}
+
+// beginSave names the save's parts and writes its intent, which names
+// them and the snapshot of the name it replaces (its record at record).
+func (s Store) beginSave(ctx context.Context, mon *qmp.Monitor, dir, record, name string, nodes, drives []string) (*save, error) {
+	id := store.NewID(s.owner())
+	sv := &save{s: s, ctx: ctx, mon: mon, log: store.Logger(s.Logger).With("snapshot", name), dir: dir, record: record,
+		image: filepath.Join(dir, imageName(name, id)), nodes: nodes}
+	sv.intent = Intent{Name: name, Part: Part{ID: id, Image: imageName(name, id), Tag: tagFor(name, id)}, Drives: drives, Owner: s.owner()}
+	if old, err := read(record); err == nil {
+		sv.intent.Replaces = &Part{ID: old.ID, Image: old.Image, Tag: old.Tag}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("save snapshot %q: read the snapshot it replaces: %w", name, err)
+	}
+	var err error
+	if sv.intentPath, err = writeIntent(dir, sv.intent); err != nil {
+		return nil, sv.fail("begin", err)
+	}
+	sv.step("intent")
+	return sv, nil
+}
+
+// fail is the error of the failed step; it says when the store is short
+// of space, and that the older snapshot is unchanged.
+func (sv *save) fail(step string, err error) error {
+	name := sv.intent.Name
+	err = fmt.Errorf("save snapshot %q: %s: %w", name, step, err)
+	if free, ok := freeSpace(sv.dir); ok && free < 64<<20 {
+		err = fmt.Errorf("%w (%w)", err, &LowSpaceError{Dir: sv.s.Dir, Free: free})
+	}
+	if sv.intent.Replaces != nil {
+		err = fmt.Errorf("%w; the snapshot %q saved before is unchanged", err, name)
+	}
+	return err
+}
+
+// step logs a step done (a test kills the save at each).
+func (sv *save) step(what string) { sv.log.Debug("snapshot save", "step", what, "id", sv.intent.ID) }
+
+// undo removes what an uncommitted save wrote; the older snapshot was not
+// touched. If that fails too, the intent stays for the reaper.
+func (sv *save) undo() {
+	if sv.committed {
+		return
+	}
+	var errs []error
+	if sv.wroteTags {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(sv.ctx), 30*time.Second)
+		errs = append(errs, deleteTagIfPresent(dctx, sv.mon, sv.intent.Tag, sv.nodes))
+		cancel()
+	}
+	if err := os.Remove(sv.image); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		sv.log.Warn("undo a failed snapshot save: the reaper finishes it", "id", sv.intent.ID, "err", err)
+		return
+	}
+	os.Remove(sv.intentPath)
+}
+
+// createImage creates the image and has QEMU format and open it.
+func (sv *save) createImage() error {
+	f, err := os.OpenFile(sv.image, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return sv.fail("create its image", err)
 	}
 	f.Close()
-	// Detach whatever this save attached, also on failure, and also when
-	// ctx has ended: the guest must not keep a node on a removed file.
-	var attached []string
-	detach := func() error {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		var errs []error
-		for i := len(attached) - 1; i >= 0; i-- {
-			if _, err := mon.Execute(dctx, "blockdev-del", map[string]any{"node-name": attached[i]}); err != nil {
-				errs = append(errs, err)
-			}
+	if _, err := sv.mon.Execute(sv.ctx, "blockdev-add", map[string]any{"driver": "file", "node-name": saveFileNode, "filename": sv.image}); err != nil {
+		return sv.fail("attach its image", err)
+	}
+	sv.attached = append(sv.attached, saveFileNode)
+	if err := sv.mon.RunJob(sv.ctx, "blockdev-create", map[string]any{"options": map[string]any{"driver": "qcow2", "file": saveFileNode, "size": stateImageSize}}); err != nil {
+		return sv.fail("format its image", err)
+	}
+	if _, err := sv.mon.Execute(sv.ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": saveNode, "file": saveFileNode}); err != nil {
+		return sv.fail("open its image", err)
+	}
+	sv.attached = append(sv.attached, saveNode)
+	sv.step("image")
+	return nil
+}
+
+// detach detaches whatever the save attached, also on failure, and also
+// when its context has ended: the guest must not keep a node on a removed
+// file.
+func (sv *save) detach() error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(sv.ctx), 10*time.Second)
+	defer cancel()
+	var errs []error
+	for i := len(sv.attached) - 1; i >= 0; i-- {
+		if _, err := sv.mon.Execute(dctx, "blockdev-del", map[string]any{"node-name": sv.attached[i]}); err != nil {
+			errs = append(errs, err)
 		}
-		attached = nil
-		return errors.Join(errs...)
 	}
-	defer detach()
-	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "file", "node-name": saveFileNode, "filename": image}); err != nil {
-		return fail("attach its image", err)
-	}
-	attached = append(attached, saveFileNode)
-	if err := mon.RunJob(ctx, "blockdev-create", map[string]any{"options": map[string]any{"driver": "qcow2", "file": saveFileNode, "size": stateImageSize}}); err != nil {
-		return fail("format its image", err)
-	}
-	if _, err := mon.Execute(ctx, "blockdev-add", map[string]any{"driver": "qcow2", "node-name": saveNode, "file": saveFileNode}); err != nil {
-		return fail("open its image", err)
-	}
-	attached = append(attached, saveNode)
-	step("image")
-	// QEMU (up to 10.1) does not save the RISC-V timer's offset: the
-	// guest is stopped to read mtime where the state is saved (the clock
-	// stands still while it is stopped), so that a load can set it back.
-	running, err := mon.Running(ctx)
+	sv.attached = nil
+	return errors.Join(errs...)
+}
+
+// saveState saves the machine state into the image and the drives'
+// contents under the save's tag, and returns the guest's mtime at the
+// save. QEMU (up to 10.1) does not save the RISC-V timer's offset: the
+// guest is stopped to read mtime where the state is saved (the clock
+// stands still while it is stopped), so that a load can set it back; it
+// runs on afterwards, whatever happened.
+func (sv *save) saveState() (uint64, error) {
+	running, err := sv.mon.Running(sv.ctx)
 	if err != nil {
-		return fail("ask whether the guest runs", err)
+		return 0, sv.fail("ask whether the guest runs", err)
 	}
 	resume := func() {}
 	if running {
-		if _, err := mon.Execute(ctx, "stop", nil); err != nil {
-			return fail("pause the guest", err)
+		if _, err := sv.mon.Execute(sv.ctx, "stop", nil); err != nil {
+			return 0, sv.fail("pause the guest", err)
 		}
 		var once sync.Once
 		resume = func() {
 			once.Do(func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(sv.ctx), 10*time.Second)
 				defer cancel()
-				_, _ = mon.Execute(cctx, "cont", nil)
+				_, _ = sv.mon.Execute(cctx, "cont", nil)
 			})
 		}
 		defer resume()
 	}
-	mtime, err := ReadMtime(ctx, mon)
+	mtime, err := ReadMtime(sv.ctx, sv.mon)
 	if err != nil {
-		return fail("read the guest's timer", err)
+		return 0, sv.fail("read the guest's timer", err)
 	}
-	wroteTags = len(nodes) > 0
-	if err := mon.RunJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": saveNode, "devices": append([]string{saveNode}, nodes...)}); err != nil {
-		return fail("save", err)
+	sv.wroteTags = len(sv.nodes) > 0
+	if err := sv.mon.RunJob(sv.ctx, "snapshot-save", map[string]any{"tag": sv.intent.Tag, "vmstate": saveNode, "devices": append([]string{saveNode}, sv.nodes...)}); err != nil {
+		return 0, sv.fail("save", err)
 	}
 	resume() // the rest does not need the guest paused
-	step("saved")
-	// Closed, synced and checked before it is named: a record never names
-	// an image that is not whole.
-	if err := detach(); err != nil {
-		return fail("close its image", err)
+	sv.step("saved")
+	return mtime, nil
+}
+
+// commit closes, syncs and checks the image, then writes the record meta:
+// a record never names an image that is not whole, and from the record's
+// rename on the snapshot is the name's.
+func (sv *save) commit(meta Meta) error {
+	if err := sv.detach(); err != nil {
+		return sv.fail("close its image", err)
 	}
-	if err := syncFile(image); err != nil {
-		return fail("write its image to disk", err)
+	if err := store.SyncFile(sv.image); err != nil {
+		return sv.fail("write its image to disk", err)
 	}
-	meta := Meta{Name: name, Project: filepath.Clean(root), Machine: m, Tag: tag, Created: time.Now().UTC(), QEMU: qemuVersion,
-		Drives: kept, Mtime: mtime, ID: id, Image: filepath.Base(image), Path: image}
-	if fi, err := os.Stat(image); err == nil {
+	meta.Created = time.Now().UTC()
+	if fi, err := os.Stat(sv.image); err == nil {
 		meta.ImageSize = fi.Size()
 	}
 	if err := Verify(meta); err != nil {
-		return fail("check what it wrote", err)
+		return sv.fail("check what it wrote", err)
 	}
-	step("synced")
+	sv.step("synced")
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
-		return fail("record", err)
+		return sv.fail("record", err)
 	}
-	recPath := s.recordPath(root, m.Hash(), name)
-	if err := writeDurable(recPath, filepath.Join(dir, recordTempName(name, id)), b); err != nil {
-		return fail("record", err)
+	if err := store.WriteRecord(sv.dir, meta.Name, meta.ID, b, true); err != nil {
+		return sv.fail("record", err)
 	}
-	committed = true
-	step("committed")
-	// The new snapshot is the name's now; the older one goes.
-	if old := intent.Replaces; old != nil {
+	sv.committed = true
+	sv.step("committed")
+	return nil
+}
+
+// finish removes the snapshot the save replaced, its image and its tag in
+// the drives, then the intent, and returns the new snapshot. What it
+// cannot remove, the intent left names for the reaper.
+func (sv *save) finish() (Meta, error) {
+	if old := sv.intent.Replaces; old != nil {
 		var errs []error
-		if err := os.Remove(filepath.Join(dir, old.Image)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(sv.dir, old.Image)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
-		step("old image removed")
-		if len(nodes) > 0 && old.Tag != tag {
-			errs = append(errs, deleteTagIfPresent(ctx, mon, old.Tag, nodes))
+		sv.step("old image removed")
+		if len(sv.nodes) > 0 && old.Tag != sv.intent.Tag {
+			errs = append(errs, deleteTagIfPresent(sv.ctx, sv.mon, old.Tag, sv.nodes))
 		}
 		if err := errors.Join(errs...); err != nil {
-			// The new snapshot is whole; the intent stays so that the
-			// reaper removes the rest.
-			log.Warn("remove the snapshot this save replaced: the reaper finishes it", "err", err)
-			return read(recPath)
+			sv.log.Warn("remove the snapshot this save replaced: the reaper finishes it", "err", err)
+			return read(sv.record)
 		}
-		step("old tag removed")
+		sv.step("old tag removed")
 	}
-	if err := os.Remove(intentPath); err != nil {
-		log.Warn("remove a finished save's intent", "err", err)
+	if err := os.Remove(sv.intentPath); err != nil {
+		sv.log.Warn("remove a finished save's intent", "err", err)
 	}
-	step("done")
-	return read(recPath)
+	sv.step("done")
+	return read(sv.record)
 }
 
 // saving holds a token per machine directory while a save into it runs.
@@ -357,13 +437,6 @@ func deleteTagIfPresent(ctx context.Context, mon *qmp.Monitor, tag string, nodes
 		return err
 	}
 	return deleteTagFrom(ctx, mon, tag, disks, nodes)
-}
-
-func (s Store) logger() *slog.Logger {
-	if s.Logger != nil {
-		return s.Logger
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // Load loads the snapshot tag into the stopped guest behind mon: the

@@ -14,15 +14,17 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
+	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
 // saveSteps are the steps a save logs (see Store.Save), in order: a kill
@@ -198,13 +200,24 @@ func assertWhole(t *testing.T, st Store, root, disk, tag string, extra ...string
 	}
 	want := append([]string{"a.json", m.Image}, extra...)
 	slices.Sort(want)
-	if got := files(t, filepath.Dir(m.Path)); !slices.Equal(got, want) {
+	if got := storetest.Files(t, filepath.Dir(m.Path)); !slices.Equal(got, want) {
 		t.Errorf("store directory: %v, want %v", got, want)
 	}
 	if got := tags(t, disk); !slices.Equal(got, []string{tag}) {
 		t.Errorf("the drive's tags: %v, want [%s]", got, tag)
 	}
 	return m
+}
+
+// saveScene is a tiny guest with a writable qcow2 drive, and a store
+// whose saves call hook at each step.
+type saveScene struct {
+	ctx  context.Context
+	mon  *qmp.Monitor
+	st   Store
+	mach Machine
+	disk string
+	hook func(step, id string)
 }
 
 // A save commits as a whole: a second save of the name replaces the first
@@ -224,20 +237,39 @@ func TestSaveTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.m.Close()
-	mon := g.m.Monitor()
-	mach, err := Describe(g.cfg)
+	sc := &saveScene{ctx: ctx, mon: g.m.Monitor(), disk: disk}
+	if sc.mach, err = Describe(g.cfg); err != nil {
+		t.Fatal(err)
+	}
+	sc.st = Store{Dir: filepath.Join(dir, "store"), Logger: slog.New(stepHook{f: func(s, id string) {
+		if sc.hook != nil {
+			sc.hook(s, id)
+		}
+	}})}
+	second := checkSaveReplaces(t, sc)
+	checkFailedSaves(t, sc, second)
+
+	// A guest that was paused stays paused.
+	if _, err := sc.mon.Execute(ctx, "stop", nil); err != nil {
+		t.Fatal(err)
+	}
+	third, err := sc.st.Save(ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hook func(step, id string)
-	st := Store{Dir: filepath.Join(dir, "store"), Logger: slog.New(stepHook{f: func(s, id string) {
-		if hook != nil {
-			hook(s, id)
-		}
-	}})}
+	if running, err := sc.mon.Running(ctx); err != nil || running {
+		t.Errorf("a paused guest after the save: running %v, %v", running, err)
+	}
+	assertWhole(t, sc.st, "/proj", disk, third.Tag)
+}
+
+// checkSaveReplaces saves "a" twice, each time whole, the second replacing
+// the first; it returns the second.
+func checkSaveReplaces(t *testing.T, sc *saveScene) Meta {
+	t.Helper()
 	var steps []string
-	hook = func(s, _ string) { steps = append(steps, s) }
-	first, err := st.Save(ctx, mon, "/proj", mach, "a", "7.2.0", map[string]string{"drive0": disk})
+	sc.hook = func(s, _ string) { steps = append(steps, s) }
+	first, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", map[string]string{"drive0": sc.disk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,16 +277,16 @@ func TestSaveTransaction(t *testing.T) {
 	if want := []string{"intent", "image", "saved", "synced", "committed", "done"}; !slices.Equal(steps, want) {
 		t.Errorf("steps of a first save: %v, want %v", steps, want)
 	}
-	if first.QEMU != "7.2.0" || !slices.Equal(first.Drives, []string{disk}) || first.Mtime == 0 || first.Size == 0 || first.ImageSize == 0 {
+	if first.QEMU != "7.2.0" || !slices.Equal(first.Drives, []string{sc.disk}) || first.Mtime == 0 || first.Size == 0 || first.ImageSize == 0 {
 		t.Errorf("record: %+v", first)
 	}
-	assertWhole(t, st, "/proj", disk, first.Tag)
-	if running, err := mon.Running(ctx); err != nil || !running {
+	assertWhole(t, sc.st, "/proj", sc.disk, first.Tag)
+	if running, err := sc.mon.Running(sc.ctx); err != nil || !running {
 		t.Errorf("the guest after the save: running %v, %v", running, err)
 	}
 
 	steps = nil
-	second, err := st.Save(ctx, mon, "/proj", mach, "a", "7.2.0", map[string]string{"drive0": disk})
+	second, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", map[string]string{"drive0": sc.disk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,64 +296,57 @@ func TestSaveTransaction(t *testing.T) {
 	if second.Tag == first.Tag || second.Image == first.Image {
 		t.Fatalf("the second save reused the first's parts: %+v", second)
 	}
-	assertWhole(t, st, "/proj", disk, second.Tag)
+	assertWhole(t, sc.st, "/proj", sc.disk, second.Tag)
+	return second
+}
 
+// checkFailedSaves has saves fail, after the drive's tag, by a cancel, by
+// a bad name: each leaves the snapshot saved before, current, whole.
+func checkFailedSaves(t *testing.T, sc *saveScene, current Meta) {
+	t.Helper()
 	// A save that fails after writing the drive's tag: the record cannot
 	// be written (its temporary file is taken).
 	var blocker string
-	hook = func(s, id string) {
+	sc.hook = func(s, id string) {
 		if s == "synced" {
-			blocker = filepath.Join(filepath.Dir(second.Path), recordTempName("a", id))
+			blocker = filepath.Join(filepath.Dir(current.Path), store.RecordTemp("a", id))
 			writeFile(t, blocker, "")
 		}
 	}
-	_, err = st.Save(ctx, mon, "/proj", mach, "a", "7.2.0", nil)
+	_, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil)
 	if err == nil || !strings.Contains(err.Error(), `save snapshot "a": record: `) || !strings.HasSuffix(err.Error(), `; the snapshot "a" saved before is unchanged`) {
 		t.Fatalf("a save whose record cannot be written: %v", err)
 	}
-	assertWhole(t, st, "/proj", disk, second.Tag, filepath.Base(blocker))
+	assertWhole(t, sc.st, "/proj", sc.disk, current.Tag, filepath.Base(blocker))
 	os.Remove(blocker)
 
 	// A cancelled save: undone, and the guest runs on.
-	sctx, scancel := context.WithCancel(ctx)
-	hook = func(s, _ string) {
+	sctx, scancel := context.WithCancel(sc.ctx)
+	sc.hook = func(s, _ string) {
 		if s == "image" {
 			scancel()
 		}
 	}
-	if _, err := st.Save(sctx, mon, "/proj", mach, "a", "7.2.0", nil); !errors.Is(err, context.Canceled) {
+	if _, err := sc.st.Save(sctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled save: %v", err)
 	}
-	hook = nil
-	assertWhole(t, st, "/proj", disk, second.Tag)
-	if running, err := mon.Running(ctx); err != nil || !running {
+	sc.hook = nil
+	assertWhole(t, sc.st, "/proj", sc.disk, current.Tag)
+	if running, err := sc.mon.Running(sc.ctx); err != nil || !running {
 		t.Errorf("the guest after a cancelled save: running %v, %v", running, err)
 	}
-	raw, err := mon.Execute(ctx, "query-named-block-nodes", nil)
+	raw, err := sc.mon.Execute(sc.ctx, "query-named-block-nodes", nil)
 	if err != nil || strings.Contains(string(raw), saveNode) || strings.Contains(string(raw), saveFileNode) {
 		t.Errorf("the save's nodes after it was cancelled: %v %s", err, raw)
 	}
-	if rep, err := st.Leftovers(); err != nil || len(rep.Removed)+len(rep.Left)+len(rep.Errors)+len(rep.Broken) > 0 {
+	if rep, err := sc.st.Leftovers(); err != nil || len(rep.Removed)+len(rep.Left)+len(rep.Errors)+len(rep.Broken) > 0 {
 		t.Errorf("leftovers of saves that failed: %+v %v", rep, err)
 	}
 
-	if _, err := st.Save(ctx, mon, "/proj", mach, "bad name", "7.2.0", nil); err == nil || !strings.Contains(err.Error(), "1 to 64 letters") {
+	if _, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "bad name", "7.2.0", nil); err == nil || !strings.Contains(err.Error(), "1 to 64 letters") {
 		t.Errorf("a bad name: %v", err)
 	}
-	assertWhole(t, st, "/proj", disk, second.Tag)
-
-	// A guest that was paused stays paused.
-	if _, err := mon.Execute(ctx, "stop", nil); err != nil {
-		t.Fatal(err)
-	}
-	third, err := st.Save(ctx, mon, "/proj", mach, "a", "7.2.0", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if running, err := mon.Running(ctx); err != nil || running {
-		t.Errorf("a paused guest after the save: running %v, %v", running, err)
-	}
-	assertWhole(t, st, "/proj", disk, third.Tag)
+	assertWhole(t, sc.st, "/proj", sc.disk, current.Tag)
 }
 
 // A server killed at any step of a save that replaces a snapshot: once the
@@ -341,110 +366,117 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 			dir := shortDir(t)
 			disk := newDisk(t, dir)
 			st := Store{Dir: filepath.Join(dir, "store")}
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{step, st.Dir, "/proj", disk, bin, dir}, "|"))
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			// A child that hangs is killed (the process this test
-			// started), and the test says so.
-			var hung atomic.Bool
-			guard := time.AfterFunc(60*time.Second, func() {
-				hung.Store(true)
-				cmd.Process.Kill()
-			})
-			defer guard.Stop()
-			var qemuID proc.Identity
-			var oldTag string
-			var mu sync.Mutex
-			read := make(chan struct{})
-			go func() {
-				defer close(read)
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					f := strings.Fields(sc.Text())
-					mu.Lock()
-					switch {
-					case len(f) == 3 && f[0] == "qemu":
-						qemuID.PID, _ = strconv.Atoi(f[1])
-						qemuID.StartTime, _ = strconv.ParseUint(f[2], 10, 64)
-					case len(f) == 2 && f[0] == "old":
-						oldTag = f[1]
-					}
-					mu.Unlock()
-				}
-				io.Copy(io.Discard, out)
-			}()
-			<-read
-			err = cmd.Wait()
-			var ee *exec.ExitError
-			if hung.Load() {
-				t.Fatalf("the saving server hung before step %q: %s", step, stderr.String())
-			}
-			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("the saving server was not killed at %q: %v\n%s", step, err, stderr.String())
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if qemuID.PID == 0 || oldTag == "" {
-				t.Fatalf("the child did not report its QEMU and first save: %q", stderr.String())
-			}
-			// QEMU dies with its server (its parent-death signal). Its
-			// files close when its last thread has exited: a zombie
-			// leader may still wait for a thread in a write.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				live, _, err := proc.Check(qemuID)
-				if err == nil && (live == proc.Gone || live == proc.Reused || live == proc.Zombie && threads(qemuID.PID) <= 1) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("QEMU %d outlived its killed server", qemuID.PID)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-
-			// The next server reaps what the save left.
-			rep, err := st.Reap()
-			if err != nil || len(rep.Errors) > 0 || len(rep.Left) > 0 || len(rep.Broken) > 0 {
-				t.Fatalf("reap after a kill at %q: %+v %v", step, rep, err)
-			}
-			list, _ := st.List("/proj")
-			if len(list) != 1 {
-				t.Fatalf("after a kill at %q: %d snapshots named a", step, len(list))
-			}
-			want := oldTag
-			switch k := slices.Index(saveSteps, step); {
-			case k < 0: // a delayed kill: either, whole
-				want = list[0].Tag
-			case k >= slices.Index(saveSteps, "committed"):
-				want = list[0].Tag
-				if want == oldTag {
-					t.Errorf("killed at %q, after the record switched: the name still holds the old snapshot", step)
-				}
-			}
-			assertWhole(t, st, "/proj", disk, want)
-			// The drive QEMU was writing is consistent (clusters a
-			// killed save allocated may leak: harmless).
-			if out, err := exec.Command("qemu-img", "check", disk).CombinedOutput(); err != nil {
-				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
-					t.Errorf("qemu-img check of the drive after a kill at %q: %v\n%s", step, err, out)
-				}
-			}
-			var what []string
-			for _, l := range rep.Removed {
-				what = append(what, l.What)
-			}
-			t.Logf("killed at %q: reaped %v", step, what)
-			if rep, _ := st.Reap(); len(rep.Removed) > 0 {
-				t.Errorf("a second reap removed %+v", rep.Removed)
-			}
+			qemuID, oldTag := runKilledSave(t, step, strings.Join([]string{step, st.Dir, "/proj", disk, bin, dir}, "|"))
+			waitGone(t, qemuID)
+			checkReapedAfterKill(t, st, disk, step, oldTag)
 		})
+	}
+}
+
+// runKilledSave runs saveChild with spec, which kills itself at step, and
+// returns what it reported: its QEMU and the tag of the snapshot its
+// killed save replaced.
+func runKilledSave(t *testing.T, step, spec string) (qemuID proc.Identity, oldTag string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+spec)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// A child that hangs is killed (the process this test started), and
+	// the test says so.
+	var hung atomic.Bool
+	guard := time.AfterFunc(60*time.Second, func() {
+		hung.Store(true)
+		cmd.Process.Kill()
+	})
+	defer guard.Stop()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		switch f := strings.Fields(sc.Text()); {
+		case len(f) == 3 && f[0] == "qemu":
+			qemuID.PID, _ = strconv.Atoi(f[1])
+			qemuID.StartTime, _ = strconv.ParseUint(f[2], 10, 64)
+		case len(f) == 2 && f[0] == "old":
+			oldTag = f[1]
+		}
+	}
+	io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if hung.Load() {
+		t.Fatalf("the saving server hung before step %q: %s", step, stderr.String())
+	}
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the saving server was not killed at %q: %v\n%s", step, err, stderr.String())
+	}
+	if qemuID.PID == 0 || oldTag == "" {
+		t.Fatalf("the child did not report its QEMU and first save: %q", stderr.String())
+	}
+	return qemuID, oldTag
+}
+
+// waitGone waits for the QEMU of a killed server to die with it (its
+// parent-death signal). Its files close when its last thread has exited:
+// a zombie leader may still wait for a thread in a write.
+func waitGone(t *testing.T, qemuID proc.Identity) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		live, _, err := proc.Check(qemuID)
+		if err == nil && (live == proc.Gone || live == proc.Reused || live == proc.Zombie && threads(qemuID.PID) <= 1) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMU %d outlived its killed server", qemuID.PID)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkReapedAfterKill reaps what a save killed at step left, as the next
+// server does: the name then holds one snapshot whole, the old one
+// (oldTag) if the kill came before the record switched.
+func checkReapedAfterKill(t *testing.T, st Store, disk, step, oldTag string) {
+	t.Helper()
+	rep, err := st.Reap()
+	if err != nil || len(rep.Errors) > 0 || len(rep.Left) > 0 || len(rep.Broken) > 0 {
+		t.Fatalf("reap after a kill at %q: %+v %v", step, rep, err)
+	}
+	list, _ := st.List("/proj")
+	if len(list) != 1 {
+		t.Fatalf("after a kill at %q: %d snapshots named a", step, len(list))
+	}
+	want := oldTag
+	switch k := slices.Index(saveSteps, step); {
+	case k < 0: // a delayed kill: either, whole
+		want = list[0].Tag
+	case k >= slices.Index(saveSteps, "committed"):
+		want = list[0].Tag
+		if want == oldTag {
+			t.Errorf("killed at %q, after the record switched: the name still holds the old snapshot", step)
+		}
+	}
+	assertWhole(t, st, "/proj", disk, want)
+	// The drive QEMU was writing is consistent (clusters a killed save
+	// allocated may leak: harmless).
+	if out, err := exec.Command("qemu-img", "check", disk).CombinedOutput(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+			t.Errorf("qemu-img check of the drive after a kill at %q: %v\n%s", step, err, out)
+		}
+	}
+	var what []string
+	for _, l := range rep.Removed {
+		what = append(what, l.What)
+	}
+	t.Logf("killed at %q: reaped %v", step, what)
+	if rep, _ := st.Reap(); len(rep.Removed) > 0 {
+		t.Errorf("a second reap removed %+v", rep.Removed)
 	}
 }

@@ -69,7 +69,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
@@ -77,14 +77,11 @@ import (
 // one never touches a user's own snapshots in a drive.
 const TagPrefix = "qemu-mcp-"
 
-// CheckName accepts a snapshot name: letters, digits, '.', '_', '-', at
-// most 64, not starting with a punctuation mark.
-func CheckName(name string) error {
-	if !names.ValidUserName(name) {
-		return fmt.Errorf("snapshot name %q: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
-	}
-	return nil
-}
+// kind is what this store keeps, in its messages.
+const kind store.Kind = "snapshot"
+
+// CheckName accepts a snapshot name (see store.Kind.CheckName).
+func CheckName(name string) error { return kind.CheckName(name) }
 
 // File is a host file of the configuration, named by its path and known by
 // its content.
@@ -387,15 +384,7 @@ type Store struct {
 	Logger *slog.Logger
 }
 
-func (s Store) owner() names.Owner {
-	if s.Owner.PID > 0 {
-		return s.Owner
-	}
-	if id, err := proc.Self(); err == nil {
-		return names.Owner{PID: id.PID, StartTime: id.StartTime}
-	}
-	return names.Owner{PID: os.Getpid()}
-}
+func (s Store) owner() names.Owner { return store.Self(s.Owner) }
 
 func (s Store) dir(root, machineHash string) string {
 	return filepath.Join(s.Dir, names.Project(root), machineHash)
@@ -407,64 +396,35 @@ func (s Store) recordPath(root, machineHash, name string) string {
 
 // List returns the project's snapshots, newest first.
 func (s Store) List(root string) ([]Meta, error) {
-	pdir := filepath.Join(s.Dir, names.Project(root))
-	machines, err := os.ReadDir(pdir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	var out []Meta
+	var errs []error
+	err := store.Walk(filepath.Join(s.Dir, names.Project(root)), 1, nil, func(dir string) {
+		ms, err := records.In(dir)
+		out, errs = append(out, ms...), append(errs, err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	var out []Meta
-	for _, md := range machines {
-		if !md.IsDir() {
-			continue
-		}
-		ms, err := records(filepath.Join(pdir, md.Name()))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ms...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b Meta) int { return b.Created.Compare(a.Created) })
 	return out, nil
 }
 
 // records reads the records of a machine directory.
-func records(dir string) ([]Meta, error) {
-	files, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	var out []Meta
-	for _, f := range files {
-		name, ok := strings.CutSuffix(f.Name(), ".json")
-		if !ok || strings.HasPrefix(name, ".") || !f.Type().IsRegular() {
-			continue
-		}
-		m, err := read(filepath.Join(dir, f.Name()))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // replaced or deleted meanwhile
-		}
-		if err != nil {
-			// Listed, as what it is: a snapshot that cannot load.
-			m = Meta{Name: name, unreadable: err.Error(), record: filepath.Join(dir, f.Name())}
-		}
-		if m.Name == name {
-			out = append(out, m)
-		}
-	}
-	return out, nil
+var records = store.Reader[Meta]{Kind: kind, Read: read,
+	Name: func(m Meta) string { return m.Name },
+	// Listed, as what it is: a snapshot that cannot load.
+	Unreadable: func(name, path string, err error) Meta {
+		return Meta{Name: name, unreadable: err.Error(), record: path}
+	},
 }
 
 func read(metaPath string) (Meta, error) {
-	b, err := os.ReadFile(metaPath)
-	if err != nil {
-		return Meta{}, fmt.Errorf("read snapshot record: %w", err)
-	}
 	var m Meta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return Meta{}, fmt.Errorf("snapshot record %s: %w", metaPath, err)
+	if err := kind.ReadRecord(metaPath, &m); err != nil {
+		return Meta{}, err
 	}
 	if m.Image == "" {
 		m.Image = m.Name + ".qcow2"
@@ -476,7 +436,7 @@ func read(metaPath string) (Meta, error) {
 	m.record = metaPath
 	m.Size = 0
 	if fi, err := os.Stat(m.Path); err == nil {
-		m.Size = allocated(fi)
+		m.Size = store.Allocated(fi)
 	}
 	return m, nil
 }
@@ -530,7 +490,7 @@ func (s Store) Delete(m Meta) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		}
-		syncDir(filepath.Dir(rec))
+		durable.SyncDir(filepath.Dir(rec))
 		return err
 	}
 	// Only the record that names this image: a save may have replaced it.
@@ -543,7 +503,7 @@ func (s Store) Delete(m Meta) error {
 			errs = append(errs, err)
 		}
 	}
-	syncDir(filepath.Dir(m.Path))
+	durable.SyncDir(filepath.Dir(m.Path))
 	return errors.Join(errs...)
 }
 
@@ -551,50 +511,13 @@ func (s Store) Delete(m Meta) error {
 // what a killed save left is not a snapshot, and Reap removes it.
 func (s Store) Total() int64 {
 	var n int64
-	projects, _ := os.ReadDir(s.Dir)
-	for _, p := range projects {
-		if !p.IsDir() {
-			continue
+	store.Walk(s.Dir, 2, nil, func(dir string) {
+		ms, _ := records.In(dir)
+		for _, m := range ms {
+			n += m.Size
 		}
-		machines, _ := os.ReadDir(filepath.Join(s.Dir, p.Name()))
-		for _, md := range machines {
-			if !md.IsDir() {
-				continue
-			}
-			ms, _ := records(filepath.Join(s.Dir, p.Name(), md.Name()))
-			for _, m := range ms {
-				n += m.Size
-			}
-		}
-	}
+	})
 	return n
-}
-
-// allocated is the disk space a file takes (qcow2 images are sparse).
-func allocated(fi fs.FileInfo) int64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Blocks * 512
-	}
-	return fi.Size()
-}
-
-func writeDurable(path, tmp string, b []byte) error {
-	return durable.WriteFile(path, tmp, b, true)
-}
-
-func syncDir(dir string) error { return durable.SyncDir(dir) }
-
-// syncFile makes a file's contents durable.
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // CheckStage reports what would make Stage fail for a copy in dir, without
