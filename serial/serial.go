@@ -524,44 +524,14 @@ const idleFlushDelay = 10 * time.Millisecond
 // console by up to transcriptChunk for seconds.
 const flushMaxAge = 100 * time.Millisecond
 
-// drain copies the output FIFO into the buffer until stopped.
-//
-// QEMU's UART writes the pipe one byte per syscall, and the drain must
-// serve two kinds of output well: an echo or a prompt, where every
-// microsecond between the guest's write and the waiting call counts, and a
-// flood, where waking for each byte would cost the server a core that the
-// emulator needs. So it reads in one of two modes:
-//
-//   - Interactive (the default): it waits in the runtime's netpoller on an
-//     inotify watch of the FIFO, and reads the FIFO through a non-blocking
-//     descriptor outside the netpoller, with raw system calls (package
-//     rawio). The goroutine parks without holding a scheduler P, and its
-//     system calls skip the runtime's bookkeeping, which wakes the
-//     runtime's sysmon thread from its deep sleep; a woken sysmon polls
-//     every 20 us for a millisecond or more, on the core that the
-//     emulator's I/O thread needs while the guest echoes. (A goroutine in a blocking poll(2) holds its P in a
-//     system call, which sysmon retakes whenever the other P is busy, to
-//     the same effect.) The watch, rather than the FIFO in the netpoller,
-//     keeps the pipe unpolled, which makes each of QEMU's writes cheaper
-//     under a flood (see openWatch); where inotify cannot be had, or does
-//     not report the FIFO's writes, the drain waits on a second,
-//     non-blocking descriptor of the FIFO instead.
-//   - Flood: once more than burstBytes arrive within burstWindow, it
-//     closes the watch (or descriptor: the netpoller's edge-triggered
-//     epoll would wake a thread for every byte even while nobody reads)
-//     and naps, reading what the pipe gathered between naps (interrupt
-//     moderation): burstNap, doubling up to floodNap while the flood goes
-//     on. After floodQuiet without output it goes back to interactive.
-//
-// Where neither the watch nor a second descriptor can be had (no /proc),
-// the drain sleeps in poll(2) for both kinds (pollOnly).
-//
-// With a transcript, a read shorter than asked for emptied the pipe: the
-// guest may have paused. After idleFlushDelay of quiet the drain flushes
-// the transcript, which is thus current within about that long after the
-// guest goes quiet. It does not flush at once: nearly every read is
-// short, and a file write per read would double the drain's system calls.
-// During a flood the buffer writes the transcript in 64 KiB pieces anyway.
+// drain copies the output FIFO into the buffer until stopped. QEMU's UART
+// writes the pipe a byte per system call, and the drain serves an echo
+// (every microsecond counts) and a flood (waking per byte would take the
+// emulator's core) in two modes, interactive and flood; docs/architecture.md
+// ("The console's data path") says why each waits as it does. Where neither the inotify
+// watch nor a second descriptor can be had (no /proc), it sleeps in poll(2)
+// for both (pollOnly). With a transcript, it flushes after idleFlushDelay of
+// quiet, not after every short read: that would double its system calls.
 func (c *Console) drain() {
 	defer close(c.drainDone)
 	rc, err := c.out.f.SyscallConn()

@@ -29,8 +29,8 @@ var readers = map[string]reader{
 	// middle of a result past 10,000 tokens (counted as 40,000 bytes).
 	"codex-mcp-client": {structured: true},
 	// Copilot CLI: the text, a blank line, the JSON; a result over 20 KiB
-	// is saved to a file and its model gets a 500-character preview
-	// (measured with 1.0.102), so a page stays at 16 KiB (about 17,000
+	// is saved to a file and its model gets a 500-character preview, so
+	// a page stays at 16 KiB (about 17,000
 	// characters of JSON) and an answer at 16,000 characters.
 	"copilot-cli": {structured: true, page: 16 << 10, answer: 16000},
 }
