@@ -87,7 +87,11 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 		i.teardown(nil)
 	}()
 	b := &booting{i: i}
-	for _, s := range bootSteps() {
+	steps := bootSteps()
+	if i.mgr.steps != nil {
+		steps = i.mgr.steps(steps)
+	}
+	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
 			return b.rep, context.Cause(ctx)
 		}

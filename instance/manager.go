@@ -176,6 +176,8 @@ type Manager struct {
 
 	recs  *Recordings
 	locks *repoLocks
+	// steps, if set, changes a boot's steps (tests fail a boot at each).
+	steps func([]bootStep) []bootStep
 }
 
 type driveClaim struct {
