@@ -436,7 +436,7 @@ func (o *opener) drives(drives []qemu.Drive) ([]qemu.Option, error) {
 
 // shares opens the shared directories, each shared once, and names each
 // that has no tag.
-func (o *opener) shares(shares []profile.Share) ([]qemu.Option, error) {
+func (o *opener) shares(shares []qemu.Share) ([]qemu.Option, error) {
 	var opts []qemu.Option
 	tags := map[string]bool{}
 	for i, sh := range shares {

@@ -82,7 +82,7 @@ func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
 		p.Drives = append(p.Drives, qemu.Drive{Path: d.Path, Format: d.Format, ReadOnly: d.ReadOnly, Bus: d.Bus})
 	}
 	for _, sh := range mach.Shares {
-		p.Shares = append(p.Shares, profile.Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
+		p.Shares = append(p.Shares, qemu.Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
 	}
 	return p
 }

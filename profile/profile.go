@@ -44,7 +44,7 @@ type Profile struct {
 	SMP           int          `json:"smp,omitempty"`
 	Append        string       `json:"append,omitempty"`
 	Drives        []qemu.Drive `json:"drives,omitempty"`
-	Shares        []Share      `json:"shares,omitempty"`
+	Shares        []qemu.Share `json:"shares,omitempty"`
 	Network       string       `json:"network,omitempty"`
 	GPU           bool         `json:"gpu,omitempty"`
 	VirtioModern  bool         `json:"virtio_modern,omitempty"`
@@ -97,13 +97,6 @@ func LineOf(v any) (Line, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-// Share is a directory shared with the guest (qemu_boot's shares).
-type Share struct {
-	Path     string `json:"path"`
-	Tag      string `json:"tag,omitempty"`
-	Writable bool   `json:"writable,omitempty"`
 }
 
 // File is a parsed .qemu-mcp.json.

@@ -39,8 +39,9 @@ type Share struct {
 	// Path is the directory; like a drive's path it should be a key of
 	// Config.Files (the server's checked descriptor).
 	Path string `json:"path"`
-	// Tag is the mount tag the guest names it by.
-	Tag string `json:"tag"`
+	// Tag is the mount tag the guest names it by; a profile may leave it
+	// out (the boot names the share by its directory).
+	Tag string `json:"tag,omitempty"`
 	// Writable lets the guest write; a read-only share refuses writes
 	// in QEMU itself.
 	Writable bool `json:"writable,omitempty"`
@@ -49,6 +50,14 @@ type Share struct {
 	// symlinks and device nodes as metadata of plain host files, so
 	// nothing the guest creates becomes a host symlink or device node.
 	Model string `json:"-"`
+}
+
+// String is "TAG=PATH", with ", writable" for a writable share.
+func (s Share) String() string {
+	if s.Writable {
+		return s.Tag + "=" + s.Path + " (writable)"
+	}
+	return s.Tag + "=" + s.Path
 }
 
 // Config is everything that goes on a QEMU command line. The server-managed

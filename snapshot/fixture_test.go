@@ -12,6 +12,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
+	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 
 // testdata/store is a snapshot store as the code of commit ff3bbbc wrote
@@ -30,7 +31,7 @@ func fixtureMachine(memory string) Machine {
 		Memory: memory, SMP: 2, Append: "console=ttyS0",
 		Drives:  []Drive{{Path: "/srv/disks/root.qcow2", Format: "qcow2", Bus: "virtio"}, {Path: "/srv/disks/ro.img", Format: "raw", ReadOnly: true}},
 		Network: "user", VirtioModern: true, ExtraArgs: []string{"-rtc", "base=utc"},
-		Shares: []Share{{Path: "/src/os/share", Tag: "src", Writable: true}}}
+		Shares: []qemu.Share{{Path: "/src/os/share", Tag: "src", Writable: true}}}
 }
 
 // fixtureMeta is what the store says of one snapshot, its fields not

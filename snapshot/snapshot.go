@@ -129,14 +129,7 @@ type Machine struct {
 	ExtraArgs    []string `json:"extra_args,omitempty"`
 	// Shares are the guest's 9p devices: a restore exports the same
 	// directories under the same tags (their contents are the host's).
-	Shares []Share `json:"shares,omitempty"`
-}
-
-// Share is a directory shared with the guest.
-type Share struct {
-	Path     string `json:"path"`
-	Tag      string `json:"tag"`
-	Writable bool   `json:"writable,omitempty"`
+	Shares []qemu.Share `json:"shares,omitempty"`
 }
 
 // Describe reads the machine of cfg, hashing its files through the
@@ -185,7 +178,7 @@ func Describe(cfg qemu.Config) (Machine, error) {
 		m.Drives = append(m.Drives, Drive{Path: d.Path, Format: f, ReadOnly: d.ReadOnly, Bus: d.Bus})
 	}
 	for _, sh := range cfg.Shares {
-		m.Shares = append(m.Shares, Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
+		m.Shares = append(m.Shares, qemu.Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
 	}
 	return m, nil
 }
@@ -295,7 +288,7 @@ func Diff(saved, now Machine) []string {
 	add("gpu", saved.GPU, now.GPU)
 	add("modern-only virtio", saved.VirtioModern, now.VirtioModern)
 	add("extra arguments", list(saved.ExtraArgs, strconv.Quote), list(now.ExtraArgs, strconv.Quote))
-	add("shares", list(saved.Shares, Share.String), list(now.Shares, Share.String))
+	add("shares", list(saved.Shares, qemu.Share.String), list(now.Shares, qemu.Share.String))
 	return d
 }
 
@@ -328,14 +321,6 @@ func (d Drive) String() string {
 		s += ", bus " + d.Bus
 	}
 	return s + ")"
-}
-
-// String is "TAG=PATH", with ", writable" for a writable share.
-func (s Share) String() string {
-	if s.Writable {
-		return s.Tag + "=" + s.Path + " (writable)"
-	}
-	return s.Tag + "=" + s.Path
 }
 
 // Meta is a snapshot's record (see the package comment).

@@ -268,9 +268,9 @@ func (in *BootInput) machine() (profile.Profile, error) {
 	p := profile.Profile{CommandLine: line, Kernel: in.Kernel, Initrd: in.Initrd, DTB: in.DTB, BIOS: in.BIOS, Memory: in.Memory, SMP: in.SMP,
 		Append: in.Append, Drives: in.Drives, Network: in.Network, GPU: in.GPU, VirtioModern: in.VirtioModern, ExtraArgs: in.ExtraArgs, GDB: in.GDB, Symbols: in.Symbols}
 	if in.Shares != nil {
-		p.Shares = make([]profile.Share, 0, len(in.Shares))
+		p.Shares = make([]qemu.Share, 0, len(in.Shares))
 		for _, sh := range in.Shares {
-			p.Shares = append(p.Shares, profile.Share(sh))
+			p.Shares = append(p.Shares, qemu.Share{Path: sh.Path, Tag: sh.Tag, Writable: sh.Writable})
 		}
 	}
 	return p, nil
