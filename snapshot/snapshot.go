@@ -97,7 +97,11 @@ func (m Machine) KernelIs(data []byte) bool {
 	return m.Kernel != nil && m.Kernel.SHA256 == hex.EncodeToString(sum[:])
 }
 
-// Drive is a disk of the configuration.
+// Drive is a qemu.Drive as a saved machine records it. It is a type of its
+// own because its JSON is the machine's identity: Machine.Hash hashes it,
+// and the store files snapshots under that hash, so its keys, their order
+// and an empty format written out must stay as they are (qemu.Drive omits
+// an empty format, for profiles and results).
 type Drive struct {
 	Path     string `json:"path"`
 	Format   string `json:"format"`
