@@ -2,8 +2,10 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,8 +98,15 @@ func TestWaitAfterPoweroffReportsShutdown(t *testing.T) {
 	if err != nil || !res.Finished || ev == nil || ev.Event != "SHUTDOWN" {
 		t.Errorf("a wait over the power-off begun after the exit: %+v, %+v, %v", res, ev, err)
 	}
+	w, err := i.Await(ctx, since, never)
+	if err != nil || w.Event == nil || w.Exit == nil || w.Exit.Code != 0 || !strings.Contains(string(w.Tail), "Powering off") {
+		t.Errorf("await over the power-off: %+v %v", w, err)
+	}
 	end := res.Cursor
 	if res, ev, err = i.Wait(ctx, end, never); err != nil || !res.Finished || ev != nil {
 		t.Errorf("a wait past the power-off: %+v, %+v, %v", res, ev, err)
+	}
+	if _, err := i.Send(ctx, Input{Data: "echo", Ending: "\r", Timeout: time.Second}); !errors.As(err, new(*NotRunningError)) {
+		t.Errorf("a send to the exited guest: %v", err)
 	}
 }
