@@ -51,6 +51,15 @@ type eventLog struct {
 	total  int
 	// wake is closed, and replaced, when an interrupting event arrives.
 	wake chan struct{}
+	// reader is the QEMU whose events are being recorded, and read is
+	// closed once all it sent is (see follow).
+	reader *qemu.Machine
+	read   <-chan struct{}
+}
+
+// interrupting reports whether e ends a console wait.
+func interrupting(e Event) bool {
+	return interrupts[e.Event] && e.Reason() != "snapshot-load"
 }
 
 func (l *eventLog) add(e Event) {
@@ -62,7 +71,7 @@ func (l *eventLog) add(e Event) {
 	}
 	l.events = append(l.events, e)
 	l.total++
-	if interrupts[e.Event] && e.Reason() != "snapshot-load" && l.wake != nil {
+	if interrupting(e) && l.wake != nil {
 		close(l.wake)
 		l.wake = nil
 	}
@@ -84,11 +93,81 @@ func (l *eventLog) since(t time.Time) *Event {
 	defer l.mu.Unlock()
 	for k := range l.events {
 		e := l.events[k]
-		if interrupts[e.Event] && e.Reason() != "snapshot-load" && !e.Time.Before(t) {
+		if interrupting(e) && !e.Time.Before(t) {
 			return &e
 		}
 	}
 	return nil
+}
+
+// ending returns the last interrupting event sent at or after t: of a
+// QEMU that exited, what ended it.
+func (l *eventLog) ending(t time.Time) *Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := len(l.events) - 1; k >= 0; k-- {
+		if e := l.events[k]; interrupting(e) && !e.Time.Before(t) {
+			return &e
+		}
+	}
+	return nil
+}
+
+// reading records that follow records mch's events until read closes.
+func (l *eventLog) reading(mch *qemu.Machine, read <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reader, l.read = mch, read
+}
+
+// readDone is closed once every event mch sent is recorded; at once for
+// a QEMU whose events are not followed (any more).
+func (l *eventLog) readDone(mch *qemu.Machine) <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reader == mch && l.read != nil {
+		return l.read
+	}
+	done := make(chan struct{})
+	close(done)
+	return done
+}
+
+// exitWait bounds how long a wait that saw QEMU exit waits for the last
+// events QEMU sent: they are read from its socket after the exit, and a
+// busy host may take a while to.
+const exitWait = 5 * time.Second
+
+// exitEvent is the event that ended mch, once it exited, for a wait from
+// since begun at began that saw the exit: one that was waiting when QEMU
+// exited, or that reads output from before the end. Such a wait may have
+// begun only after QEMU sent the event (a guest powering off at once),
+// and the event is recorded with the console's end when it came, which
+// can be before the last output is. A wait that began after the exit
+// and reads nothing saw none of it.
+//
+// It waits, at most exitWait, until the events mch sent before it exited
+// are recorded, and if none is the one, until the watcher has recorded
+// how it ended (a SHUTDOWN of its own for an exit without one).
+func (i *Instance) exitEvent(mch *qemu.Machine, since int64, began time.Time) *Event {
+	after := began
+	if exit, _ := mch.Exited(); began.Before(exit.At) || since < mch.Console().Buffer().End() {
+		after = mch.Started()
+	}
+	t := time.NewTimer(exitWait)
+	defer t.Stop()
+	select {
+	case <-i.events.readDone(mch):
+	case <-t.C:
+	}
+	if ev := i.events.ending(after); ev != nil {
+		return ev
+	}
+	select {
+	case <-i.exitNoted:
+	case <-t.C:
+	}
+	return i.events.ending(after)
 }
 
 // Events returns the guest's most recent events (at most n, oldest first)
@@ -115,6 +194,7 @@ func (i *Instance) follow(mch *qemu.Machine) <-chan struct{} {
 		close(done)
 		return done
 	}
+	i.events.reading(mch, done)
 	go func() {
 		defer close(done)
 		for ev := range ch {

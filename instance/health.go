@@ -10,12 +10,13 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
+	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 
 // Health is what a server can tell of itself on the host: the repository
 // lock of a project, whether its executable changed on disk since it
-// started, what dead servers left in the runtime directory, and its QEMU.
-// The per-guest part (transcripts, monitors) is each Instance's.
+// started, what dead servers left in the runtime directory, its QEMU, and
+// what is wrong with the guests that are not stopped.
 type Health struct {
 	LockFile   string
 	LockState  lock.State
@@ -33,6 +34,60 @@ type Health struct {
 	// QEMUVersion is the QEMU binary's version line.
 	QEMUVersion string
 	QEMU        QEMUCaps
+	// Guests are the guests that are not stopped, by name.
+	Guests []GuestHealth
+}
+
+// Degraded reports whether something needs the user: the lock could not
+// be read, the server runs stale code, dead servers left files, or a
+// guest cannot be driven as it should.
+func (h Health) Degraded() bool {
+	if h.LockErr != nil || h.ExeChanged != "" || h.ScanErr != nil || len(h.DeadServers) > 0 {
+		return true
+	}
+	for _, g := range h.Guests {
+		if g.Degraded() {
+			return true
+		}
+	}
+	return false
+}
+
+// GuestHealth is what is wrong with a guest that is not stopped, if
+// anything.
+type GuestHealth struct {
+	Name string
+	// Transcript is the state of a console transcript that stopped being
+	// written (a full disk): nil while it is written.
+	Transcript *serial.TranscriptStatus
+	// Stalled is since when QEMU has not taken a QMP command (stopped, or
+	// hung): QMP calls fail until it does. Zero while it takes them.
+	Stalled time.Time
+	// MonitorErr is why QEMU's monitor closed while QEMU runs.
+	MonitorErr error
+}
+
+// Degraded reports whether the guest cannot be driven as it should.
+func (g GuestHealth) Degraded() bool {
+	return g.Transcript != nil || !g.Stalled.IsZero() || g.MonitorErr != nil
+}
+
+// health is what is wrong with the guest.
+func (i *Instance) health() GuestHealth {
+	g := GuestHealth{Name: i.name}
+	if con := i.Console(); con != nil {
+		if st := con.Buffer().TranscriptStatus(); st.Err != nil {
+			g.Transcript = &st
+		}
+	}
+	if mch, err := i.Running(); err == nil {
+		if since, stalled := mch.Monitor().Stalled(); stalled {
+			g.Stalled = since
+		} else {
+			g.MonitorErr = mch.Monitor().Err()
+		}
+	}
+	return g
 }
 
 // QEMUCaps is what is known of the QEMU binary's capabilities (package
@@ -77,6 +132,11 @@ func (m *Manager) Health(root string) Health {
 	}
 	h.QEMUVersion = m.qemuVersion()
 	h.QEMU = m.qemuCaps()
+	for _, i := range m.List() {
+		if i.State() != Stopped {
+			h.Guests = append(h.Guests, i.health())
+		}
+	}
 	return h
 }
 

@@ -461,23 +461,18 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 		// come before the stop's cancellation reached ctx.
 		return res, nil, &StoppedError{Name: i.name}
 	}
-	if res.Finished {
+	if !res.Matched && res.Finished {
 		// The buffer is finished just before the machine's Done closes.
-		<-i.Machine().Done()
+		// What ended QEMU is the last event it sent, which may still be
+		// on its way, or the one the watcher records for an exit without
+		// one.
+		mch := i.Machine()
+		<-mch.Done()
+		ev = i.exitEvent(mch, since, began)
+	} else if !res.Matched {
+		ev = i.events.since(began)
 	}
 	if !res.Matched {
-		ev = i.events.since(began)
-		if ev == nil && res.Finished {
-			// QEMU exited: its last events, or the one the watcher
-			// records for an exit without one, are on their way.
-			t := time.NewTimer(2 * time.Second)
-			select {
-			case <-i.exitNoted:
-			case <-t.C:
-			}
-			t.Stop()
-			ev = i.events.since(began)
-		}
 		if res.Finished || ev != nil && ev.Event == "SHUTDOWN" {
 			// QEMU 9 and later announce the guest's power-off before
 			// QEMU exits (unless told -no-shutdown): report the exit

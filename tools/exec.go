@@ -3,15 +3,12 @@ package tools
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/ktap"
-	"github.com/qemu-mcp/qemu-mcp/serial"
 	"github.com/qemu-mcp/qemu-mcp/shell"
 )
 
@@ -42,21 +39,13 @@ type ExecOutput struct {
 	NoShell        bool                  `json:"no_shell,omitempty"`
 	Hint           string                `json:"hint,omitempty"`
 	KernelMessages []shell.KernelMessage `json:"kernel_messages,omitempty"`
-	Tests          *ktap.Summary         `json:"tests,omitempty"`
+	Tests          *instance.TestSummary `json:"tests,omitempty"`
 	Panicked       bool                  `json:"panicked,omitempty"`
 	PanicMatch     string                `json:"panic_match,omitempty"`
 	GuestEvent     *instance.Event       `json:"guest_event,omitempty"`
 	QEMUExited     bool                  `json:"qemu_exited,omitempty"`
 	QEMUExitStatus *int                  `json:"qemu_exit_status,omitempty"`
 }
-
-// maxKernelMessages bounds the kernel messages a result lists.
-const maxKernelMessages = 20
-
-// promptGrace is how long a command's result waits for the boot
-// profile's prompt after the end marker, so that the next call's output
-// starts after it.
-const promptGrace = 200 * time.Millisecond
 
 func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInput) (*mcp.CallToolResult, ExecOutput, error) {
 	timeout, err := seconds("timeout", in.Timeout, 30*time.Second)
@@ -67,24 +56,29 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
-	inst, m, err := s.running(in.Target)
+	inst, _, err := s.running(in.Target)
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
-	spec := inst.Spec()
-	var panics []*regexp.Regexp
-	if len(spec.Panics) > 0 {
-		panics = append(serial.DefaultPanicPatterns(), spec.Panics...)
-	}
-	res, ev, err := inst.Exec(ctx, shell.Request{Command: in.Command, Timeout: timeout, Panic: panics})
+	ran, err := inst.Exec(ctx, instance.Command{Line: in.Command, Timeout: timeout, MaxOutput: maxBytes, KeepHead: !in.Raw})
 	if err != nil {
 		return nil, ExecOutput{}, fmt.Errorf("guest_exec: %w", err)
 	}
-	buf := m.Console().Buffer()
-	out := ExecOutput{OutputStart: res.OutputStart, OutputEnd: res.OutputEnd, Cursor: res.Cursor, GuestEvent: ev,
+	out := execResult(ran, in.Raw)
+	out.Hint = execHint(ran.Result, timeout)
+	if ran.Event != nil && !ran.Completed {
+		out.Hint = eventText(*ran.Event) + " while the command ran"
+	}
+	s.setCursor(req, inst, out.Cursor)
+	return textResult(execText(in.Command, out)), out, nil
+}
+
+// execResult is how the command ran, as the agent reads it.
+func execResult(ran instance.Ran, raw bool) ExecOutput {
+	res := ran.Result
+	out := ExecOutput{OutputStart: res.OutputStart, OutputEnd: res.OutputEnd, Cursor: res.Cursor, GuestEvent: ran.Event,
 		DurationMS: float64(res.Duration.Microseconds()) / 1000, TimedOut: res.TimedOut, Interrupted: res.Interrupted,
-		StillRunning: res.StillRunning, ShellExited: res.ShellExited,
-		NoShell: !res.Started && (res.Wait == nil || res.Wait.TimedOut)}
+		StillRunning: res.StillRunning, ShellExited: res.ShellExited, NoShell: ran.NoShell}
 	if res.Completed || res.ShellExited {
 		code := res.ExitStatus
 		out.ExitStatus = &code
@@ -92,98 +86,16 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 	if w := res.Wait; w != nil && w.Panicked {
 		out.Panicked, out.PanicMatch = true, w.PanicMatch
 	}
-	if exit, ok := m.Exited(); ok {
+	if exit := ran.Output.Exit; exit != nil {
 		out.QEMUExited = true
 		code := exit.Code
 		out.QEMUExitStatus = &code
 	}
 	if res.Started {
-		if err := s.execOutput(buf, res, maxBytes, in.Raw, &out); err != nil {
-			return nil, ExecOutput{}, err
-		}
-		out.Tests = testsIn(buf, res.OutputStart, res.OutputEnd)
+		out.Output, out.Encoding, out.Elided = excerptText(ran.Output, raw)
+		out.Truncated, out.KernelMessages, out.Tests = ran.Output.Truncated, ran.Output.KernelMessages, ran.Output.Tests
 	}
-	if res.Completed && spec.Prompt != "" {
-		// The shell prints its prompt right after: past it, the next
-		// call's output is its own.
-		if re, err := regexp.Compile(spec.Prompt); err == nil {
-			if w, _, err := inst.Wait(ctx, out.Cursor, serial.Spec{Patterns: []*regexp.Regexp{re}, Timeout: promptGrace, Panic: []*regexp.Regexp{}, MaxOutput: 1}); err == nil && w.Matched {
-				out.Cursor = w.End
-			}
-		}
-	}
-	out.Hint = execHint(res, timeout)
-	if ev != nil && !res.Completed {
-		out.Hint = eventText(*ev) + " while the command ran"
-	}
-	s.setCursor(req, inst, out.Cursor)
-	return textResult(execText(in.Command, out)), out, nil
-}
-
-// execOutput puts the command's output [OutputStart, OutputEnd) into out:
-// whole, or its start and end with the middle elided, kernel messages
-// taken out where they can be told apart.
-func (s *Server) execOutput(buf *serial.Buffer, res shell.Result, maxBytes int, raw bool, out *ExecOutput) error {
-	size := res.OutputEnd - res.OutputStart
-	read := func(from int64, n int) ([]byte, error) {
-		if n <= 0 {
-			return nil, nil
-		}
-		page, err := buf.ReadPage(from, n)
-		if err != nil {
-			return nil, fmt.Errorf("read the command's output: %w", err)
-		}
-		if page.Lost > 0 {
-			out.Truncated = true
-		}
-		return page.Data, nil
-	}
-	split := func(b []byte, at int64) []byte {
-		kept, msgs := shell.SplitKernel(b, at, res.Uptime)
-		for _, m := range msgs {
-			if len(out.KernelMessages) < maxKernelMessages {
-				out.KernelMessages = append(out.KernelMessages, m)
-			}
-		}
-		return kept
-	}
-	if size <= int64(maxBytes) {
-		b, err := read(res.OutputStart, int(size))
-		if err != nil {
-			return err
-		}
-		out.Output, out.Encoding = render(split(b, res.OutputStart), raw)
-		return nil
-	}
-	out.Truncated = true
-	head := maxBytes / 4
-	headB, err := read(res.OutputStart, head)
-	if err != nil {
-		return err
-	}
-	if !raw {
-		if k := serial.CompletePrefix(headB); k > 0 {
-			headB = headB[:k]
-		}
-	}
-	tailFrom := res.OutputEnd - int64(maxBytes-head)
-	tailB, err := read(tailFrom, int(res.OutputEnd-tailFrom))
-	if err != nil {
-		return err
-	}
-	headEnd := res.OutputStart + int64(len(headB))
-	out.Elided = &Span{Start: headEnd, End: tailFrom}
-	h, enc := render(split(headB, res.OutputStart), raw)
-	t, enc2 := render(split(tailB, tailFrom), raw)
-	if raw {
-		// Raw output is the end only, as waits give it.
-		out.Output, out.Encoding = t, enc2
-		out.Elided = &Span{Start: res.OutputStart, End: tailFrom}
-		return nil
-	}
-	_ = enc
-	out.Output = fmt.Sprintf("%s\n[... %d bytes elided: serial_read since %d ...]\n%s", h, tailFrom-headEnd, headEnd, t)
-	return nil
+	return out
 }
 
 // execHint says what to do when the command did not simply end.

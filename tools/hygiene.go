@@ -66,29 +66,21 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		QEMUVersion: h.QEMUVersion,
 		Transport:   rec.Transport,
 		RuntimeDir:  s.cfg.RuntimeDir,
+		LockFile:    h.LockFile,
+		LockState:   string(h.LockState),
+		LockHolder:  h.LockHolder,
+		LockIsOurs:  h.LockIsOurs,
+		QEMUCaps:    h.QEMU,
+		Problems:    s.problems(h),
+		Health:      "ok",
 	}
-	for _, in := range mgr.List() {
-		if in.State() == instance.Stopped {
-			continue
-		}
-		out.Instances = append(out.Instances, in.Name())
-		if con := in.Console(); con != nil {
-			if st := con.Buffer().TranscriptStatus(); st.Err != nil {
-				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: %s", in.Name(), transcriptStopped(st)))
-			}
-		}
-		if m, err := in.Running(); err == nil {
-			// A guest whose monitor cannot be used is one the tools
-			// cannot drive: say why.
-			if since, stalled := m.Monitor().Stalled(); stalled {
-				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: QEMU has not taken a QMP command for %v (stopped or hung?): QMP calls fail until it does", in.Name(), time.Since(since).Round(time.Second)))
-			} else if err := m.Monitor().Err(); err != nil {
-				out.Problems = append(out.Problems, fmt.Sprintf("guest %q: its QMP monitor is closed (%v): qemu_boot it again with restart: true", in.Name(), err))
-			}
-		}
-		if in.Name() != instance.DefaultName {
-			continue
-		}
+	if h.Degraded() {
+		out.Health = "degraded"
+	}
+	for _, g := range h.Guests {
+		out.Instances = append(out.Instances, g.Name)
+	}
+	if in, err := mgr.Get(instance.DefaultName); err == nil && in.State() != instance.Stopped {
 		if m, err := in.Running(); err == nil {
 			out.GuestPID = m.PID()
 		}
@@ -97,28 +89,45 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		}
 		out.PCAP = captureState(in)
 	}
-	out.LockFile, out.LockState, out.LockHolder, out.LockIsOurs = h.LockFile, string(h.LockState), h.LockHolder, h.LockIsOurs
+	return textResult(infoText(out)), out, nil
+}
+
+// problems says what h found wrong, and what to do about each.
+func (s *Server) problems(h instance.Health) []string {
+	var out []string
+	for _, g := range h.Guests {
+		if g.Transcript != nil {
+			out = append(out, fmt.Sprintf("guest %q: %s", g.Name, transcriptStopped(*g.Transcript)))
+		}
+		// A guest whose monitor cannot be used is one the tools cannot
+		// drive: say why.
+		if !g.Stalled.IsZero() {
+			out = append(out, fmt.Sprintf("guest %q: QEMU has not taken a QMP command for %v (stopped or hung?): QMP calls fail until it does", g.Name, time.Since(g.Stalled).Round(time.Second)))
+		} else if g.MonitorErr != nil {
+			out = append(out, fmt.Sprintf("guest %q: its QMP monitor is closed (%v): qemu_boot it again with restart: true", g.Name, g.MonitorErr))
+		}
+	}
 	if h.LockErr != nil {
-		out.Problems = append(out.Problems, "lock: "+h.LockErr.Error())
+		out = append(out, "lock: "+h.LockErr.Error())
 	}
 	if h.ExeChanged != "" {
-		out.Problems = append(out.Problems, "stale code: the executable changed on disk since this server started ("+h.ExeChanged+"); restart the server to run the new build")
+		out = append(out, "stale code: the executable changed on disk since this server started ("+h.ExeChanged+"); restart the server to run the new build")
 	}
 	if h.ScanErr != nil {
-		out.Problems = append(out.Problems, "scan runtime dir: "+h.ScanErr.Error())
+		out = append(out, "scan runtime dir: "+h.ScanErr.Error())
 	} else if len(h.DeadServers) > 0 {
 		pids := make([]string, len(h.DeadServers))
 		for i, pid := range h.DeadServers {
 			pids[i] = fmt.Sprint(pid)
 		}
-		out.Problems = append(out.Problems, fmt.Sprintf("leftovers of %d dead server(s) (pid %s) in %s: reaped at the next boot, or run qemu-mcp doctor --cleanup",
+		out = append(out, fmt.Sprintf("leftovers of %d dead server(s) (pid %s) in %s: reaped at the next boot, or run qemu-mcp doctor --cleanup",
 			len(h.DeadServers), strings.Join(pids, ", "), s.cfg.RuntimeDir))
 	}
-	out.QEMUCaps = h.QEMU
-	out.Health = "ok"
-	if len(out.Problems) > 0 {
-		out.Health = "degraded"
-	}
+	return out
+}
+
+// infoText is server_info's text content.
+func infoText(out InfoOutput) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "qemu-mcp %s, pid %d, up %s, %s, %s\n", out.Version, out.PID, (time.Duration(out.UptimeMS) * time.Millisecond).Round(time.Second), out.GoVersion, out.QEMUVersion)
 	fmt.Fprintf(&b, "runtime dir %s; lock %s (%s", out.RuntimeDir, out.LockFile, out.LockState)
@@ -134,7 +143,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 	for _, p := range out.Problems {
 		fmt.Fprintf(&b, "- %s\n", p)
 	}
-	return textResult(b.String()), out, nil
+	return b.String()
 }
 
 // ListInput is qemu_list's arguments (none).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/ktap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
@@ -68,7 +66,7 @@ type WaitResult struct {
 	// GuestEvent is the reset or shutdown that ended the wait.
 	GuestEvent *instance.Event `json:"guest_event,omitempty"`
 	// Tests summarises TAP or KTAP in the output waited through.
-	Tests *ktap.Summary `json:"tests,omitempty"`
+	Tests *instance.TestSummary `json:"tests,omitempty"`
 }
 
 // Span is a range of serial cursors [start, end).
@@ -167,13 +165,8 @@ func transcriptStopped(st serial.TranscriptStatus) string {
 }
 
 // transcriptNote tells a session, once per change, that the guest's
-// transcript stopped or resumed and what it lacks.
-func (s *Server) transcriptNote(req *mcp.CallToolRequest, in *instance.Instance) string {
-	con := in.Console()
-	if con == nil {
-		return ""
-	}
-	st := con.Buffer().TranscriptStatus()
+// transcript stopped or resumed and what it lacks; st is its state.
+func (s *Server) transcriptNote(req *mcp.CallToolRequest, in *instance.Instance, st serial.TranscriptStatus) string {
 	if st.Events == 0 {
 		return ""
 	}
@@ -212,24 +205,6 @@ func eventText(e instance.Event) string {
 		what += " (" + r + ")"
 	}
 	return what + fmt.Sprintf(" at cursor %d", e.Cursor)
-}
-
-// maxTestScan bounds the output scanned for test results.
-const maxTestScan = 8 << 20
-
-// testsIn summarises the TAP or KTAP in the console's output [from, to).
-func testsIn(buf *serial.Buffer, from, to int64) *ktap.Summary {
-	if to <= from || to-from > maxTestScan {
-		return nil
-	}
-	page, err := buf.ReadPage(from, int(to-from))
-	if err != nil {
-		return nil
-	}
-	if sum, ok := ktap.Parse(page.Data); ok {
-		return &sum
-	}
-	return nil
 }
 
 func deref(p *int) int {
@@ -438,79 +413,88 @@ const defaultMaxBytes = 16 << 10
 const maxMaxBytes = 32 << 10
 
 // wait runs plan on the guest's console from since and records where it
-// ended as the guest's read cursor. Timing out is a normal result, not an
-// error; a stop of the guest ends it at once with an error.
+// ended as the session's read cursor. Timing out is a normal result, not
+// an error; a stop of the guest ends it at once with an error.
 func (s *Server) wait(ctx context.Context, req *mcp.CallToolRequest, in *instance.Instance, since int64, p waitPlan) (WaitResult, error) {
-	spec := p.spec
-	if req != nil && req.Session != nil {
-		if tok := req.Params.GetProgressToken(); tok != nil {
-			sess := req.Session
-			spec.Progress = func(pr serial.Progress) {
-				// Best effort: a client that stopped listening must not
-				// stall the wait.
-				_ = sess.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-					ProgressToken: tok,
-					Progress:      float64(pr.Bytes),
-					Message:       fmt.Sprintf("%d bytes, %s: %s", pr.Bytes, pr.Elapsed.Round(time.Second), serial.Clean([]byte(pr.LastLine))),
-				})
-			}
-		}
-	}
-	res, ev, err := in.Wait(ctx, since, spec)
+	wd, err := in.Await(ctx, since, waitSpec(ctx, req, p))
 	if err != nil {
 		return WaitResult{}, fmt.Errorf("wait for %s: %w", p.desc, err)
 	}
-	w := WaitResult{
-		Matched: res.Matched, TimedOut: res.TimedOut, Idle: res.Idle,
-		Panicked: res.Panicked, PanicMatch: res.PanicMatch, Cursor: res.Cursor,
-		OutputStart: res.OutputStart, Lost: res.Lost, Truncated: res.OutputStart > res.Since && !res.Lost,
-		Groups: res.Groups, GuestEvent: ev,
-	}
-	if m := in.Machine(); m != nil {
-		w.Tests = testsIn(m.Console().Buffer(), res.Since, res.Cursor)
-	}
-	if res.EchoEnd > res.Since {
-		w.EchoEnd = res.EchoEnd
-	}
-	w.Output, w.Encoding = render(res.Output, p.raw)
-	if res.Head != nil {
-		// The start and the end, the gap marked where the agent reads.
-		headEnd := res.Since + int64(len(res.Head))
-		w.Elided = &Span{Start: headEnd, End: res.OutputStart}
-		head, _ := render(res.Head, false)
-		w.Output = fmt.Sprintf("%s\n[... %d bytes elided: serial_read since %d ...]\n%s", head, res.OutputStart-headEnd, headEnd, w.Output)
-		w.OutputStart = res.Since
-	}
-	if res.Matched {
-		i := res.Index
-		w.MatchIndex = &i
-		w.Match, _ = render(res.Match, p.raw)
-		w.MatchStart = res.Start
-	}
-	setExit(&w, in.Machine())
-	if w.Panicked && w.Running {
-		// The crashing function, without the agent asking.
-		if w.Triage, err = in.Triage(ctx); err != nil {
-			w.TriageError = err.Error()
-		}
-	} else if w.Running && !w.Matched {
-		if st, ok := in.DebugStop(ctx); ok {
-			w.DebugStop = &st
-		}
-	}
-	w.TranscriptNote = s.transcriptNote(req, in)
-	s.setCursor(req, in, w.Cursor)
-	return w, nil
+	return s.waitResult(req, in, wd, p.raw), nil
 }
 
-func setExit(w *WaitResult, m *qemu.Machine) {
-	if exit, ok := m.Exited(); ok {
-		w.Exited = true
-		code := exit.Code
-		w.ExitStatus = &code
+// waitSpec is p's wait, telling a client that asked for progress how the
+// output grows.
+func waitSpec(ctx context.Context, req *mcp.CallToolRequest, p waitPlan) serial.Spec {
+	spec := p.spec
+	if req == nil || req.Session == nil {
+		return spec
+	}
+	if tok := req.Params.GetProgressToken(); tok != nil {
+		sess := req.Session
+		spec.Progress = func(pr serial.Progress) {
+			// Best effort: a client that stopped listening must not
+			// stall the wait.
+			_ = sess.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: tok,
+				Progress:      float64(pr.Bytes),
+				Message:       fmt.Sprintf("%d bytes, %s: %s", pr.Bytes, pr.Elapsed.Round(time.Second), serial.Clean([]byte(pr.LastLine))),
+			})
+		}
+	}
+	return spec
+}
+
+// waitResult is a wait's end as the session reads it; its cursor becomes
+// the session's.
+func (s *Server) waitResult(req *mcp.CallToolRequest, in *instance.Instance, wd instance.Waited, raw bool) WaitResult {
+	w := WaitResult{
+		Matched: wd.Matched, TimedOut: wd.TimedOut, Idle: wd.Idle,
+		Panicked: wd.Panicked, PanicMatch: wd.PanicMatch, Cursor: wd.End,
+		OutputStart: wd.Start, Lost: wd.Lost, Truncated: wd.Truncated,
+		Groups: wd.Groups, GuestEvent: wd.Event, Tests: wd.Tests, EchoEnd: wd.EchoEnd,
+		Triage: wd.Triage, DebugStop: wd.DebugStop,
+	}
+	w.Output, w.Encoding, w.Elided = excerptText(wd.Excerpt, raw)
+	if wd.Matched {
+		i := wd.Index
+		w.MatchIndex = &i
+		w.Match, _ = render(wd.Match, raw)
+		w.MatchStart = wd.MatchStart
+	}
+	setExit(&w, wd.Exit)
+	if wd.TriageErr != nil {
+		w.TriageError = wd.TriageErr.Error()
+	}
+	w.TranscriptNote = s.transcriptNote(req, in, wd.Transcript)
+	s.setCursor(req, in, w.Cursor)
+	return w
+}
+
+// excerptText renders an excerpt as the agent reads it; a start kept
+// before an elided middle is clean text, and the gap is marked where it
+// reads, with the call that reads the middle.
+func excerptText(ex instance.Excerpt, raw bool) (text, encoding string, elided *Span) {
+	text, encoding = render(ex.Tail, raw)
+	if ex.Elided == nil {
+		return text, encoding, nil
+	}
+	elided = &Span{Start: ex.Elided.Start, End: ex.Elided.End}
+	if ex.Head != nil {
+		head, _ := render(ex.Head, false)
+		text = fmt.Sprintf("%s\n[... %d bytes elided: serial_read since %d ...]\n%s", head, ex.Elided.Len(), ex.Elided.Start, text)
+	}
+	return text, encoding, elided
+}
+
+func setExit(w *WaitResult, exit *qemu.Exit) {
+	if exit == nil {
+		w.Running = true
 		return
 	}
-	w.Running = true
+	w.Exited = true
+	code := exit.Code
+	w.ExitStatus = &code
 }
 
 // SendInput is serial_send's arguments.
@@ -536,16 +520,12 @@ type SendOutput struct {
 var newlines = map[string]string{"": "\r", "cr": "\r", "lf": "\n", "crlf": "\r\n", "none": ""}
 
 func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInput) (*mcp.CallToolResult, SendOutput, error) {
-	inst, m, err := s.running(in.Target)
+	inst, _, err := s.running(in.Target)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
-	if err := inst.Input(); err != nil {
-		return nil, SendOutput{}, err
-	}
-	spec := inst.Spec()
-	if in.WaitFor == nil && spec.Prompt != "" {
-		in.WaitFor = spec.Prompt
+	if in.WaitFor == nil && inst.Spec().Prompt != "" {
+		in.WaitFor = inst.Spec().Prompt
 	}
 	nl, ok := newlines[in.Newline]
 	if !ok {
@@ -554,57 +534,31 @@ func (s *Server) send(ctx context.Context, req *mcp.CallToolRequest, in SendInpu
 	if in.CharDelayMS < 0 || in.CharDelayMS > 1000 {
 		return nil, SendOutput{}, fmt.Errorf("char_delay_ms %d: want 0 to 1000", in.CharDelayMS)
 	}
-	p, err := s.plan(req, in.WaitOptions, in.Timeout, 30*time.Second, defaultMaxBytes, spec.Panics)
+	p, err := s.plan(req, in.WaitOptions, in.Timeout, 30*time.Second, defaultMaxBytes, inst.Spec().Panics)
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
-	// Each line gets the chosen ending, so "a\nb" types two lines the way a
-	// person at the console would.
-	data := in.Data
-	if nl != "\n" {
-		data = strings.ReplaceAll(strings.ReplaceAll(data, "\r\n", "\n"), "\n", nl)
+	input := instance.Input{Data: in.Data, Ending: nl, CharDelay: time.Duration(in.CharDelayMS) * time.Millisecond,
+		Timeout: p.spec.Timeout, Who: "serial_send", MatchEcho: in.MatchEcho}
+	if p.active() {
+		spec := waitSpec(ctx, req, p)
+		input.Wait = &spec
 	}
-	data += nl
-	release, err := inst.AcquireConsole(ctx, "serial_send", p.spec.Timeout)
+	sent, err := inst.Send(ctx, input)
+	if we := (*instance.WaitError)(nil); errors.As(err, &we) {
+		return nil, SendOutput{}, fmt.Errorf("wait for %s: %w", p.desc, we.Err)
+	}
 	if err != nil {
 		return nil, SendOutput{}, err
 	}
-	defer release()
-	from := m.Console().Buffer().End()
-	// The write has the call's timeout too: a guest that does not read
-	// its console (stopped, or fed faster than its UART drains) must not
-	// hold the call.
-	wctx, cancel := context.WithTimeout(ctx, p.spec.Timeout)
-	defer cancel()
-	n, err := inst.Type(wctx, []byte(data), time.Duration(in.CharDelayMS)*time.Millisecond)
-	if err != nil {
-		if errors.Is(err, instance.ErrNoEcho) {
-			return nil, SendOutput{}, fmt.Errorf("write to serial console: the guest took %d of %d bytes: %w; output from cursor %d on shows what it did with them", n, len(data), err, from)
-		}
-		if ctx.Err() == nil && (wctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)) {
-			return nil, SendOutput{}, fmt.Errorf("write to serial console: the guest took %d of %d bytes within the timeout of %v (it is not reading its console fast enough); output from cursor %d on shows what it did with them", n, len(data), p.spec.Timeout, from)
-		}
-		return nil, SendOutput{}, fmt.Errorf("write to serial console: %w (wrote %d of %d bytes)", err, n, len(data))
-	}
-	_, paced := inst.Recording()
-	out := SendOutput{Written: n, Paced: paced && in.CharDelayMS == 0}
+	out := SendOutput{Written: sent.Written, Paced: sent.Paced}
 	if !p.active() {
-		out.Cursor, out.OutputStart = from, from
-		setExit(&out.WaitResult, m)
-		return textResult(fmt.Sprintf("wrote %d bytes; output from cursor %d on is waiting for serial_read", n, from)), out, nil
+		out.Cursor, out.OutputStart = sent.End, sent.Start
+		setExit(&out.WaitResult, sent.Exit)
+		return textResult(fmt.Sprintf("wrote %d bytes; output from cursor %d on is waiting for serial_read", sent.Written, sent.Start)), out, nil
 	}
-	if !in.MatchEcho {
-		// The guest's echo of the first line is not its answer: the wait
-		// starts after it (if the guest echoes at all).
-		if line, _, _ := strings.Cut(strings.ReplaceAll(in.Data, "\r\n", "\n"), "\n"); line != "" {
-			p.spec.Echo = []byte(line)
-		}
-	}
-	out.WaitResult, err = s.wait(ctx, req, inst, from, p)
-	if err != nil {
-		return nil, SendOutput{}, err
-	}
-	return textResult(fmt.Sprintf("wrote %d bytes; ", n) + out.WaitResult.summary(p.desc)), out, nil
+	out.WaitResult = s.waitResult(req, inst, sent.Waited, p.raw)
+	return textResult(fmt.Sprintf("wrote %d bytes; ", sent.Written) + out.WaitResult.summary(p.desc)), out, nil
 }
 
 // ReadInput is serial_read's arguments.
@@ -620,8 +574,7 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	if err != nil {
 		return nil, WaitResult{}, err
 	}
-	m := inst.Machine()
-	if m == nil {
+	if inst.Console() == nil {
 		return nil, WaitResult{}, fmt.Errorf("guest %q has no console: its boot did not start QEMU; call qemu_boot", inst.Name())
 	}
 	p, err := s.plan(req, in.WaitOptions, in.Timeout, 5*time.Second, defaultMaxBytes, inst.Spec().Panics)
@@ -635,10 +588,6 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 		}
 		since = *in.Since
 	}
-	buf := m.Console().Buffer()
-	if end := buf.End(); since > end {
-		since = end
-	}
 	if p.active() {
 		w, err := s.wait(ctx, req, inst, since, p)
 		if err != nil {
@@ -646,29 +595,24 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 		}
 		return textResult(w.summary(p.desc)), w, nil
 	}
-	page, err := buf.ReadPage(since, p.max)
+	ex, err := inst.Read(since, p.max, !p.raw)
 	if err != nil {
-		return nil, WaitResult{}, fmt.Errorf("read serial output: %w", err)
+		return nil, WaitResult{}, err
 	}
-	data := page.Data
-	end := buf.End()
-	if !p.raw && page.Next < end {
-		// More follows: end this page where a sequence is complete, so
-		// the next page cleans it whole.
-		if k := serial.CompletePrefix(data); k > 0 {
-			data = data[:k]
-		}
-	}
-	w := WaitResult{OutputStart: page.Start, Cursor: page.Start + int64(len(data)), Lost: page.Lost > 0}
-	w.Truncated = w.Cursor < end
-	w.Output, w.Encoding = render(data, p.raw)
-	setExit(&w, m)
-	w.TranscriptNote = s.transcriptNote(req, inst)
+	w := WaitResult{OutputStart: ex.Start, Cursor: ex.End, Lost: ex.Lost, Truncated: ex.Truncated}
+	w.Output, w.Encoding = render(ex.Tail, p.raw)
+	setExit(&w, ex.Exit)
+	w.TranscriptNote = s.transcriptNote(req, inst, ex.Transcript)
 	s.setCursor(req, inst, w.Cursor)
+	return textResult(readText(w, ex.LostBytes())), w, nil
+}
+
+// readText is the text content of a read that did not wait.
+func readText(w WaitResult, lost int64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", len(data), w.OutputStart, w.Cursor)
-	if page.Lost > 0 {
-		fmt.Fprintf(&b, " (%d bytes before it were lost)", page.Lost)
+	fmt.Fprintf(&b, "%d bytes from cursor %d to %d", w.Cursor-w.OutputStart, w.OutputStart, w.Cursor)
+	if lost > 0 {
+		fmt.Fprintf(&b, " (%d bytes before it were lost)", lost)
 	}
 	if w.Truncated {
 		fmt.Fprintf(&b, " (more follows: read again from cursor %d)", w.Cursor)
@@ -680,5 +624,5 @@ func (s *Server) read(ctx context.Context, req *mcp.CallToolRequest, in ReadInpu
 	if w.TranscriptNote != "" {
 		fmt.Fprintf(&b, "NOTE: %s\n", w.TranscriptNote)
 	}
-	return textResult(b.String()), w, nil
+	return b.String()
 }

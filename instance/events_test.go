@@ -1,0 +1,112 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
+)
+
+// What ended a QEMU is the last interrupting event it sent: not a STOP,
+// nor the reset of a snapshot load, nor an event of a QEMU before it.
+func TestEventEnding(t *testing.T) {
+	t0 := time.Now()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	events := []Event{
+		{Event: "SHUTDOWN", Time: at(-time.Hour)}, // of an earlier QEMU
+		{Event: "RESET", Time: at(time.Second), Data: map[string]any{"reason": "guest-reset"}},
+		{Event: "RESET", Time: at(2 * time.Second), Data: map[string]any{"reason": "snapshot-load"}},
+		{Event: "STOP", Time: at(3 * time.Second)},
+		{Event: "SHUTDOWN", Time: at(4 * time.Second), Data: map[string]any{"reason": "guest-shutdown"}},
+	}
+	var l eventLog
+	for _, e := range events {
+		l.add(e)
+	}
+	if e := l.ending(t0); e == nil || e.Reason() != "guest-shutdown" {
+		t.Errorf("the end: %+v", e)
+	}
+	if e := l.ending(at(4 * time.Second)); e == nil || e.Reason() != "guest-shutdown" {
+		t.Errorf("the end sent as the wait began: %+v", e)
+	}
+	if e := l.ending(at(5 * time.Second)); e != nil {
+		t.Errorf("after the end: %+v", e)
+	}
+	var l2 eventLog
+	for _, e := range events[:4] {
+		l2.add(e)
+	}
+	if e := l2.ending(t0); e == nil || e.Reason() != "guest-reset" {
+		t.Errorf("without a shutdown: %+v", e)
+	}
+	if e := l2.ending(at(1500 * time.Millisecond)); e != nil {
+		t.Errorf("after the reset: %+v", e)
+	}
+}
+
+// A QEMU's events are all read once its reader is done; one that is not
+// followed has nothing to wait for.
+func TestReadDone(t *testing.T) {
+	var l eventLog
+	a, b := &qemu.Machine{}, &qemu.Machine{}
+	read := make(chan struct{})
+	l.reading(a, read)
+	select {
+	case <-l.readDone(a):
+		t.Fatal("done while its reader reads")
+	case <-l.readDone(b):
+	default:
+		t.Fatal("a QEMU not followed is not done")
+	}
+	close(read)
+	<-l.readDone(a)
+}
+
+// bootTiny boots the tiny kernel as name and waits for its prompt; since
+// is past it.
+func bootTiny(t *testing.T, ctx context.Context, m *Manager, name string) (*Instance, int64) {
+	t.Helper()
+	i, _, err := m.Boot(ctx, tinySpec(t, name, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { i.Stop(context.Background(), qemu.Quit, 5*time.Second) })
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	return i, since
+}
+
+// A wait that sees QEMU exit reports the event QEMU sent before it
+// exited (or, where QEMU sends none, the one recorded for the exit), even
+// when it began only after QEMU had sent it: its output shows the
+// power-off. One that begins past that output does not.
+func TestWaitAfterPoweroffReportsShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	m := newManager(t, filepath.Join(t.TempDir(), "qemu-mcp.lock"))
+	i, since := bootTiny(t, ctx, m, "p")
+	typeLine(t, ctx, i, "poweroff")
+	<-i.Done()
+	never := serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile("never")}, Timeout: 5 * time.Second}
+	res, ev, err := i.Wait(ctx, since, never)
+	if err != nil || !res.Finished || ev == nil || ev.Event != "SHUTDOWN" {
+		t.Errorf("a wait over the power-off begun after the exit: %+v, %+v, %v", res, ev, err)
+	}
+	w, err := i.Await(ctx, since, never)
+	if err != nil || w.Event == nil || w.Exit == nil || w.Exit.Code != 0 || !strings.Contains(string(w.Tail), "Powering off") {
+		t.Errorf("await over the power-off: %+v %v", w, err)
+	}
+	end := res.Cursor
+	if res, ev, err = i.Wait(ctx, end, never); err != nil || !res.Finished || ev != nil {
+		t.Errorf("a wait past the power-off: %+v, %+v, %v", res, ev, err)
+	}
+	if _, err := i.Send(ctx, Input{Data: "echo", Ending: "\r", Timeout: time.Second}); !errors.As(err, new(*NotRunningError)) {
+		t.Errorf("a send to the exited guest: %v", err)
+	}
+}
