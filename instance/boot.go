@@ -324,7 +324,7 @@ func (b *booting) startReplayStep(_ context.Context) error {
 // which lets a stopped guest run) before QEMU is stopped.
 func (b *booting) attachDebugger(_ context.Context) error {
 	i := b.i
-	b.followed = i.follow(b.mch)
+	b.followed = i.events.follow(b.mch, i.mgr.log.With("instance", i.name))
 	if i.spec.Debug == nil {
 		return nil
 	}

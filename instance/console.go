@@ -142,7 +142,7 @@ func (i *Instance) runCommand(ctx context.Context, req shell.Request) (res shell
 	}
 	res, err = shell.Run(ctx, typist{i, mch.Console()}, req)
 	if ev == nil && exitOf(mch) != nil {
-		ev = i.exitEvent(mch, from, began)
+		ev = i.events.exitEvent(mch, from, began, i.exitNoted)
 	}
 	return res, ev, err
 }

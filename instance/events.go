@@ -2,6 +2,7 @@ package instance
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -149,7 +150,7 @@ const exitWait = 5 * time.Second
 // It waits, at most exitWait, until the events mch sent before it exited
 // are recorded, and if none is the one, until the watcher has recorded
 // how it ended (a SHUTDOWN of its own for an exit without one).
-func (i *Instance) exitEvent(mch *qemu.Machine, since int64, began time.Time) *Event {
+func (l *eventLog) exitEvent(mch *qemu.Machine, since int64, began time.Time, noted <-chan struct{}) *Event {
 	after := began
 	if exit, _ := mch.Exited(); began.Before(exit.At) || since < mch.Console().Buffer().End() {
 		after = mch.Started()
@@ -157,23 +158,26 @@ func (i *Instance) exitEvent(mch *qemu.Machine, since int64, began time.Time) *E
 	t := time.NewTimer(exitWait)
 	defer t.Stop()
 	select {
-	case <-i.events.readDone(mch):
+	case <-l.readDone(mch):
 	case <-t.C:
 	}
-	if ev := i.events.ending(after); ev != nil {
+	if ev := l.ending(after); ev != nil {
 		return ev
 	}
 	select {
-	case <-i.exitNoted:
+	case <-noted:
 	case <-t.C:
 	}
-	return i.events.ending(after)
+	return l.ending(after)
 }
 
 // Events returns the guest's most recent events (at most n, oldest first)
 // and how many there were in all.
-func (i *Instance) Events(n int) ([]Event, int) {
-	l := &i.events
+func (i *Instance) Events(n int) ([]Event, int) { return i.events.recent(n) }
+
+// recent is the most recent events (at most n, oldest first) and how many
+// there were in all.
+func (l *eventLog) recent(n int) ([]Event, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ev := l.events
@@ -186,22 +190,22 @@ func (i *Instance) Events(n int) ([]Event, int) {
 // follow records mch's guest events until its monitor closes; the channel
 // it returns is closed then. Events QEMU sent before the subscription are
 // replayed by the monitor.
-func (i *Instance) follow(mch *qemu.Machine) <-chan struct{} {
+func (l *eventLog) follow(mch *qemu.Machine, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	ch, err := mch.Monitor().Events(context.Background())
 	if err != nil {
-		i.mgr.log.Debug("follow QMP events", "instance", i.name, "err", err)
+		log.Debug("follow QMP events", "err", err)
 		close(done)
 		return done
 	}
-	i.events.reading(mch, done)
+	l.reading(mch, done)
 	go func() {
 		defer close(done)
 		for ev := range ch {
 			if !guestEvents[ev.Event] {
 				continue
 			}
-			i.events.add(Event{Event: ev.Event, Time: eventTime(ev), Data: ev.Data, Cursor: mch.Console().Buffer().End()})
+			l.add(Event{Event: ev.Event, Time: eventTime(ev), Data: ev.Data, Cursor: mch.Console().Buffer().End()})
 		}
 	}()
 	return done
@@ -210,7 +214,7 @@ func (i *Instance) follow(mch *qemu.Machine) <-chan struct{} {
 // exited records QEMU's own exit (not a stop) as a SHUTDOWN event when
 // QEMU sent none: up to QEMU 8.x the virt board's test finisher, which
 // Linux powers off through, exits the process at once, without one.
-func (i *Instance) exited(mch *qemu.Machine, followed <-chan struct{}) {
+func (l *eventLog) exited(mch *qemu.Machine, followed <-chan struct{}) {
 	t := time.NewTimer(time.Second)
 	select {
 	case <-followed:
@@ -218,7 +222,6 @@ func (i *Instance) exited(mch *qemu.Machine, followed <-chan struct{}) {
 	}
 	t.Stop()
 	exit, _ := mch.Exited()
-	l := &i.events
 	l.mu.Lock()
 	for k := len(l.events) - 1; k >= 0; k-- {
 		if l.events[k].Event == "SHUTDOWN" && !l.events[k].Time.Before(mch.Started()) {
@@ -234,7 +237,7 @@ func (i *Instance) exited(mch *qemu.Machine, followed <-chan struct{}) {
 	case exit.Code != 0:
 		reason = "guest-exit-failure"
 	}
-	i.events.add(Event{Event: "SHUTDOWN", Time: exit.At, Cursor: mch.Console().Buffer().End(), Data: map[string]any{
+	l.add(Event{Event: "SHUTDOWN", Time: exit.At, Cursor: mch.Console().Buffer().End(), Data: map[string]any{
 		"reason": reason, "exit_status": exit.Code,
 		"note": "recorded by qemu-mcp: QEMU " + exit.String() + " without a SHUTDOWN event",
 	}})

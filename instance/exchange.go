@@ -68,9 +68,9 @@ func (i *Instance) Await(ctx context.Context, since int64, spec serial.Spec) (Wa
 	case w.Exit != nil:
 	case w.Panicked:
 		// The crashing function, without anyone asking.
-		w.Triage, w.TriageErr = i.Triage(ctx)
+		w.Triage, w.TriageErr = triage(ctx, i.Debugger())
 	case !w.Matched:
-		if st, ok := i.DebugStop(ctx); ok {
+		if st, ok := debugStop(ctx, i.Debugger()); ok {
 			w.DebugStop = &st
 		}
 	}

@@ -72,8 +72,8 @@ func (g GuestHealth) Degraded() bool {
 	return g.Transcript != nil || !g.Stalled.IsZero() || g.MonitorErr != nil
 }
 
-// health is what is wrong with the guest.
-func (i *Instance) health() GuestHealth {
+// guestHealth is what is wrong with guest i.
+func guestHealth(i *Instance) GuestHealth {
 	g := GuestHealth{Name: i.name}
 	if con := i.Console(); con != nil {
 		if st := con.Buffer().TranscriptStatus(); st.Err != nil {
@@ -134,7 +134,7 @@ func (m *Manager) Health(root string) Health {
 	h.QEMU = m.qemuCaps()
 	for _, i := range m.List() {
 		if i.State() != Stopped {
-			h.Guests = append(h.Guests, i.health())
+			h.Guests = append(h.Guests, guestHealth(i))
 		}
 	}
 	return h

@@ -236,10 +236,9 @@ func (i *Instance) Debugger() *debugger.Session {
 // triageTimeout bounds a crash triage: a few hundred stub round trips.
 const triageTimeout = 5 * time.Second
 
-// Triage is the debugger's view of the panic the guest is in (see
+// triage is the debugger d's view of the panic the guest is in (see
 // debugger.Session.Triage), within a few seconds; nil without a debugger.
-func (i *Instance) Triage(ctx context.Context) (*debugger.Triage, error) {
-	d := i.Debugger()
+func triage(ctx context.Context, d *debugger.Session) (*debugger.Triage, error) {
 	if d == nil {
 		return nil, nil
 	}
@@ -252,10 +251,9 @@ func (i *Instance) Triage(ctx context.Context) (*debugger.Triage, error) {
 	return &t, nil
 }
 
-// DebugStop is where and why the debugger holds the guest stopped, if it
+// debugStop is where and why the debugger d holds the guest stopped, if it
 // does.
-func (i *Instance) DebugStop(ctx context.Context) (debugger.StopInfo, bool) {
-	d := i.Debugger()
+func debugStop(ctx context.Context, d *debugger.Session) (debugger.StopInfo, bool) {
 	if d == nil {
 		return debugger.StopInfo{}, false
 	}
@@ -468,7 +466,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 		// one.
 		mch := i.Machine()
 		<-mch.Done()
-		ev = i.exitEvent(mch, since, began)
+		ev = i.events.exitEvent(mch, since, began, i.exitNoted)
 	} else if !res.Matched {
 		ev = i.events.since(began)
 	}
@@ -479,7 +477,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 			// with it, as when QEMU exits without a word. Either way the
 			// end is reported once the instance is torn down, so that a
 			// caller told "exited" finds its files gone.
-			i.awaitExit(2 * time.Second)
+			awaitExit(i.Machine(), i.done, 2*time.Second)
 		}
 		if res.Stopped && ev == nil {
 			// An older event woke the wait: wait on.
@@ -496,8 +494,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 // awaitExit waits at most d for QEMU to exit and the instance's cleanup
 // to finish, so that what the caller reports next (exited, the runtime
 // files gone) is what the user then finds.
-func (i *Instance) awaitExit(d time.Duration) {
-	mch := i.Machine()
+func awaitExit(mch *qemu.Machine, done <-chan struct{}, d time.Duration) {
 	if mch == nil {
 		return
 	}
@@ -509,7 +506,7 @@ func (i *Instance) awaitExit(d time.Duration) {
 		return
 	}
 	select {
-	case <-i.done:
+	case <-done:
 	case <-t.C:
 	}
 }

@@ -95,7 +95,7 @@ func (v *vm) watch(mch *qemu.Machine, followed <-chan struct{}) {
 	cancel()
 	if byItself {
 		// The waits the end woke report the event (see Wait).
-		i.exited(mch, followed)
+		i.events.exited(mch, followed)
 	}
 	close(i.exitNoted)
 	exit, _ := mch.Exited()
@@ -178,7 +178,7 @@ func (v *vm) replace(ctx context.Context, old *qemu.Machine, r replacement) (*qe
 	}
 	v.set(mch)
 	v.record(mch)
-	go v.watch(mch, v.i.follow(mch))
+	go v.watch(mch, v.i.events.follow(mch, log))
 	return mch, nil
 }
 
