@@ -18,6 +18,8 @@ import (
 // started, what dead servers left in the runtime directory, its QEMU, and
 // what is wrong with the guests that are not stopped.
 type Health struct {
+	// RuntimeDir is the server's private runtime directory.
+	RuntimeDir string
 	LockFile   string
 	LockState  lock.State
 	LockHolder int
@@ -107,10 +109,13 @@ type QEMUCaps struct {
 const ProbeFailed = "probe failed"
 
 // Health reports the server's health with root as the project whose
-// repository lock counts.
+// repository lock counts ("" the host-path policy's working directory).
 func (m *Manager) Health(root string) Health {
+	if root == "" {
+		root = m.cfg.HostPolicy.WorkDir
+	}
 	rec := m.Record()
-	var h Health
+	h := Health{RuntimeDir: m.cfg.RuntimeDir}
 	if path, err := m.locks.path(root); err != nil {
 		h.LockErr = err
 	} else {

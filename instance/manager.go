@@ -142,6 +142,12 @@ func (c Config) Defaults() (Config, error) {
 	return c, nil
 }
 
+// QEMUFilesDir is where QMP commands may have QEMU write files
+// (screendump, pmemsave, ...): a directory of their own in the captures
+// directory, so no transcript, capture or record of the server can be a
+// target.
+func QEMUFilesDir(captures string) string { return filepath.Join(captures, "qemu") }
+
 // Manager runs the named instances of one server.
 type Manager struct {
 	cfg   Config
@@ -225,6 +231,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if err := os.MkdirAll(cfg.Captures, 0o700); err != nil {
 		return nil, fmt.Errorf("instance: captures directory: %w", err)
+	}
+	if err := os.MkdirAll(QEMUFilesDir(cfg.Captures), 0o700); err != nil {
+		return nil, fmt.Errorf("instance: %w", err)
 	}
 	if err := cfg.Record.Validate(); err != nil {
 		return nil, fmt.Errorf("instance: registry record: %w", err)

@@ -19,13 +19,15 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // Run performs the self test, printing one line per step to w. It returns
 // the first failure, with its reason.
-func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
+func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Config) (err error) {
 	start := time.Now()
 	// A private lock: the selftest must not depend on, or disturb, a
 	// server holding the lock of the repository it happens to run in.
@@ -34,7 +36,12 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 		return err
 	}
 	defer os.RemoveAll(lockDir)
-	cfg.LockFile = filepath.Join(lockDir, "qemu.lock")
+	set.LockFile = filepath.Join(lockDir, "qemu.lock")
+	guests, err := set.Guests()
+	if err != nil {
+		return err
+	}
+	cfg.Guests = func() (*instance.Manager, error) { return instance.New(guests) }
 	srv, err := tools.New(cfg)
 	if err == nil {
 		err = srv.Ready()
@@ -220,14 +227,14 @@ func Run(ctx context.Context, w io.Writer, cfg tools.Config) (err error) {
 			if live, _, _ := proc.Check(qemuID); live == proc.Alive {
 				return "", fmt.Errorf("qemu pid %d still running", qemuID.PID)
 			}
-			left, err := leftovers(cfg.RuntimeDir, os.Getpid())
+			left, err := leftovers(set.RuntimeDir, os.Getpid())
 			if err != nil {
 				return "", err
 			}
 			if len(left) > 0 {
-				return "", fmt.Errorf("left in %s: %s", cfg.RuntimeDir, strings.Join(left, ", "))
+				return "", fmt.Errorf("left in %s: %s", set.RuntimeDir, strings.Join(left, ", "))
 			}
-			return "runtime dir " + cfg.RuntimeDir + " clean", nil
+			return "runtime dir " + set.RuntimeDir + " clean", nil
 		}},
 	}
 	for _, s := range steps {

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // Through the real tools: each class of host access is refused with the
@@ -84,7 +82,7 @@ func TestBoundary(t *testing.T) {
 // --allow-host-access lifts the boundary: the same command reaches QEMU,
 // which answers for itself.
 func TestAllowHostAccess(t *testing.T) {
-	s := newSessionWith(t, func(c *tools.Config) { c.AllowHostAccess = true }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.AllowHostAccess = true }, nil)
 	s.bootTiny()
 	s.wantError("qmp_command", map[string]any{"command": "no-such-command"}, "CommandNotFound")
 	s.wantError("qmp_command", map[string]any{"command": "getfd", "arguments": map[string]any{"fdname": "x"}}, "GenericError")
@@ -103,7 +101,7 @@ func TestAllowHostAccess(t *testing.T) {
 // their rule, naming the property.
 func TestBoundaryDeviceProperties(t *testing.T) {
 	cache := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.CacheDir = cache }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.CacheDir = cache }, nil)
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"extra_args": []string{"-global", "virtio-mmio.force-legacy=false",
 		"-global", "virtio-blk-device.queue-size=128", "-device", "virtio-rng-pci,disable-legacy=on"},

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type capsInfo struct {
@@ -35,7 +33,7 @@ type capsInfo struct {
 // runtime directory.
 func TestServerInfoQEMUCapabilities(t *testing.T) {
 	cache := t.TempDir()
-	withCache := func(c *tools.Config) { c.CacheDir = cache }
+	withCache := func(c *testConfig) { c.CacheDir = cache }
 	s := newSessionWith(t, withCache, nil)
 	var info capsInfo
 	res := s.call("server_info", nil, &info)

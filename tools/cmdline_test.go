@@ -6,8 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type lineEntry struct {
@@ -57,7 +55,7 @@ func tinyProject(t *testing.T) string {
 // replaced, the rest kept, and the QEMU it runs has the line's machine.
 func TestCommandLineBoot(t *testing.T) {
 	root := tinyProject(t)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = root }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = root }, nil)
 	line := `qemu-system-riscv64 -machine virt -bios none -kernel tiny.bin -m 64M -smp 2 -nographic \
 	  -global virtio-mmio.force-legacy=false \
 	  -drive file=disk.img,if=none,format=raw,id=x0 -device virtio-blk-device,drive=x0,bus=virtio-mmio-bus.0`
@@ -92,7 +90,7 @@ func TestCommandLineBoot(t *testing.T) {
 // naming both, and the guest already running as that instance goes on.
 func TestCommandLineRefused(t *testing.T) {
 	root := tinyProject(t)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = root }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = root }, nil)
 	s.mustCall("qemu_boot", map[string]any{"wait_for": prompt}, nil)
 	res := s.call("qemu_boot", map[string]any{"restart": true,
 		"command_line": "-kernel tiny.bin -bios none -serial stdio -monitor telnet::4444,server,nowait -drive file=/etc/shadow,format=raw"}, nil)
@@ -169,7 +167,7 @@ func TestDriveSlotsLinux(t *testing.T) {
 func TestCommandLineRecording(t *testing.T) {
 	root := tinyProject(t)
 	state := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir = root
 		c.Captures = filepath.Join(state, "captures")
 		os.MkdirAll(c.Captures, 0o700)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type stopOut struct {
@@ -268,7 +267,7 @@ func TestDebugTinyKernel(t *testing.T) {
 // names sysrq_handle_crash.
 func TestDebugLinux(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = lin.Dir }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = lin.Dir }, nil)
 	var b struct {
 		bootOut
 		Symbols string `json:"symbols"`
@@ -420,7 +419,7 @@ func TestDebugLinux(t *testing.T) {
 // breakpoints, guest running) it lets go, so that a person's gdb can attach
 // over TCP.
 func TestDebugTCPLetsAnotherDebuggerAttach(t *testing.T) {
-	s := newSessionWith(t, func(c *tools.Config) { c.GDBTCP = "127.0.0.1:0" }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.GDBTCP = "127.0.0.1:0" }, nil)
 	var b struct {
 		bootOut
 		Paths struct {
@@ -485,7 +484,7 @@ func TestDebugTCPLetsAnotherDebuggerAttach(t *testing.T) {
 // agrees with QEMU's own, and LKDTM faults get their verdicts.
 func TestDebugLinuxFaults(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = lin.Dir }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = lin.Dir }, nil)
 	boot := func() {
 		var b bootOut
 		s.mustCall("qemu_boot", map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,

@@ -18,6 +18,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -139,9 +140,9 @@ func liveSchemas(t *testing.T) map[string]*toolSchema {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := tools.New(tools.Config{RuntimeDir: dir, Version: "test", Logger: slog.New(slog.DiscardHandler),
+	srv, err := newServer(settings.Settings{RuntimeDir: dir, Version: "test", Logger: slog.New(slog.DiscardHandler),
 		LockFile: filepath.Join(dir, "qemu.lock"), Captures: filepath.Join(dir, "captures"),
-		Snapshots: filepath.Join(dir, "snapshots"), CacheDir: filepath.Join(dir, "cache")})
+		Snapshots: filepath.Join(dir, "snapshots"), CacheDir: filepath.Join(dir, "cache")}, tools.Config{Version: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type execOut struct {
@@ -77,7 +76,7 @@ func status(o execOut) int {
 func linuxSession(t *testing.T) (*session, testguest.Linux, string) {
 	lin := testguest.LinuxGuest(t)
 	root := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir, c.Snapshots, c.AllowPaths = root, t.TempDir(), []string{lin.Dir}
 	}, nil)
 	return s, lin, root
@@ -303,7 +302,7 @@ func TestSharesLinux(t *testing.T) {
 // Shares the boundary refuses, before anything starts.
 func TestSharesRefused(t *testing.T) {
 	root := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = root }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = root }, nil)
 	os.MkdirAll(filepath.Join(root, "repo", ".git", "hooks"), 0o755)
 	os.MkdirAll(filepath.Join(root, "deep", "sub", ".git"), 0o755)
 	os.Symlink("/etc", filepath.Join(root, "etc"))

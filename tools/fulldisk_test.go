@@ -35,7 +35,7 @@ type noted struct {
 func TestTranscriptFullDisk(t *testing.T) {
 	disk := testfs.Tmpfs(t, 1<<20)
 	const ring = 64 << 10
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.Captures, c.Snapshots, c.RingSize = filepath.Join(disk, "captures"), t.TempDir(), ring
 	}, nil)
 	var b struct {

@@ -13,7 +13,7 @@ import (
 // is instance's FuzzMachineConfig). Whatever the input, decoding must not
 // panic, and an error names the argument it is about.
 func FuzzBootArguments(f *testing.F) {
-	s := &Server{cfg: Config{RuntimeDir: f.TempDir(), BuiltinKernel: []byte{1}, WorkDir: f.TempDir()}}
+	s := &Server{}
 	for _, seed := range []string{
 		`{}`,
 		`{"kernel":"k.bin","bios":"fw.bin","wait_for":"tiny> $","timeout":0.5}`,

@@ -10,7 +10,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // Through MCP, without --allow-host-access, no path a tool takes reaches a
@@ -40,7 +39,7 @@ func TestHostPathPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := os.Stat(secret)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = work }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = work }, nil)
 
 	// A guest runs from a kernel inside the project.
 	var b bootOut
@@ -104,7 +103,7 @@ func TestHostPathFlags(t *testing.T) {
 	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := newSessionWith(t, func(c *tools.Config) { c.AllowPaths = []string{outside} }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.AllowPaths = []string{outside} }, nil)
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"kernel": kernel, "drives": []any{map[string]any{"path": disk, "readonly": true}}, "wait_for": prompt}, &b)
 	if !b.Matched {
@@ -118,7 +117,7 @@ func TestHostPathFlags(t *testing.T) {
 	if err := os.WriteFile(disk2, make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := newSessionWith(t, func(c *tools.Config) { c.AllowHostAccess = true }, nil)
+	h := newSessionWith(t, func(c *testConfig) { c.AllowHostAccess = true }, nil)
 	h.mustCall("qemu_boot", map[string]any{"kernel": kernel, "drives": []any{map[string]any{"path": disk2}}, "wait_for": prompt}, &b)
 	if !b.Matched {
 		t.Errorf("boot with --allow-host-access: %+v", b)
@@ -135,7 +134,7 @@ func atime(fi os.FileInfo) time.Time {
 // server.
 func TestKeptCap(t *testing.T) {
 	captures := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.Captures = captures; c.KeepCap = 256 << 10 }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.Captures = captures; c.KeepCap = 256 << 10 }, nil)
 	var b struct {
 		bootOut
 		Transcript  string   `json:"transcript"`

@@ -56,7 +56,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		return nil, InfoOutput{}, err
 	}
 	rec := mgr.Record()
-	h := mgr.Health(s.cfg.WorkDir)
+	h := mgr.Health("")
 	out := InfoOutput{
 		Version:     s.cfg.Version,
 		Revision:    s.cfg.Revision,
@@ -65,7 +65,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		GoVersion:   runtime.Version(),
 		QEMUVersion: h.QEMUVersion,
 		Transport:   rec.Transport,
-		RuntimeDir:  s.cfg.RuntimeDir,
+		RuntimeDir:  h.RuntimeDir,
 		LockFile:    h.LockFile,
 		LockState:   string(h.LockState),
 		LockHolder:  h.LockHolder,
@@ -121,7 +121,7 @@ func (s *Server) problems(h instance.Health) []string {
 			pids[i] = fmt.Sprint(pid)
 		}
 		out = append(out, fmt.Sprintf("leftovers of %d dead server(s) (pid %s) in %s: reaped at the next boot, or run qemu-mcp doctor --cleanup",
-			len(h.DeadServers), strings.Join(pids, ", "), s.cfg.RuntimeDir))
+			len(h.DeadServers), strings.Join(pids, ", "), h.RuntimeDir))
 	}
 	return out
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type listOut struct {
@@ -227,7 +226,7 @@ func TestBootWithOwnPIDLeftovers(t *testing.T) {
 // time, and each error names what is in the way.
 func TestInstanceLimits(t *testing.T) {
 	project := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.MaxInstances = 2; c.WorkDir = project }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.MaxInstances = 2; c.WorkDir = project }, nil)
 	disk := filepath.Join(project, "disk.img")
 	if err := os.WriteFile(disk, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
@@ -279,7 +278,7 @@ func TestLinuxProfile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, ".qemu-mcp.json"), []byte(profile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = root }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = root }, nil)
 	var b bootOut
 	s.mustCall("qemu_boot", nil, &b)
 	if !b.Matched || !strings.Contains(b.Output, testguest.LinuxReady) {

@@ -6,14 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 func TestProfiles(t *testing.T) {
 	// Project roots must be the server's working directory or below it.
 	ws := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = ws }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = ws }, nil)
 	root := filepath.Join(ws, "project")
 	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
 	os.MkdirAll(filepath.Join(root, "out"), 0o755)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"maps"
+
+	"github.com/qemu-mcp/qemu-mcp/instance"
 )
 
 var update = flag.Bool("update", false, "rewrite schemas.json from the argument types")
@@ -22,7 +24,7 @@ func TestSchemasFile(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o700)
-	s, err := New(Config{RuntimeDir: dir, Version: "test"})
+	s, err := New(Config{Version: "test", Guests: func() (*instance.Manager, error) { return instance.New(instance.Config{RuntimeDir: dir}) }})
 	if err != nil {
 		t.Fatal(err)
 	}

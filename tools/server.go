@@ -7,11 +7,7 @@ package tools
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,67 +15,24 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/boundary"
-	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 
 // Config is what the tools need from the process that hosts them.
 type Config struct {
-	// RuntimeDir holds the FIFOs and the QMP sockets; it must exist and be
-	// private (see internal/runtimedir).
-	RuntimeDir string
-	// WorkDir is the default project_root.
-	WorkDir string
-	// BuiltinKernel is the image booted when qemu_boot names no kernel;
-	// BuiltinSymbols its ELF, the debugger's symbols for it.
-	BuiltinKernel  []byte
-	BuiltinSymbols []byte
-	// QEMUBinary overrides qemu-system-riscv64.
-	QEMUBinary string
+	// Guests makes the manager of the server's guests, once: after
+	// initialize is answered, or at the first use before that.
+	Guests func() (*instance.Manager, error)
 	// Version is reported by server_info and the MCP handshake; Revision
 	// is the VCS revision of the build.
 	Version  string
 	Revision string
-	// Transport ("stdio" or "http") and Address go into the registry record.
-	Transport string
-	Address   string
-	// LockFile overrides the repository lock path (see lock.Path).
-	LockFile string
-	// RingSize is the in-memory serial buffer; 0 means serial's default.
-	// Older output is read back from the transcript.
-	RingSize int
-	// AllowHostAccess lifts the boundary that keeps qmp_command and
-	// extra_args inside the guest (see package boundary).
-	AllowHostAccess bool
-	// MaxInstances bounds the guests that run at once; 0 means
-	// instance.DefaultMaxInstances.
-	MaxInstances int
-	// AllowPaths are read-only directories added to the host-path policy
-	// (--allow-path, QEMU_MCP_ALLOW_PATHS).
-	AllowPaths []string
-	// Captures is where transcripts, captures and screenshots are kept
-	// (the state directory's, see package kept); empty means the runtime
-	// directory's. KeepCap bounds their total size (0: kept.DefaultCap).
-	Captures string
-	KeepCap  int64
-	// Snapshots is where saved guest states are kept; empty means beside
-	// Captures (kept.Snapshots). Recordings likewise (kept.Recordings).
-	Snapshots  string
-	Recordings string
-	// GDBTCP also serves gdbstubs on this loopback TCP address, to the
-	// server's own user (see instance.Config).
-	GDBTCP string
 	// WholeText gives every client every value in a result's text
 	// content, also the clients that read the structured content (see
 	// readers).
 	WholeText bool
-	// CacheDir keeps what was probed of QEMU binaries (package qemu/caps);
-	// empty means caps.DefaultCacheDir.
-	CacheDir string
-	Logger   *slog.Logger
+	Logger    *slog.Logger
 }
 
 // ErrClosed is returned by calls made after shutdown began.
@@ -169,26 +122,12 @@ func session(req *mcp.CallToolRequest) *mcp.ServerSession {
 
 // New returns the tool state. Call Close when done.
 func New(cfg Config) (*Server, error) {
-	if cfg.RuntimeDir == "" {
-		return nil, errors.New("tools: RuntimeDir is required")
-	}
-	if cfg.WorkDir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("tools: working directory: %w", err)
-		}
-		cfg.WorkDir = wd
+	if cfg.Guests == nil {
+		return nil, errors.New("tools: Config.Guests is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	// The guests' directories and the cap, as the instance fills them in.
-	ic, err := instance.Config{RuntimeDir: cfg.RuntimeDir, Captures: cfg.Captures, Snapshots: cfg.Snapshots,
-		Recordings: cfg.Recordings, CacheDir: cfg.CacheDir, KeepCap: cfg.KeepCap}.Defaults()
-	if err != nil {
-		return nil, err
-	}
-	cfg.Captures, cfg.Snapshots, cfg.Recordings, cfg.CacheDir, cfg.KeepCap = ic.Captures, ic.Snapshots, ic.Recordings, ic.CacheDir, ic.KeepCap
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{cfg: cfg, log: cfg.Logger, base: ctx, cancel: cancel, started: time.Now(),
 		mgrReady: make(chan struct{}), mgrStarted: make(chan struct{})}
@@ -205,27 +144,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		go func() {
 			defer close(s.mgrReady)
-			s.mgr, s.mgrErr = newManager(cfg)
+			s.mgr, s.mgrErr = cfg.Guests()
 		}()
 	})
 	return s, nil
-}
-
-func newManager(cfg Config) (*instance.Manager, error) {
-	if err := os.MkdirAll(qemuFilesDir(cfg.Captures), 0o700); err != nil {
-		return nil, fmt.Errorf("tools: %w", err)
-	}
-	mgr, err := instance.New(instance.Config{RuntimeDir: cfg.RuntimeDir, LockFile: cfg.LockFile,
-		Transport: cfg.Transport, Address: cfg.Address, Version: cfg.Version,
-		MaxInstances: cfg.MaxInstances, RingSize: cfg.RingSize, Logger: cfg.Logger,
-		Captures: cfg.Captures, KeepCap: cfg.KeepCap, GDBTCP: cfg.GDBTCP, Snapshots: cfg.Snapshots, Recordings: cfg.Recordings,
-		ProbeKernel: cfg.BuiltinKernel, CacheDir: cfg.CacheDir, QEMUBinary: cfg.QEMUBinary,
-		HostPolicy: hostPolicy(cfg), Boundary: boundaryPolicy(cfg),
-		BuiltinKernel: cfg.BuiltinKernel, BuiltinSymbols: cfg.BuiltinSymbols})
-	if err != nil {
-		return nil, fmt.Errorf("tools: %w", err)
-	}
-	return mgr, nil
 }
 
 // Ready makes the server ready to boot guests if it is not yet, waits
@@ -247,37 +169,6 @@ func (s *Server) manager() (*instance.Manager, error) {
 	<-s.mgrReady
 	return s.mgr, s.mgrErr
 }
-
-// hostPolicy is the policy for every host path a tool takes; AllowHostAccess
-// lifts it too.
-func hostPolicy(cfg Config) hostpath.Policy {
-	return hostpath.Policy{
-		AllowAll: cfg.AllowHostAccess, WorkDir: cfg.WorkDir,
-		Captures: cfg.Captures, Images: instance.ImagesDir(cfg.RuntimeDir),
-		ReadOnly: append(slices.Clone(hostpath.FirmwareDirs), cfg.AllowPaths...),
-	}
-}
-
-// boundaryPolicy is the host-access boundary for QMP and extra_args; the
-// property types of the QEMU the server boots (asked of it when a check
-// first needs them, then cached) let device properties that name no host
-// resource pass.
-func boundaryPolicy(cfg Config) boundary.Policy {
-	p := boundary.Policy{AllowHostAccess: cfg.AllowHostAccess, CapturesDir: qemuFilesDir(cfg.Captures)}
-	if !cfg.AllowHostAccess {
-		cache := cfg.CacheDir
-		if cache == "" {
-			cache = caps.DefaultCacheDir()
-		}
-		p.Props = caps.NewPropProber(caps.PropsConfig{Binary: cfg.QEMUBinary, CacheDir: cache, Logger: cfg.Logger})
-	}
-	return p
-}
-
-// qemuFilesDir is where QMP commands may have QEMU write files (screendump,
-// pmemsave, ...): a directory of their own, so no transcript, capture or
-// record of the server can be a target.
-func qemuFilesDir(captures string) string { return filepath.Join(captures, "qemu") }
 
 // Close refuses new calls, ends the ones in flight, stops every guest and
 // removes its files and the server's record. Safe to call more than once.

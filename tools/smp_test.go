@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type hartOut struct {
@@ -69,7 +68,7 @@ func mask(cpu map[int]int, hart int) string { return fmt.Sprintf("0x%x", 1<<cpu[
 // other hart.
 func TestDebugLinuxSMP(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = lin.Dir }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = lin.Dir }, nil)
 	boot := func(smp int) {
 		t.Helper()
 		var b bootOut

@@ -15,7 +15,6 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/internal/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type snapInfo struct {
@@ -35,7 +34,7 @@ type loadOut struct {
 // after the save; a new server boots straight into it.
 func TestSnapshotTinyKernel(t *testing.T) {
 	snaps := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.Snapshots = snaps }, nil)
 	s.bootTiny()
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo on", "newline": "none", "match_echo": true, "wait_for": "echo on"}, &w)
@@ -111,7 +110,7 @@ func TestSnapshotTinyKernel(t *testing.T) {
 	}
 
 	// A new server boots straight into it.
-	s2 := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	s2 := newSessionWith(t, func(c *testConfig) { c.Snapshots = snaps }, nil)
 	var b bootOut
 	s2.mustCall("qemu_boot", map[string]any{"snapshot": "base"}, &b)
 	s2.mustCall("serial_send", map[string]any{"data": "e", "wait_for": `\r\n(on\w+)\r\ntiny> $`}, &w)
@@ -146,7 +145,7 @@ func TestSnapshotTinyKernel(t *testing.T) {
 func TestSnapshotLinux(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
 	snaps := t.TempDir()
-	adjust := func(c *tools.Config) { c.WorkDir, c.Snapshots = lin.Dir, snaps }
+	adjust := func(c *testConfig) { c.WorkDir, c.Snapshots = lin.Dir, snaps }
 	s := newSessionWith(t, adjust, nil)
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,
@@ -197,7 +196,7 @@ func TestSnapshotDrives(t *testing.T) {
 			t.Fatalf("qemu-img %v: %v %s", c, err, out)
 		}
 	}
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir, c.Snapshots, c.AllowPaths = root, t.TempDir(), []string{lin.Dir}
 	}, nil)
 	boot := func(drive, format string) {
@@ -259,7 +258,7 @@ func TestSnapshotDrives(t *testing.T) {
 // in RAM, so any stray byte would show in it), and a line typed right
 // after the load arrives whole.
 func TestSnapshotRestoreInput(t *testing.T) {
-	s := newSessionWith(t, func(c *tools.Config) { c.Snapshots = t.TempDir() }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.Snapshots = t.TempDir() }, nil)
 	s.bootTiny()
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo on", "newline": "none", "match_echo": true, "wait_for": "echo on"}, &w)
@@ -294,7 +293,7 @@ func TestSnapshotResaveFullDisk(t *testing.T) {
 		t.Fatalf("qemu-img: %v %s", err, out)
 	}
 	snaps := testfs.Tmpfs(t, 48<<20)
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir, c.Snapshots, c.AllowPaths = root, snaps, []string{lin.Dir}
 	}, nil)
 	var b bootOut
@@ -362,7 +361,7 @@ func TestSnapshotRestoresBusy(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("QEMU_MCP_RESTORES")); err == nil && v > 0 {
 		n = v
 	}
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir, c.Snapshots = lin.Dir, t.TempDir() }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir, c.Snapshots = lin.Dir, t.TempDir() }, nil)
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"kernel": "Image", "initrd": "initramfs.cpio.gz", "append": testguest.LinuxAppend,
 		"memory": "256M", "wait_for": testguest.LinuxPrompt, "timeout": 60}, &b)
@@ -423,7 +422,7 @@ func TestSnapshotIncomplete(t *testing.T) {
 	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", disk, "1M").CombinedOutput(); err != nil {
 		t.Fatalf("qemu-img: %v %s", err, out)
 	}
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir, c.Snapshots = root, snaps }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir, c.Snapshots = root, snaps }, nil)
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"drives": []map[string]any{{"path": "disk.qcow2", "format": "qcow2"}}, "wait_for": prompt}, &b)
 	var si struct {
@@ -505,7 +504,7 @@ type loadFull struct {
 func TestSnapshotInPlace(t *testing.T) {
 	lin := testguest.LinuxGuest(t)
 	snaps := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir, c.Snapshots, c.AllowPaths = t.TempDir(), snaps, []string{lin.Dir}
 	}, nil)
 	var b bootOut
@@ -641,7 +640,7 @@ func TestSnapshotRestoreSharesAndDebugger(t *testing.T) {
 // server boots it again.
 func TestSnapshotDamagedState(t *testing.T) {
 	snaps := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.Snapshots = snaps }, nil)
 	s.bootTiny()
 	s.mustCall("qemu_snapshot_save", map[string]any{"name": "bad"}, nil)
 	images, _ := filepath.Glob(filepath.Join(snaps, "*", "*", "bad.*.qcow2"))

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // A client that gives its model only the text content (Gemini CLI, Claude
@@ -16,7 +14,7 @@ import (
 // each value there, under its key.
 func TestTextCarriesEveryValue(t *testing.T) {
 	snaps := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) { c.Snapshots = snaps }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.Snapshots = snaps }, nil)
 	calls := []struct {
 		name string
 		args map[string]any
@@ -84,7 +82,7 @@ func TestTextByClient(t *testing.T) {
 		{"claude-ai", false, true},
 		{"copilot-cli", true, true},
 	} {
-		s := newSessionAs(t, c.client, func(cfg *tools.Config) { cfg.WholeText = c.whole }, nil)
+		s := newSessionAs(t, c.client, func(cfg *testConfig) { cfg.WholeText = c.whole }, nil)
 		res := s.call("qemu_status", map[string]any{"instance": "never"}, nil)
 		txt := text(res)
 		if whole := strings.Contains(txt, `"state":"none"`); whole != c.want || !strings.Contains(txt, "never") {

@@ -17,7 +17,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/qcow2state"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
 	"github.com/qemu-mcp/qemu-mcp/recording"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 type replayStopOut struct {
@@ -90,7 +89,7 @@ func consoleBytes(t *testing.T, s *session) []byte {
 func linuxRecordSession(t *testing.T) (*session, testguest.Linux, string) {
 	lin := testguest.LinuxGuest(t)
 	state := t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir = lin.Dir
 		c.Captures = filepath.Join(state, "captures")
 		os.MkdirAll(c.Captures, 0o700)
@@ -466,7 +465,7 @@ func TestRecordRefused(t *testing.T) {
 	dir := t.TempDir()
 	img := filepath.Join(dir, "disk.img")
 	os.WriteFile(img, make([]byte, 1<<20), 0o600)
-	s2 := newSessionWith(t, func(c *tools.Config) { c.WorkDir = dir }, nil)
+	s2 := newSessionWith(t, func(c *testConfig) { c.WorkDir = dir }, nil)
 	s2.wantError("qemu_boot", map[string]any{"record": "r", "drives": []map[string]any{{"path": "disk.img"}}}, "writable", "readonly: true")
 	s2.wantError("qemu_boot", map[string]any{"record": "r", "shares": []map[string]any{{"path": "."}}}, "shares")
 	var list recordingsOut
@@ -513,7 +512,7 @@ func TestRecordingCap(t *testing.T) {
 	long := time.Now().Add(-24 * time.Hour)
 	os.Chtimes(old, long, long)
 	const capBytes = 24 << 20
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir, c.Captures, c.KeepCap = lin.Dir, captures, capBytes
 	}, nil)
 	bootLinux(t, s, map[string]any{"record": "big"})
@@ -579,7 +578,7 @@ func TestRecordingCap(t *testing.T) {
 // last read and lost the last 45 to 441 bytes in about one stop in ten.
 func TestRecordingConsoleWhole(t *testing.T) {
 	state, work := t.TempDir(), t.TempDir()
-	s := newSessionWith(t, func(c *tools.Config) {
+	s := newSessionWith(t, func(c *testConfig) {
 		c.WorkDir = work
 		c.Captures = filepath.Join(state, "captures")
 		os.MkdirAll(c.Captures, 0o700)

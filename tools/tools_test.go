@@ -14,10 +14,12 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -36,15 +38,21 @@ type session struct {
 // in-memory transports: the same path stdio takes, minus the pipe.
 func newSession(t testing.TB) *session { return newSessionWith(t, nil, nil) }
 
+// testConfig is a test server's settings and its tools' options.
+type testConfig struct {
+	settings.Settings
+	WholeText bool
+}
+
 // newSessionWith is newSession with the server's config adjusted by adjust
 // and the client's options given.
-func newSessionWith(t testing.TB, adjust func(*tools.Config), copts *mcp.ClientOptions) *session {
+func newSessionWith(t testing.TB, adjust func(*testConfig), copts *mcp.ClientOptions) *session {
 	t.Helper()
 	return newSessionAs(t, "test", adjust, copts)
 }
 
 // newSessionAs is newSessionWith for a client that declares its name.
-func newSessionAs(t testing.TB, client string, adjust func(*tools.Config), copts *mcp.ClientOptions) *session {
+func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *mcp.ClientOptions) *session {
 	t.Helper()
 	needQEMU(t)
 	kernel, err := os.ReadFile("../testdata/images/tiny.bin")
@@ -65,12 +73,12 @@ func newSessionAs(t testing.TB, client string, adjust func(*tools.Config), copts
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Each session has its own lock: tests of other packages boot guests
 	// from this repository at the same time.
-	cfg := tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test", Logger: log,
-		LockFile: filepath.Join(t.TempDir(), "qemu.lock"), QEMUBinary: testguest.QEMU(t)}
+	cfg := testConfig{Settings: settings.Settings{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test", Logger: log,
+		LockFile: filepath.Join(t.TempDir(), "qemu.lock"), QEMUBinary: testguest.QEMU(t)}}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	srv, err := tools.New(cfg)
+	srv, err := newServer(cfg.Settings, tools.Config{Version: "test", WholeText: cfg.WholeText, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,4 +556,15 @@ func TestToolListBudget(t *testing.T) {
 	if len(b) > 32000 {
 		t.Errorf("tools/list is %d characters, over the 32,000 budget", len(b))
 	}
+}
+
+// newServer is a tool server of the guests set configures, wired as the
+// program wires it.
+func newServer(set settings.Settings, cfg tools.Config) (*tools.Server, error) {
+	guests, err := set.Guests()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Guests = func() (*instance.Manager, error) { return instance.New(guests) }
+	return tools.New(cfg)
 }

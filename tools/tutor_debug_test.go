@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // The tutor kernel (testdata/kernels/tutor) is not Linux: it boots with
@@ -63,7 +62,7 @@ func tutorSession(t *testing.T, patch func(dir string) error) (*session, string)
 	t.Helper()
 	needQEMU(t)
 	dir := testguest.Tutor(t, patch)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = dir }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = dir }, nil)
 	return s, dir
 }
 

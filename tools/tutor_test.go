@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // The teaching kernel of testdata/kernels/tutor (M-mode start on three
@@ -21,7 +20,7 @@ import (
 func TestTutorKernel(t *testing.T) {
 	dir := testguest.Tutor(t, nil)
 	line := testguest.TutorQEMULine(t, dir)
-	s := newSessionWith(t, func(c *tools.Config) { c.WorkDir = dir }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = dir }, nil)
 
 	var b lineBootOut
 	res := s.call("qemu_boot", map[string]any{"command_line": line, "wait_for": tutorPrompt}, &b)

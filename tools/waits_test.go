@@ -113,7 +113,7 @@ func TestCleanAndRaw(t *testing.T) {
 // With a small ring, old output is served from the transcript, byte-exact,
 // and the transcript is also an MCP resource.
 func TestTranscriptBeyondRing(t *testing.T) {
-	s := newSessionWith(t, func(c *tools.Config) { c.RingSize = 16 << 10 }, nil)
+	s := newSessionWith(t, func(c *testConfig) { c.RingSize = 16 << 10 }, nil)
 	cs := s.cs
 	var b struct {
 		Transcript string `json:"transcript"`

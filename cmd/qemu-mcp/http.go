@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/peercred"
+	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -233,7 +234,7 @@ func (s *sessionRecorder) Flush() {
 // clients assume) and /. Every session shares the one tool server, so they
 // drive the same guests; each has its own read cursors. Idle sessions are
 // closed after sessionTimeout.
-func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, sessionTimeout time.Duration, log *slog.Logger) int {
+func serveHTTP(ctx context.Context, set settings.Settings, cfg tools.Config, addr, tokenFile string, sessionTimeout time.Duration, log *slog.Logger) int {
 	var token string
 	if tokenFile != "" {
 		t, err := readToken(tokenFile)
@@ -251,9 +252,9 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, se
 		log.Error("http: listen", "addr", addr, "err", err)
 		return 1
 	}
-	cfg.Transport = "http"
-	cfg.Address = ln.Addr().String()
-	srv, err := tools.New(cfg)
+	set.Transport = "http"
+	set.Address = ln.Addr().String()
+	srv, err := newServer(set, cfg)
 	if err == nil {
 		err = srv.Ready()
 	}
@@ -286,7 +287,7 @@ func serveHTTP(ctx context.Context, cfg tools.Config, addr, tokenFile string, se
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("serving MCP over HTTP", "version", versionString(), "pid", os.Getpid(), "addr", "http://"+cfg.Address, "token", token != "", "runtime_dir", cfg.RuntimeDir)
+	log.Info("serving MCP over HTTP", "version", versionString(), "pid", os.Getpid(), "addr", "http://"+set.Address, "token", token != "", "runtime_dir", set.RuntimeDir)
 
 	code := 0
 	select {

@@ -28,6 +28,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/selftest"
+	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -133,7 +134,7 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "qemu-mcp: %v\n", err)
 		return 1
 	}
-	cfg := tools.Config{
+	set := settings.Settings{
 		Captures:       kept.Captures(state),
 		KeepCap:        keepCap,
 		RuntimeDir:     dir,
@@ -141,7 +142,6 @@ func run(args []string, stderr io.Writer) int {
 		BuiltinSymbols: qemumcp.TinyKernelELF,
 		QEMUBinary:     *qemuBin,
 		Version:        version,
-		Revision:       revision(),
 		Transport:      "stdio",
 		Logger:         log,
 
@@ -149,8 +149,8 @@ func run(args []string, stderr io.Writer) int {
 		MaxInstances:    *maxInst,
 		AllowPaths:      allowed,
 		GDBTCP:          *gdbTCP,
-		WholeText:       *wholeText,
 	}
+	cfg := tools.Config{Version: version, Revision: revision(), WholeText: *wholeText, Logger: log}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
@@ -160,20 +160,20 @@ func run(args []string, stderr io.Writer) int {
 	signal.Ignore(syscall.SIGPIPE)
 
 	if *selfTest {
-		if err := selftest.Run(ctx, os.Stdout, cfg); err != nil {
+		if err := selftest.Run(ctx, os.Stdout, set, cfg); err != nil {
 			fmt.Fprintf(stderr, "qemu-mcp: selftest failed: %v\n", err)
 			return 1
 		}
 		return 0
 	}
 	if *httpAddr != "" {
-		return serveHTTP(ctx, cfg, *httpAddr, *tokenFile, *sessionIdle, log)
+		return serveHTTP(ctx, set, cfg, *httpAddr, *tokenFile, *sessionIdle, log)
 	}
-	return serve(ctx, cfg, log)
+	return serve(ctx, set, cfg, log)
 }
 
-func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
-	srv, err := tools.New(cfg)
+func serve(ctx context.Context, set settings.Settings, cfg tools.Config, log *slog.Logger) int {
+	srv, err := newServer(set, cfg)
 	if err != nil {
 		log.Error("start", "err", err)
 		return 1
@@ -197,7 +197,7 @@ func serve(ctx context.Context, cfg tools.Config, log *slog.Logger) int {
 		}
 	}()
 
-	log.Info("serving MCP on stdio", "version", versionString(), "pid", os.Getpid(), "runtime_dir", cfg.RuntimeDir)
+	log.Info("serving MCP on stdio", "version", versionString(), "pid", os.Getpid(), "runtime_dir", set.RuntimeDir)
 	// Answers go out whole, one at a time; lines that are not JSON-RPC
 	// messages are answered with errors and dropped, not handed to the
 	// SDK, which would end the session.
@@ -359,4 +359,16 @@ func revision() string {
 		return ""
 	}
 	return rev + dirty
+}
+
+// newServer wires the tools to the guests: the settings become the guests'
+// configuration and policies here, once, and the manager is made from it
+// when the tools first need it.
+func newServer(set settings.Settings, cfg tools.Config) (*tools.Server, error) {
+	guests, err := set.Guests()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Guests = func() (*instance.Manager, error) { return instance.New(guests) }
+	return tools.New(cfg)
 }
