@@ -124,17 +124,46 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	// Every path of this boot is checked against the host-path policy
 	// before anything changes, a running guest included (restart).
-	mach, err := in.machine()
+	args, prof, err := in.resolve(mgr, name)
 	if err != nil {
 		return nil, BootOutput{}, err
+	}
+	p, err := s.plan(req, in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, args.Panics)
+	if err != nil {
+		return nil, BootOutput{}, err
+	}
+	inst, booted, err := mgr.BootArgs(ctx, args)
+	if err != nil {
+		return nil, BootOutput{}, tapAdvice(err, in.Tap)
+	}
+	out := bootOutput(inst, booted, prof)
+	if p.active() {
+		w, err := s.wait(ctx, req, inst, 0, p)
+		if err != nil {
+			return nil, BootOutput{}, err
+		}
+		out.WaitResult = w
+	} else {
+		out.Running = true
+	}
+	out.ElapsedMS = time.Since(start).Milliseconds()
+	return textResult(bootText(out, p.desc)), out, nil
+}
+
+// resolve makes the boot's arguments into the guest package's, completed
+// by the project's profile (see instance.Manager.Resolve), and settles
+// what to wait for.
+func (in *BootInput) resolve(mgr *instance.Manager, name string) (instance.Args, instance.Resolved, error) {
+	mach, err := in.machine()
+	if err != nil {
+		return instance.Args{}, instance.Resolved{}, err
 	}
 	args := instance.Args{Name: name, Root: in.ProjectRoot, Machine: mach, VNC: in.VNC, Profile: in.Profile,
 		Snapshot: in.Snapshot, Record: in.Record, Replay: in.Replay, Restart: in.Restart}
 	prof, err := mgr.Resolve(&args)
 	if err != nil {
-		return nil, BootOutput{}, err
+		return instance.Args{}, instance.Resolved{}, err
 	}
-	mach = args.Machine
 	switch {
 	case in.Replay != "":
 		// A replay is halted at its start: it prints nothing until the
@@ -146,23 +175,24 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		in.WaitFor = prof.Prompt
 	}
 	if args.Panics, err = compileAll("panic_patterns of the profile", prof.Panics); err != nil {
-		return nil, BootOutput{}, err
+		return instance.Args{}, instance.Resolved{}, err
 	}
-	p, err := s.plan(req, in.WaitOptions, in.Timeout, defaultBootTimeout, bootMaxBytes, args.Panics)
-	if err != nil {
-		return nil, BootOutput{}, err
-	}
-	if in.VNC && !mach.GPU {
-		return nil, BootOutput{}, errors.New("vnc: true needs gpu: true (there is no display to serve)")
-	}
-	if in.PCAP && mach.Network != "tap" {
-		return nil, BootOutput{}, errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
-	}
-	if (in.TapCIDR != "" || in.Bridge != "" || in.Tap != "") && mach.Network != "tap" {
-		return nil, BootOutput{}, errors.New(`tap, tap_cidr and bridge need network: "tap"`)
-	}
-	if in.Tap != "" && (in.TapCIDR != "" || in.Bridge != "") {
-		return nil, BootOutput{}, fmt.Errorf("tap %q is used as it is: the server does not configure it, so tap_cidr and bridge do not go with it (root sets its address or bridge)", in.Tap)
+	return args, prof, in.network(&args)
+}
+
+// network checks the display and network arguments against the machine
+// resolved, and gives args its TAP and capture.
+func (in *BootInput) network(args *instance.Args) error {
+	mach := args.Machine
+	switch {
+	case in.VNC && !mach.GPU:
+		return errors.New("vnc: true needs gpu: true (there is no display to serve)")
+	case in.PCAP && mach.Network != "tap":
+		return errors.New(`pcap: true needs network: "tap" (the capture runs on the guest's TAP)`)
+	case (in.TapCIDR != "" || in.Bridge != "" || in.Tap != "") && mach.Network != "tap":
+		return errors.New(`tap, tap_cidr and bridge need network: "tap"`)
+	case in.Tap != "" && (in.TapCIDR != "" || in.Bridge != ""):
+		return fmt.Errorf("tap %q is used as it is: the server does not configure it, so tap_cidr and bridge do not go with it (root sets its address or bridge)", in.Tap)
 	}
 	if mach.Network == "tap" {
 		args.TAP = &instance.TAPSpec{CIDR: in.TapCIDR, Bridge: in.Bridge, Name: in.Tap}
@@ -170,12 +200,13 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 			args.Capture = &instance.CaptureSpec{Filter: in.PCAPFilter}
 		}
 	}
-	inst, booted, err := mgr.BootArgs(ctx, args)
-	if err != nil {
-		return nil, BootOutput{}, tapAdvice(err, in.Tap)
-	}
+	return nil
+}
+
+// bootOutput is the result of a boot, before its wait.
+func bootOutput(inst *instance.Instance, booted instance.Booted, prof instance.Resolved) BootOutput {
 	m := inst.Machine()
-	out := BootOutput{Instance: name, PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: booted.QEMU.Kernel,
+	out := BootOutput{Instance: inst.Name(), PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: booted.QEMU.Kernel,
 		Lock: inst.LockPath(), Profile: prof.Profile, Transcript: inst.Transcript(), Symbols: booted.Symbols, CommandLine: prof.Line}
 	if booted.Reaped != nil {
 		b := booted.Reaped.Bounded(10)
@@ -201,17 +232,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 		out.Recording = recordingInfo(meta)
 		out.Recording.Replaying = true
 	}
-	if p.active() {
-		w, err := s.wait(ctx, req, inst, 0, p)
-		if err != nil {
-			return nil, BootOutput{}, err
-		}
-		out.WaitResult = w
-	} else {
-		out.Running = true
-	}
-	out.ElapsedMS = time.Since(start).Milliseconds()
-	return textResult(bootText(out, p.desc)), out, nil
+	return out
 }
 
 func bootText(o BootOutput, waitFor string) string {
@@ -274,4 +295,14 @@ func (in *BootInput) machine() (profile.Profile, error) {
 		}
 	}
 	return p, nil
+}
+
+func (s *Server) registerBoot(ms *mcp.Server) {
+	f := false
+	t := true
+	add(s, ms, &mcp.Tool{
+		Name:        "qemu_boot",
+		Description: "Boot a riscv64 guest (virt board) as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest.",
+		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
+	}, s.boot)
 }

@@ -61,7 +61,7 @@ func (s *Server) qmpCommand(ctx context.Context, req *mcp.CallToolRequest, in QM
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
-	out, err := s.qmpAnswer(inst, in.Command, raw, in.Offset, s.reader(req).answer)
+	out, err := s.qmpAnswer(inst, in.Command, raw, in.Offset, s.budget(req).Answer)
 	if err != nil {
 		return nil, QMPOutput{}, err
 	}
@@ -79,7 +79,7 @@ func (s *Server) qmpCommand(ctx context.Context, req *mcp.CallToolRequest, in QM
 }
 
 // qmpAnswer fits an answer into budget characters of JSON (see
-// answerBudget): whole, a page of a list, or saved to a file in the
+// kit.AnswerBudget): whole, a page of a list, or saved to a file in the
 // captures directory.
 func (s *Server) qmpAnswer(inst *instance.Instance, command string, raw json.RawMessage, offset, budget int) (QMPOutput, error) {
 	decode := func(b []byte) (any, error) {
@@ -281,24 +281,9 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (
 	return textResult(text), out, nil
 }
 
-func (s *Server) register(ms *mcp.Server) {
+func (s *Server) registerControl(ms *mcp.Server) {
 	f := false
 	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_boot",
-		Description: "Boot a riscv64 guest (virt board) as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest.",
-		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.boot)
-	add(s, ms, &mcp.Tool{
-		Name:        "serial_send",
-		Description: "Type data and a newline on the guest's serial console, optionally waiting for a regex in its answer (after the echo of the line). Nothing is consumed: a long output is its start and end, elided giving the middle's cursors for serial_read.",
-		Annotations: &mcp.ToolAnnotations{Title: "Send to serial console", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.send)
-	add(s, ms, &mcp.Tool{
-		Name:        "serial_read",
-		Description: "Read console output from a cursor (default: where the last read ended), max_bytes a page: pass the result's cursor as since to page on; nothing is consumed. wait_for waits for a regex; a timeout is a result with timed_out true.",
-		Annotations: &mcp.ToolAnnotations{Title: "Read serial console", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.read)
 	add(s, ms, &mcp.Tool{
 		Name:        "qmp_command",
 		Description: "Run a QMP command (e.g. query-status, system_reset) and return its 'return' value, a long list a page at a time (offset, next_offset); QMP errors are tool errors with their class.",
@@ -314,34 +299,4 @@ func (s *Server) register(ms *mcp.Server) {
 		Description: "A guest's state (booting, running, stopping, stopped), pid, uptime, exit status, command line, paths, bytes of serial output, and its recent QMP events (RESET, SHUTDOWN, STOP, RESUME, errors) with times and cursors.",
 		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
 	}, s.status)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_screenshot",
-		Description: "Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true.",
-		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.screenshot)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_send_key",
-		Description: "Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another.",
-		Annotations: &mcp.ToolAnnotations{Title: "Send key", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.sendKey)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_type_text",
-		Description: "Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed.",
-		Annotations: &mcp.ToolAnnotations{Title: "Type text", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.typeText)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_mouse",
-		Description: "Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there.",
-		Annotations: &mcp.ToolAnnotations{Title: "Mouse", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.mouse)
-	add(s, ms, &mcp.Tool{
-		Name:        "server_info",
-		Description: "Version and revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and holder, and health (degraded: the binary changed on disk, or dead servers left files).",
-		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, s.serverInfo)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_list",
-		Description: "List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output.",
-		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, s.list)
 }

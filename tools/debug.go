@@ -295,7 +295,7 @@ func (s *Server) debugMemory(ctx context.Context, req *mcp.CallToolRequest, in M
 	if in.Length == 0 {
 		in.Length = 256
 	}
-	limit, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes, s.reader(req).page)
+	limit, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes, s.budget(req).Page)
 	if err != nil {
 		return nil, MemoryOutput{}, err
 	}

@@ -52,7 +52,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
-	maxBytes, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes, s.reader(req).page)
+	maxBytes, err := checkMaxBytes(in.MaxBytes, defaultMaxBytes, s.budget(req).Page)
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}

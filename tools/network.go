@@ -107,7 +107,7 @@ func (s *Server) pcapRead(_ context.Context, req *mcp.CallToolRequest, in PcapRe
 	sums, next := r.Packets, r.Next
 	size := 0
 	for k, p := range sums {
-		if size += len(p.Text) + 120; size > s.reader(req).answer && k > 0 {
+		if size += len(p.Text) + 120; size > s.budget(req).Answer && k > 0 {
 			sums, next = sums[:k], p.Index
 			break
 		}

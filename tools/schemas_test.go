@@ -32,7 +32,7 @@ func TestSchemasFile(t *testing.T) {
 	s.registerAll(s.NewMCPServer())
 	want := map[string]json.RawMessage{}
 	for _, name := range slices.Sorted(maps.Keys(s.inputs)) {
-		b, err := json.Marshal(s.inputs[name].gen())
+		b, err := json.Marshal(s.inputs[name].Generate())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/serial"
+	"github.com/qemu-mcp/qemu-mcp/tools/kit"
 )
 
 // WaitOptions are the wait and text arguments that qemu_boot, serial_send
@@ -241,8 +242,8 @@ func patterns(v any) ([]*regexp.Regexp, string, error) {
 	}
 	res := make([]*regexp.Regexp, len(srcs))
 	for i, s := range srcs {
-		if len(s) > defaultMaxString {
-			return nil, "", fmt.Errorf("wait_for[%d]: a pattern of %d bytes, more than the limit of %d", i, len(s), defaultMaxString)
+		if len(s) > kit.DefaultMaxString {
+			return nil, "", fmt.Errorf("wait_for[%d]: a pattern of %d bytes, more than the limit of %d", i, len(s), kit.DefaultMaxString)
 		}
 		re, err := compileWait(s)
 		if err != nil {
@@ -268,7 +269,7 @@ func compileWait(pattern string) (*regexp.Regexp, error) {
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return nil, fmt.Errorf("wait_for %s is not a valid regular expression (Go RE2 syntax): %w", quote(pattern), err)
+		return nil, fmt.Errorf("wait_for %s is not a valid regular expression (Go RE2 syntax): %w", kit.Quote(pattern), err)
 	}
 	compiled.put(pattern, re)
 	return re, nil
@@ -323,8 +324,8 @@ func seconds(name string, v float64, def time.Duration) (time.Duration, error) {
 // a cursor away.
 func checkMaxBytes(v, def, limit int) (int, error) {
 	switch {
-	case v > maxMaxBytes:
-		return 0, fmt.Errorf("max_bytes %d: at most %d a result (a client refuses larger results); page with the cursors instead", v, maxMaxBytes)
+	case v > kit.MaxPage:
+		return 0, fmt.Errorf("max_bytes %d: at most %d a result (a client refuses larger results); page with the cursors instead", v, kit.MaxPage)
 	case v < 0:
 		return 0, fmt.Errorf("max_bytes %d: want a positive number", v)
 	case v == 0:
@@ -358,7 +359,7 @@ func (s *Server) plan(req *mcp.CallToolRequest, o WaitOptions, timeout float64, 
 	if o.IdleMS < 0 {
 		return waitPlan{}, fmt.Errorf("idle_ms %d: want a positive number", o.IdleMS)
 	}
-	maxBytes, err := checkMaxBytes(o.MaxBytes, defMax, s.reader(req).page)
+	maxBytes, err := checkMaxBytes(o.MaxBytes, defMax, s.budget(req).Page)
 	if err != nil {
 		return waitPlan{}, err
 	}
@@ -406,11 +407,6 @@ func render(b []byte, raw bool) (string, string) {
 // of text, about 5,000 tokens: well inside the 25,000 a client such as
 // Claude Code accepts, with room for the other fields.
 const defaultMaxBytes = 16 << 10
-
-// maxMaxBytes bounds what max_bytes may ask for: 32 KiB of console text
-// stays well under Claude Code's 25,000-token limit even where it
-// tokenizes badly (hex dumps, line noise).
-const maxMaxBytes = 32 << 10
 
 // wait runs plan on the guest's console from since and records where it
 // ended as the session's read cursor. Timing out is a normal result, not
@@ -625,4 +621,19 @@ func readText(w WaitResult, lost int64) string {
 		fmt.Fprintf(&b, "NOTE: %s\n", w.TranscriptNote)
 	}
 	return b.String()
+}
+
+func (s *Server) registerSerial(ms *mcp.Server) {
+	f := false
+	t := true
+	add(s, ms, &mcp.Tool{
+		Name:        "serial_send",
+		Description: "Type data and a newline on the guest's serial console, optionally waiting for a regex in its answer (after the echo of the line). Nothing is consumed: a long output is its start and end, elided giving the middle's cursors for serial_read.",
+		Annotations: &mcp.ToolAnnotations{Title: "Send to serial console", DestructiveHint: &t, OpenWorldHint: &f},
+	}, s.send)
+	add(s, ms, &mcp.Tool{
+		Name:        "serial_read",
+		Description: "Read console output from a cursor (default: where the last read ended), max_bytes a page: pass the result's cursor as since to page on; nothing is consumed. wait_for waits for a regex; a timeout is a result with timed_out true.",
+		Annotations: &mcp.ToolAnnotations{Title: "Read serial console", ReadOnlyHint: true, OpenWorldHint: &f},
+	}, s.read)
 }

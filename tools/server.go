@@ -17,6 +17,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/tools/kit"
 )
 
 // Config is what the tools need from the process that hosts them.
@@ -72,7 +73,7 @@ type Server struct {
 	calls sync.Map // *mcp.CallToolRequest -> reader
 	// inputs are the tools' input schemas, for the limits middleware.
 	inputsMu sync.Mutex
-	inputs   map[string]*toolInput
+	inputs   map[string]*kit.Input
 }
 
 type cursorKey struct {
@@ -231,7 +232,7 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		},
 	})
 	s.inputsMu.Lock()
-	s.inputs = map[string]*toolInput{}
+	s.inputs = map[string]*kit.Input{}
 	s.inputsMu.Unlock()
 	// Adding a tool costs the SDK a parse of its schema, 30 of them as
 	// long as the rest of start-up: they are added in the background,
@@ -254,7 +255,7 @@ func (s *Server) NewMCPServer() *mcp.Server {
 // registerAll adds every tool and resource, the groups side by side.
 func (s *Server) registerAll(ms *mcp.Server) {
 	var wg sync.WaitGroup
-	for _, reg := range []func(*mcp.Server){s.register, s.registerExec, s.registerDebug, s.registerSnapshots, s.registerRecordings, s.registerNetwork, s.registerResources} {
+	for _, reg := range []func(*mcp.Server){s.registerBoot, s.registerSerial, s.registerControl, s.registerDisplay, s.registerInfo, s.registerExec, s.registerDebug, s.registerSnapshots, s.registerRecordings, s.registerNetwork, s.registerResources} {
 		wg.Go(func() { reg(ms) })
 	}
 	wg.Wait()

@@ -1,4 +1,4 @@
-package tools
+package kit
 
 import (
 	"bytes"
@@ -28,9 +28,9 @@ import (
 // Every value is there: a test walks each tool's structured content and
 // finds each of its values in the text.
 
-// renderText is the text content of a result whose structured content is
+// RenderText is the text content of a result whose structured content is
 // the compact JSON object structured, after summary.
-func renderText(summary string, structured []byte) string {
+func RenderText(summary string, structured []byte) string {
 	var b strings.Builder
 	if summary = strings.TrimRight(summary, "\n"); summary != "" {
 		b.WriteString(summary)
@@ -52,7 +52,7 @@ func renderText(summary string, structured []byte) string {
 		} else {
 			rest.WriteByte(',')
 		}
-		kb, _ := marshalNoEscape(k)
+		kb, _ := MarshalNoEscape(k)
 		rest.Write(kb)
 		rest.WriteByte(':')
 		rest.Write(vals[i])
@@ -165,10 +165,10 @@ func longestRun(s string, c byte) int {
 	return best
 }
 
-// marshalNoEscape is json.Marshal without the escaping of <, > and & that
+// MarshalNoEscape is json.Marshal without the escaping of <, > and & that
 // only HTML needs: "<cmd_echo+0x6>" costs a model fewer tokens than
 // "\u003ccmd_echo+0x6\u003e", and every client decodes both alike.
-func marshalNoEscape(v any) ([]byte, error) {
+func MarshalNoEscape(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -178,17 +178,17 @@ func marshalNoEscape(v any) ([]byte, error) {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// setText makes the text content of res (the handler's summary, if any)
+// SetText makes the text content of res (the handler's summary, if any)
 // the summary followed, with whole, by the rendering of structured; other
 // content (an image) stays as it is.
-func setText(res *mcp.CallToolResult, structured []byte, whole bool) {
+func SetText(res *mcp.CallToolResult, structured []byte, whole bool) {
 	for _, c := range res.Content {
 		if t, ok := c.(*mcp.TextContent); ok {
 			if whole || strings.TrimSpace(t.Text) == "" {
-				t.Text = renderText(t.Text, structured)
+				t.Text = RenderText(t.Text, structured)
 			}
 			return
 		}
 	}
-	res.Content = append(res.Content, &mcp.TextContent{Text: renderText("", structured)})
+	res.Content = append(res.Content, &mcp.TextContent{Text: RenderText("", structured)})
 }

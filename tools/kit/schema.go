@@ -1,10 +1,12 @@
-package tools
+// Package kit is the MCP layer's plain helpers: tools' input schemas and
+// their limits, the text of a result for clients that read text, and the
+// result budget of each client. They take what they need as arguments
+// (a budget, a schema), never the server.
+package kit
 
 import (
-	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"runtime"
@@ -13,7 +15,6 @@ import (
 	"sync"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -32,16 +33,16 @@ import (
 //     the tools' descriptions and the README, and still come as
 //     structured content;
 //   - every string argument has a maxLength (its `max` tag, or
-//     defaultMaxString), which limits enforces with short errors.
+//     DefaultMaxString), which limits enforces with short errors.
 
-// inputSchema is In's schema for tools/list.
-func inputSchema[In any]() *jsonschema.Schema {
-	s := mustFor[In]()
+// InputSchema is In's schema for tools/list.
+func InputSchema[In any]() *jsonschema.Schema {
+	s := MustFor[In]()
 	plain(s, reflect.TypeFor[In]())
 	return s
 }
 
-func mustFor[T any]() *jsonschema.Schema {
+func MustFor[T any]() *jsonschema.Schema {
 	s, err := jsonschema.For[T](nil)
 	if err != nil {
 		panic(fmt.Sprintf("tools: schema of %T: %v", *new(T), err))
@@ -119,14 +120,14 @@ func anyOf(tag string) []*jsonschema.Schema {
 	return out
 }
 
-// defaultMaxString bounds a string argument without a max tag: names,
+// DefaultMaxString bounds a string argument without a max tag: names,
 // paths, patterns and such are short; the server never holds a bigger one.
-const defaultMaxString = 4096
+const DefaultMaxString = 4096
 
 // setMaxLength gives a string schema (or the strings of an array schema)
 // its limit.
 func setMaxLength(p *jsonschema.Schema, tag string) {
-	n := defaultMaxString
+	n := DefaultMaxString
 	if tag != "" {
 		var err error
 		if n, err = strconv.Atoi(tag); err != nil {
@@ -174,118 +175,103 @@ func defaultValue(p *jsonschema.Schema, d string) json.RawMessage {
 	return json.RawMessage(d)
 }
 
-// schemasJSON holds every tool's input schema as tools/list shows it,
-// generated from the argument types (go test ./tools -run
-// TestSchemasFile -update; the test fails when it is stale). Building the
-// schemas by reflection and resolving them costs about 5 ms, more than the
-// rest of start-up together; read from here, the server answers
-// initialize at once, and each schema is resolved for validation when its
-// tool is first called.
-//
-//go:embed schemas.json
-var schemasJSON []byte
-
-var embeddedSchemas = sync.OnceValue(func() map[string]json.RawMessage {
-	m := map[string]json.RawMessage{}
-	if err := json.Unmarshal(schemasJSON, &m); err != nil {
-		panic(fmt.Sprintf("tools: schemas.json: %v", err))
-	}
-	return m
-})
-
-// toolInput is a tool's input schema: its JSON for tools/list, and the
+// Input is a tool's input schema: its JSON for tools/list, and the
 // schema resolved on first use, shared by every MCP server of the process.
-type toolInput struct {
-	raw json.RawMessage
-	gen func() *jsonschema.Schema // what schemas.json is generated from
+type Input struct {
+	Raw json.RawMessage
+	gen func() *jsonschema.Schema // what the embedded schemas are generated from
 
 	once     sync.Once
-	schema   *jsonschema.Schema
+	Schema   *jsonschema.Schema
 	resolved *jsonschema.Resolved
 	err      error
 }
 
 var (
 	inputsMu sync.Mutex
-	inputs   = map[string]*toolInput{}
+	inputs   = map[string]*Input{}
 )
 
-// inputOf returns the input of tool name, whose argument type gen
+// InputOf returns the input of tool name, whose argument type gen
 // describes.
-func inputOf(name string, gen func() *jsonschema.Schema) *toolInput {
+func InputOf(name string, raw json.RawMessage, gen func() *jsonschema.Schema) *Input {
 	inputsMu.Lock()
 	defer inputsMu.Unlock()
 	if ti := inputs[name]; ti != nil {
 		return ti
 	}
-	ti := &toolInput{raw: embeddedSchemas()[name], gen: gen}
-	if ti.raw == nil {
-		// Not in schemas.json (a tool added since it was generated):
+	ti := &Input{Raw: raw, gen: gen}
+	if ti.Raw == nil {
+		// Not generated before (a tool added since):
 		// built here, at a start-up cost, until the file is regenerated.
 		b, err := json.Marshal(gen())
 		if err != nil {
 			panic(fmt.Sprintf("tools: schema of %s: %v", name, err))
 		}
-		ti.raw = b
+		ti.Raw = b
 	}
 	inputs[name] = ti
 	return ti
 }
 
 // load parses and resolves the schema.
-func (ti *toolInput) load() error {
+func (ti *Input) Load() error {
 	ti.once.Do(func() {
 		var sch jsonschema.Schema
-		if ti.err = json.Unmarshal(ti.raw, &sch); ti.err != nil {
+		if ti.err = json.Unmarshal(ti.Raw, &sch); ti.err != nil {
 			return
 		}
-		ti.schema = &sch
+		ti.Schema = &sch
 		ti.resolved, ti.err = sch.Resolve(nil)
 	})
 	return ti.err
 }
 
-// decode gives the arguments a the schema's defaults, validates them
+// Generate builds the schema from the argument type, as it would be
+// generated into the embedded file.
+func (ti *Input) Generate() *jsonschema.Schema { return ti.gen() }
+
+// Decode gives the arguments a the schema's defaults, validates them
 // against it and decodes them into in; a tool error result if they do not
 // validate.
-func (ti *toolInput) decode(a json.RawMessage, in any) *mcp.CallToolResult {
+func (ti *Input) Decode(a json.RawMessage, in any) *mcp.CallToolResult {
 	args := map[string]any{}
 	if len(a) > 0 {
 		if err := json.Unmarshal(a, &args); err != nil {
-			return errorResult(fmt.Errorf("validating \"arguments\": unmarshaling arguments: %w", err))
+			return ErrorResult(fmt.Errorf("validating \"arguments\": unmarshaling arguments: %w", err))
 		}
 	}
 	var v any = args
 	if err := ti.resolved.ApplyDefaults(&v); err != nil {
-		return errorResult(fmt.Errorf("validating \"arguments\": applying schema defaults:\n%w", err))
+		return ErrorResult(fmt.Errorf("validating \"arguments\": applying schema defaults:\n%w", err))
 	}
 	if err := ti.resolved.Validate(&v); err != nil {
-		return errorResult(fmt.Errorf("validating \"arguments\": %v", err))
+		return ErrorResult(fmt.Errorf("validating \"arguments\": %v", err))
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return errorResult(err)
+		return ErrorResult(err)
 	}
 	if err := json.Unmarshal(b, in); err != nil {
-		return errorResult(err)
+		return ErrorResult(err)
 	}
 	return nil
 }
 
-// onWarmStack runs f on one of a few long-lived goroutines and returns
+// OnWarmStack runs f on one of a few long-lived goroutines and returns
 // its result. The SDK handles each request on a new goroutine, whose
 // stack starts small: the schema validator's recursion grew it, and the
 // runtime copied it, three times a call (two thirds of the validation's
 // CPU: 65 µs a serial_send against 20 µs on a goroutine whose stack has
 // grown once). The handoff costs a microsecond.
-func onWarmStack(f func() *mcp.CallToolResult) *mcp.CallToolResult {
+func OnWarmStack(f func() *mcp.CallToolResult) *mcp.CallToolResult {
 	warmOnce.Do(startWarm)
 	done := make(chan *mcp.CallToolResult, 1)
 	warmWork <- func() {
 		// A panic is the call's, as it was on the call's goroutine.
 		defer func() {
 			if p := recover(); p != nil {
-				done <- errorResult(fmt.Errorf("validating \"arguments\": %v", p))
+				done <- ErrorResult(fmt.Errorf("validating \"arguments\": %v", p))
 			}
 		}()
 		done <- f()
@@ -298,7 +284,7 @@ var (
 	warmWork chan func()
 )
 
-// startWarm starts the goroutines of onWarmStack: one per processor, as
+// startWarm starts the goroutines of OnWarmStack: one per processor, as
 // the work they do needs no more.
 func startWarm() {
 	warmWork = make(chan func())
@@ -311,53 +297,7 @@ func startWarm() {
 	}
 }
 
-// add registers a tool with a plain input schema, no output schema (see
-// above), and the shared call handling: its arguments get the schema's
-// defaults and are validated against it, as the SDK's typed tools are.
-func add[In, Out any](s *Server, ms *mcp.Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
-	ti := inputOf(t.Name, inputSchema[In])
-	t.InputSchema = ti.raw
-	s.inputsMu.Lock()
-	s.inputs[t.Name] = ti
-	s.inputsMu.Unlock()
-	ms.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if err := ti.load(); err != nil {
-			return nil, fmt.Errorf("tools: input schema of %s: %w", t.Name, err)
-		}
-		var in In
-		if res := onWarmStack(func() *mcp.CallToolResult { return ti.decode(req.Params.Arguments, &in) }); res != nil {
-			return res, nil
-		}
-		s.calls.Store(req, readerOf(req, s.cfg.WholeText))
-		defer s.calls.Delete(req)
-		if s.closing.Load() {
-			return errorResult(ErrClosed), nil
-		}
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(s.base, cancel)()
-		res, out, err := h(ctx, req, in)
-		if err != nil {
-			var wire *jsonrpc.Error
-			if errors.As(err, &wire) {
-				return nil, wire
-			}
-			return errorResult(advise(err)), nil
-		}
-		if res == nil {
-			res = &mcp.CallToolResult{}
-		}
-		ob, err := marshalNoEscape(out)
-		if err != nil {
-			return nil, fmt.Errorf("tools: %s: marshal the result: %w", t.Name, err)
-		}
-		res.StructuredContent = json.RawMessage(ob)
-		setText(res, ob, !s.reader(req).structured)
-		return res, nil
-	})
-}
-
-func errorResult(err error) *mcp.CallToolResult {
+func ErrorResult(err error) *mcp.CallToolResult {
 	var r mcp.CallToolResult
 	r.SetError(err)
 	return &r

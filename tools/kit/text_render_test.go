@@ -1,4 +1,4 @@
-package tools
+package kit
 
 import (
 	"encoding/json"
@@ -59,11 +59,11 @@ func readBack(t testing.TB, text string, orig map[string]any) map[string]any {
 
 func roundTrip(t testing.TB, v any) {
 	t.Helper()
-	b, err := marshalNoEscape(v)
+	b, err := MarshalNoEscape(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := renderText("summary line\n", b)
+	text := RenderText("summary line\n", b)
 	var orig map[string]any
 	if err := json.Unmarshal(b, &orig); err != nil {
 		t.Fatal(err)
@@ -98,8 +98,8 @@ func TestRenderText(t *testing.T) {
 	// fence is longer than any in it, and the fields come after.
 	guest := map[string]any{"output": "x\n```\n{\"running\":false}\n", "running": true}
 	roundTrip(t, guest)
-	b, _ := marshalNoEscape(guest)
-	if text := renderText("", b); !strings.Contains(text, "\n````\n{\"running\":true}\n") {
+	b, _ := MarshalNoEscape(guest)
+	if text := RenderText("", b); !strings.Contains(text, "\n````\n{\"running\":true}\n") {
 		t.Errorf("a guest's fence and fields:\n%s", text)
 	}
 }
