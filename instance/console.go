@@ -61,7 +61,7 @@ type Command struct {
 
 // Ran is how a command ran, and its output.
 type Ran struct {
-	shell.Result
+	ShellResult
 	// NoShell says no shell answered at the console.
 	NoShell bool
 	// Output is the command's output [OutputStart, OutputEnd), without
@@ -94,7 +94,7 @@ func (i *Instance) Exec(ctx context.Context, cmd Command) (Ran, error) {
 	}
 	mch := i.Machine()
 	buf := mch.Console().Buffer()
-	ran := Ran{Result: res, Event: ev, NoShell: !res.Started && (res.Wait == nil || res.Wait.TimedOut)}
+	ran := Ran{ShellResult: res, Event: ev, NoShell: !res.Started && (res.Wait == nil || res.Wait.TimedOut)}
 	ran.Output = Excerpt{Since: res.OutputStart, Start: res.OutputStart, End: res.OutputEnd}
 	if res.Started {
 		if ran.Output, err = commandOutput(buf, res.OutputStart, res.OutputEnd, res.Uptime, cmd.MaxOutput, cmd.KeepHead); err != nil {

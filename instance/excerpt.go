@@ -4,7 +4,9 @@ import (
 	"fmt"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/ktap"
+	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemuline"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 	"github.com/qemu-mcp/qemu-mcp/shell"
 )
@@ -16,6 +18,21 @@ type Span struct {
 
 // Len is how many bytes the span covers.
 func (s Span) Len() int64 { return s.End - s.Start }
+
+// The guest's results in the types of the packages that make them, named
+// here so that a caller of the guest's methods needs only this package.
+type (
+	// KernelMessage is a kernel message told apart from a command's
+	// output.
+	KernelMessage = shell.KernelMessage
+	// Reaped is what dead servers had left and a boot removed.
+	Reaped = reaper.Report
+	// LineReport is what became of each option of a command line a
+	// boot gave.
+	LineReport = qemuline.Report
+	// ShellResult is how a command at the guest's shell went.
+	ShellResult = shell.Result
+)
 
 // TestSummary is what the TAP or KTAP in a stretch of output says: totals
 // and the failures.

@@ -11,10 +11,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/qemuline"
 )
 
 // BootInput is qemu_boot's arguments.
@@ -77,11 +75,11 @@ type BootOutput struct {
 	Kernel   string     `json:"kernel" jsonschema:"the kernel image booted"`
 	Lock     string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
-	Reaped      *reaper.Report `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
-	KeptRemoved []string       `json:"kept_removed,omitempty" jsonschema:"old kept files removed to stay under --max-kept"`
-	VNC         string         `json:"vnc,omitempty" jsonschema:"the VNC server's unix socket, with vnc: true"`
-	TAP         string         `json:"tap,omitempty" jsonschema:"the TAP device, with network tap"`
-	PCAPPath    string         `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
+	Reaped      *instance.Reaped `json:"reaped,omitempty" jsonschema:"what dead servers left behind and this boot removed"`
+	KeptRemoved []string         `json:"kept_removed,omitempty" jsonschema:"old kept files removed to stay under --max-kept"`
+	VNC         string           `json:"vnc,omitempty" jsonschema:"the VNC server's unix socket, with vnc: true"`
+	TAP         string           `json:"tap,omitempty" jsonschema:"the TAP device, with network tap"`
+	PCAPPath    string           `json:"pcap,omitempty" jsonschema:"the capture file, with pcap: true"`
 	// Profile is the profile applied, if any.
 	Profile string `json:"profile,omitempty" jsonschema:"the .qemu-mcp.json profile applied"`
 	// Transcript is the complete console log of this boot.
@@ -93,7 +91,7 @@ type BootOutput struct {
 	// Recording is the recording the guest records into or replays.
 	Recording *RecordingInfo `json:"recording,omitempty"`
 	// CommandLine is what became of each option of a command_line.
-	CommandLine *qemuline.Report `json:"command_line,omitempty"`
+	CommandLine *instance.LineReport `json:"command_line,omitempty"`
 	WaitResult
 	ElapsedMS int64 `json:"elapsed_ms" jsonschema:"milliseconds from the call to the result"`
 }

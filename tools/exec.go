@@ -9,7 +9,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/shell"
 )
 
 // ExecInput is guest_exec's arguments.
@@ -23,28 +22,28 @@ type ExecInput struct {
 
 // ExecOutput is guest_exec's result.
 type ExecOutput struct {
-	ExitStatus     *int                  `json:"exit_status,omitempty"`
-	Output         string                `json:"output"`
-	Encoding       string                `json:"encoding,omitempty"`
-	OutputStart    int64                 `json:"output_start"`
-	OutputEnd      int64                 `json:"output_end"`
-	Elided         *Span                 `json:"elided,omitempty"`
-	Truncated      bool                  `json:"truncated,omitempty"`
-	Cursor         int64                 `json:"cursor"`
-	DurationMS     float64               `json:"duration_ms"`
-	TimedOut       bool                  `json:"timed_out,omitempty"`
-	Interrupted    bool                  `json:"interrupted,omitempty"`
-	StillRunning   bool                  `json:"still_running,omitempty"`
-	ShellExited    bool                  `json:"shell_exited,omitempty"`
-	NoShell        bool                  `json:"no_shell,omitempty"`
-	Hint           string                `json:"hint,omitempty"`
-	KernelMessages []shell.KernelMessage `json:"kernel_messages,omitempty"`
-	Tests          *instance.TestSummary `json:"tests,omitempty"`
-	Panicked       bool                  `json:"panicked,omitempty"`
-	PanicMatch     string                `json:"panic_match,omitempty"`
-	GuestEvent     *instance.Event       `json:"guest_event,omitempty"`
-	QEMUExited     bool                  `json:"qemu_exited,omitempty"`
-	QEMUExitStatus *int                  `json:"qemu_exit_status,omitempty"`
+	ExitStatus     *int                     `json:"exit_status,omitempty"`
+	Output         string                   `json:"output"`
+	Encoding       string                   `json:"encoding,omitempty"`
+	OutputStart    int64                    `json:"output_start"`
+	OutputEnd      int64                    `json:"output_end"`
+	Elided         *Span                    `json:"elided,omitempty"`
+	Truncated      bool                     `json:"truncated,omitempty"`
+	Cursor         int64                    `json:"cursor"`
+	DurationMS     float64                  `json:"duration_ms"`
+	TimedOut       bool                     `json:"timed_out,omitempty"`
+	Interrupted    bool                     `json:"interrupted,omitempty"`
+	StillRunning   bool                     `json:"still_running,omitempty"`
+	ShellExited    bool                     `json:"shell_exited,omitempty"`
+	NoShell        bool                     `json:"no_shell,omitempty"`
+	Hint           string                   `json:"hint,omitempty"`
+	KernelMessages []instance.KernelMessage `json:"kernel_messages,omitempty"`
+	Tests          *instance.TestSummary    `json:"tests,omitempty"`
+	Panicked       bool                     `json:"panicked,omitempty"`
+	PanicMatch     string                   `json:"panic_match,omitempty"`
+	GuestEvent     *instance.Event          `json:"guest_event,omitempty"`
+	QEMUExited     bool                     `json:"qemu_exited,omitempty"`
+	QEMUExitStatus *int                     `json:"qemu_exit_status,omitempty"`
 }
 
 func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInput) (*mcp.CallToolResult, ExecOutput, error) {
@@ -65,7 +64,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 		return nil, ExecOutput{}, fmt.Errorf("guest_exec: %w", err)
 	}
 	out := execResult(ran, in.Raw)
-	out.Hint = execHint(ran.Result, timeout)
+	out.Hint = execHint(ran.ShellResult, timeout)
 	if ran.Event != nil && !ran.Completed {
 		out.Hint = eventText(*ran.Event) + " while the command ran"
 	}
@@ -75,7 +74,7 @@ func (s *Server) exec(ctx context.Context, req *mcp.CallToolRequest, in ExecInpu
 
 // execResult is how the command ran, as the agent reads it.
 func execResult(ran instance.Ran, raw bool) ExecOutput {
-	res := ran.Result
+	res := ran.ShellResult
 	out := ExecOutput{OutputStart: res.OutputStart, OutputEnd: res.OutputEnd, Cursor: res.Cursor, GuestEvent: ran.Event,
 		DurationMS: float64(res.Duration.Microseconds()) / 1000, TimedOut: res.TimedOut, Interrupted: res.Interrupted,
 		StillRunning: res.StillRunning, ShellExited: res.ShellExited, NoShell: ran.NoShell}
@@ -99,7 +98,7 @@ func execResult(ran instance.Ran, raw bool) ExecOutput {
 }
 
 // execHint says what to do when the command did not simply end.
-func execHint(res shell.Result, timeout time.Duration) string {
+func execHint(res instance.ShellResult, timeout time.Duration) string {
 	switch {
 	case !res.Started && res.Wait != nil && res.Wait.Finished:
 		return "QEMU exited before a shell answered"
