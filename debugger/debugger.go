@@ -299,7 +299,7 @@ func (s *Session) Resolve(loc string) (addrs []uint64, desc string, err error) {
 	}
 	syms := s.cfg.Symbols
 	if syms == nil {
-		return nil, "", fmt.Errorf("location %q needs symbols: boot with symbols (an ELF of the kernel), or give an address 0x...", loc)
+		return nil, "", fmt.Errorf("location %q needs symbols: boot with symbols (an ELF of the kernel), or give an address such as 0x80200000", loc)
 	}
 	if file, line, ok := strings.Cut(loc, ":"); ok {
 		n, err := strconv.Atoi(line)

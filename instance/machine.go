@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -272,13 +271,6 @@ func markConsole(con *serial.Console, what string) int64 {
 	_, _ = b.Write([]byte("\r\n[qemu-mcp: " + what + "]\r\n"))
 	_ = b.Flush() // a failure was logged; the ring has the marker
 	return b.End()
-}
-
-func removeIfThere(p string) error {
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }
 
 // describe is the guest's machine, as snapshots know it (its files'

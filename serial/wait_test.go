@@ -682,7 +682,7 @@ func TestWaitWokenAfterEcho(t *testing.T) {
 	}
 	// No echo: the first byte that differs wakes the wait, which then
 	// matches from the start.
-	r, n = run("echo hi", `hi\r\n`, []string{"h", "i", "\r", "\n"})
+	r, _ = run("echo hi", `hi\r\n`, []string{"h", "i", "\r", "\n"})
 	if !r.Matched || r.Start != 0 || r.EchoEnd != 0 {
 		t.Fatalf("no echo: %+v", r)
 	}

@@ -224,9 +224,10 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		Instructions: instructions,
 		Logger:       s.log,
 		// The tools and resources are added once, while initialize is
-		// answered (below), and never change: no list_changed.
+		// answered (below), and never change: no list_changed. No MCP
+		// logging: protocol 2026-07-28 deprecates it for stderr, where
+		// the server logs.
 		Capabilities: &mcp.ServerCapabilities{
-			Logging:   &mcp.LoggingCapabilities{},
 			Tools:     &mcp.ToolCapabilities{},
 			Resources: &mcp.ResourceCapabilities{},
 		},

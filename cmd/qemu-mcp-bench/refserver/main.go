@@ -22,7 +22,7 @@ func main() {
 	s := mcp.NewServer(&mcp.Implementation{Name: "refserver", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "ping", Description: "Answer at once."},
 		func(_ context.Context, _ *mcp.CallToolRequest, a in) (*mcp.CallToolResult, out, error) {
-			return nil, out{Text: a.Text}, nil
+			return nil, out(a), nil
 		})
 	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		log.Fatal(err)
