@@ -1,8 +1,9 @@
 package boundary
 
 import (
-	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"sync"
+
+	"github.com/qemu-mcp/qemu-mcp/qemu"
 
 	"sort"
 	"strings"

@@ -33,6 +33,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
 // Rule names. A rule either allows what it lists (possibly after checking its
@@ -255,3 +257,11 @@ func WriteRules(w io.Writer) error {
 }
 
 func mdEscape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+
+// Advice names the option argument, for a refused option.
+func (e *RefusedError) Advice() advice.Advice {
+	if e.Kind != KindOption {
+		return advice.Advice{}
+	}
+	return advice.Advice{Action: advice.ExtraArgument, Keep: strings.TrimPrefix(e.Error(), KindOption)}
+}

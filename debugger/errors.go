@@ -1,13 +1,14 @@
 package debugger
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
 // ErrNoPhysical is returned for a physical memory read the gdbstub cannot
 // make (it lacks Qqemu.PhyMemMode).
-var ErrNoPhysical = errors.New("this QEMU's gdbstub cannot read physical memory (Qqemu.PhyMemMode)")
+var ErrNoPhysical = advice.New("this QEMU's gdbstub cannot read physical memory (Qqemu.PhyMemMode)", advice.Advice{Action: advice.ReadVirtual})
 
 // NoBreakpointError is the removal of a breakpoint or watchpoint that is
 // not set.
@@ -41,7 +42,7 @@ func (e *WatchRefusedError) Unwrap() error { return e.Err }
 
 // ErrNotReplay is a move back in time (or to an instruction count) asked
 // of a guest that does not replay a recording.
-var ErrNotReplay = errors.New("going back needs a recording")
+var ErrNotReplay = advice.New("going back needs a recording", advice.Advice{Action: advice.RecordThenReplay})
 
 // AtEndError is a forward step that would pass the end of the recording
 // the guest replays.
@@ -55,3 +56,19 @@ func (e *AtEndError) Error() string {
 }
 
 func (e *AtEndError) Is(target error) bool { return target == ErrAtEnd }
+
+// Advice is what a caller can do: set one.
+func (e *NoBreakpointError) Advice() advice.Advice {
+	if e.Watch {
+		return advice.Advice{Action: advice.SetWatchpoint}
+	}
+	return advice.Advice{Action: advice.SetBreakpoint}
+}
+
+// Advice is what a caller can do: remove a watchpoint.
+func (e *WatchRefusedError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.RemoveWatchpoint}
+}
+
+// Advice is what a caller can do: step back.
+func (e *AtEndError) Advice() advice.Advice { return advice.Advice{Action: advice.StepBack} }

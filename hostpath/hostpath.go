@@ -37,6 +37,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 )
 
@@ -495,3 +496,16 @@ func (e *RelativeError) Error() string {
 }
 
 func (e *RelativeError) Unwrap() error { return e.Err }
+
+// Advice names the project as the caller gives it.
+func (e *ProjectError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.ProjectArgument, Keep: strings.TrimPrefix(e.Error(), "project root")}
+}
+
+// Advice says what relative paths are relative to.
+func (e *RelativeError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.RelativeToProject, Keep: fmt.Sprintf("%s %s: %v", e.What, e.Path, e.Err), Name: e.Project}
+}
+
+// Advice is what a caller can do: attach the file read-only.
+func (e *ReadOnlyError) Advice() advice.Advice { return advice.Advice{Action: advice.AttachReadOnly} }

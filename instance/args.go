@@ -12,6 +12,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
@@ -123,10 +124,10 @@ func checkLineFiles(scope *hostpath.Scope, mach profile.Profile, rep *qemuline.R
 var (
 	// ErrNoBuiltinKernel is a boot that names no kernel by a server that
 	// has no built-in one.
-	ErrNoBuiltinKernel = errors.New("no kernel given and this binary has no built-in kernel")
+	ErrNoBuiltinKernel = advice.New("no kernel given and this binary has no built-in kernel", advice.Advice{Action: advice.PassKernel})
 	// ErrNoBuiltinSymbols is a debugger asked of the built-in kernel by a
 	// server that has no symbols for it.
-	ErrNoBuiltinSymbols = errors.New("this binary has no symbols for its built-in kernel")
+	ErrNoBuiltinSymbols = advice.New("this binary has no symbols for its built-in kernel", advice.Advice{Action: advice.PassSymbols})
 )
 
 // Resolve checks a's project against the host-path policy and completes

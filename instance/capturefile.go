@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 )
 
@@ -111,3 +112,6 @@ func (m *Manager) Project(root string, inst *Instance) (string, error) {
 	}
 	return scope.Dir(), nil
 }
+
+// Advice is what a caller can do: start a capture.
+func (e *NoCaptureError) Advice() advice.Advice { return advice.Advice{Action: advice.StartCapture} }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
@@ -131,3 +132,6 @@ func (d Display) Pointer(ctx context.Context, x, y int, buttons []string) error 
 	}
 	return nil
 }
+
+// Advice is what a caller can do: boot with a display.
+func (e *NoDisplayError) Advice() advice.Advice { return advice.Advice{Action: advice.BootWithDisplay} }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
 // The errors of instances and managers are typed: each says what is
@@ -24,12 +26,12 @@ var (
 	ErrNotRunning = errors.New("the guest is not running")
 	// ErrNoTAP is wrapped by the error of a capture of a guest that has
 	// no TAP.
-	ErrNoTAP = errors.New("no TAP to capture on")
+	ErrNoTAP = advice.New("no TAP to capture on", advice.Advice{Action: advice.BootWithTAP})
 	// ErrCaptureRunning is wrapped by a *CaptureRunningError.
 	ErrCaptureRunning = errors.New("a capture is already running")
 	// ErrGuestLost is wrapped by the error of a restore that left no
 	// guest: the instance was stopped.
-	ErrGuestLost = errors.New("the guest is stopped")
+	ErrGuestLost = advice.New("the guest is stopped", advice.Advice{Action: advice.BootLost})
 )
 
 // NotFoundError is a call for an instance name no boot made.
@@ -150,3 +152,48 @@ func (e *ReplayingError) Error() string {
 }
 
 func (e *ReplayingError) Is(target error) bool { return target == ErrReplay }
+
+// Advice is what a caller can do: boot the guest.
+func (e *NotFoundError) Advice() advice.Advice {
+	if len(e.Known) == 0 {
+		return advice.Advice{Action: advice.BootFirst}
+	}
+	return advice.Advice{Action: advice.BootFirst, Name: e.Name}
+}
+
+// Advice is what a caller can do: shut the guest down, or restart it.
+func (e *BusyError) Advice() advice.Advice { return advice.Advice{Action: advice.ShutdownOrRestart} }
+
+// Advice is what a caller can do: stop a guest.
+func (e *TooManyError) Advice() advice.Advice { return advice.Advice{Action: advice.TooMany, N: e.Max} }
+
+// Advice is what a caller can do, by how the guest is not running.
+func (e *NotRunningError) Advice() advice.Advice {
+	switch {
+	case e.Exit != "":
+		return advice.Advice{Action: advice.BootAgainOutputKept}
+	case e.State == Booting:
+		return advice.Advice{Action: advice.WaitForBoot}
+	case e.State == Stopping:
+		return advice.Advice{Action: advice.BootAfterStop}
+	case e.NoStart:
+		return advice.Advice{Action: advice.BootAgain}
+	}
+	return advice.Advice{Action: advice.BootToStart}
+}
+
+// Advice says what stopped the guest, and that its output stays.
+func (e *StoppedError) Advice() advice.Advice {
+	if e.For == "" {
+		return advice.Advice{Action: advice.StoppedOutputKept}
+	}
+	return advice.Advice{Action: advice.Stopped}
+}
+
+// Advice is what a caller can do: stop the capture.
+func (e *CaptureRunningError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.StopCapture}
+}
+
+// Advice is what a caller can do: move the replay instead.
+func (e *ReplayingError) Advice() advice.Advice { return advice.Advice{Action: advice.MoveReplay} }

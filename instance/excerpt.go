@@ -7,8 +7,10 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemuline"
+	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 	"github.com/qemu-mcp/qemu-mcp/shell"
+	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
 // Span is a range of console cursors [Start, End).
@@ -32,7 +34,14 @@ type (
 	LineReport = qemuline.Report
 	// ShellResult is how a command at the guest's shell went.
 	ShellResult = shell.Result
+	// SnapshotMeta is a saved state's record; RecordingMeta a recording's.
+	SnapshotMeta  = snapshot.Meta
+	RecordingMeta = recording.Meta
 )
+
+// RecordingStopped is how a recording ended that a stop of its guest
+// ended (RecordingMeta.Ended).
+const RecordingStopped = recording.EndedStopped
 
 // TestSummary is what the TAP or KTAP in a stretch of output says: totals
 // and the failures.

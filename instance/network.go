@@ -2,12 +2,15 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
@@ -57,6 +60,9 @@ func (n *Network) makeTAP(t TAPSpec) error {
 			// earlier boot.
 			Replace: true,
 		})
+		if errors.Is(err, tap.ErrNoPrivilege) {
+			err = &tapPrivilegeError{err}
+		}
 		if err != nil {
 			return fmt.Errorf("network tap: %w", err)
 		}
@@ -309,3 +315,21 @@ const (
 
 // inProcess reports whether captures run in this process (see above).
 func inProcess() bool { return pcap.CanCapture() == nil }
+
+// tapPrivilegeError is a TAP an ordinary user's server may not make. Its
+// advice is the ways such a user has: a persistent TAP root makes once
+// (never file capabilities on the server: they would give every user who
+// runs it the host's network).
+type tapPrivilegeError struct{ err error }
+
+func (e *tapPrivilegeError) Error() string { return e.err.Error() }
+func (e *tapPrivilegeError) Unwrap() error { return e.err }
+
+// Advice names the user a persistent TAP would be made for.
+func (e *tapPrivilegeError) Advice() advice.Advice {
+	u := "$USER"
+	if cu, err := user.Current(); err == nil {
+		u = cu.Username
+	}
+	return advice.Advice{Action: advice.PersistentTAP, Name: u}
+}

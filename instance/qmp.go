@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
 // ReplayCommandError is a QMP command other than a query sent to a guest
@@ -39,4 +41,9 @@ func (i *Instance) QMP(ctx context.Context, command string, args map[string]any)
 		a = args
 	}
 	return m.Monitor().Execute(ctx, command, a)
+}
+
+// Advice is what a caller can do: only queries, or move the replay.
+func (e *ReplayCommandError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.QueriesOnly, Name: e.Name, Other: e.Recording}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/recording"
@@ -202,4 +203,9 @@ func (rs *Recordings) reap(rep *reaper.Report) {
 		rep.Removed = append(rep.Removed, l.Path)
 	}
 	rep.Errors = append(rep.Errors, rr.Errors...)
+}
+
+// Advice is what a caller can do: shut the guest down first.
+func (e *RecordingInUseError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.ShutdownFirst}
 }

@@ -79,6 +79,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"golang.org/x/sys/unix"
 )
@@ -939,4 +940,19 @@ func (v verdict) namesOneOf(hs []holder) bool {
 		}
 	}
 	return false
+}
+
+// Advice is what a caller can do about the lock's holder: stop its own
+// guest, ask the user who holds it, or stop the holding process.
+func (e *HeldError) Advice() advice.Advice {
+	h := e.Holding()
+	switch {
+	case h == "":
+		return advice.Advice{}
+	case e.Self():
+		return advice.Advice{Action: advice.StopOwnGuest, Keep: h}
+	case e.Other():
+		return advice.Advice{Action: advice.AskOwner, Keep: h, Name: e.Owner(), N: e.Holder.PID}
+	}
+	return advice.Advice{Action: advice.StopHolder, Keep: h, N: e.Holder.PID}
 }

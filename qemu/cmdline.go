@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"golang.org/x/sys/unix"
 )
 
@@ -632,3 +633,6 @@ type ManagedError struct {
 }
 
 func (e *ManagedError) Error() string { return fmt.Sprintf("%s is not allowed: %s", e.Arg, e.Why) }
+
+// Advice says where the option was given.
+func (e *ManagedError) Advice() advice.Advice { return advice.Advice{Action: advice.InExtraArguments} }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
 // qcodes are QEMU 7.2's QKeyCode names (query-qmp-schema), the key names
@@ -110,3 +112,6 @@ type LayoutError struct {
 func (e *LayoutError) Error() string {
 	return fmt.Sprintf("cannot type %s on a US keyboard layout: nothing was typed", strings.Join(e.Chars, ", "))
 }
+
+// Advice is what a caller can do: press the keys, or type on the console.
+func (e *LayoutError) Advice() advice.Advice { return advice.Advice{Action: advice.KeysOrConsole} }

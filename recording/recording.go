@@ -57,6 +57,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
@@ -482,4 +483,13 @@ func ReadHeader(log string) (uint32, error) {
 		return 0, err
 	}
 	return binary.BigEndian.Uint32(b[:]), nil
+}
+
+// Advice is what a caller can do: list the recordings.
+func (e *NotFoundError) Advice() advice.Advice { return advice.Advice{Action: advice.ListRecordings} }
+
+// Advice is what a caller can do: replay it on its own machine.
+func (e *MachineError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.ReplayOwnMachine,
+		Keep: fmt.Sprintf("recording %q was made on another machine than these arguments give: %s", e.Name, strings.Join(e.Diffs, "; "))}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
 // ErrNotFound is a snapshot name the project does not have (a
@@ -71,4 +73,26 @@ func (e *MachineError) Error() string {
 		return fmt.Sprintf("snapshot %q was saved on another machine than these arguments give: %s", e.Name, strings.Join(e.Diffs, " | "))
 	}
 	return fmt.Sprintf("snapshot %q was saved on another machine than guest %q runs: %s", e.Name, e.Guest, strings.Join(e.Diffs, " | "))
+}
+
+// Advice is what a caller can do: list the snapshots.
+func (e *NotFoundError) Advice() advice.Advice { return advice.Advice{Action: advice.ListSnapshots} }
+
+// Advice is what a caller can do: give the machine.
+func (e *AmbiguousError) Advice() advice.Advice { return advice.Advice{Action: advice.GiveMachine} }
+
+// Advice is what a caller can do: attach the drive read-only, or as qcow2.
+func (e *DriveFormatError) Advice() advice.Advice {
+	return advice.Advice{Action: advice.ReadOnlyOrQcow2}
+}
+
+// Advice is what a caller can do: delete older snapshots.
+func (e *LowSpaceError) Advice() advice.Advice { return advice.Advice{Action: advice.DeleteSnapshots} }
+
+// Advice is what a caller can do: boot the snapshot's own machine.
+func (e *MachineError) Advice() advice.Advice {
+	if e.Guest == "" {
+		return advice.Advice{Action: advice.BootSnapshotMachine}
+	}
+	return advice.Advice{Action: advice.BootFromSnapshot, Name: e.Name}
 }

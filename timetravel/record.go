@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/serial"
@@ -319,3 +320,6 @@ func TypePaced(ctx context.Context, con *serial.Console, p []byte) (int, error) 
 	}
 	return n, nil
 }
+
+// Advice is what a caller can do: type a byte at a time.
+func (e *NoEchoError) Advice() advice.Advice { return advice.Advice{Action: advice.TypeSlowly} }

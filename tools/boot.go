@@ -132,7 +132,7 @@ func (s *Server) boot(ctx context.Context, req *mcp.CallToolRequest, in BootInpu
 	}
 	inst, booted, err := mgr.BootArgs(ctx, args)
 	if err != nil {
-		return nil, BootOutput{}, tapAdvice(err, in.Tap)
+		return nil, BootOutput{}, err
 	}
 	out := bootOutput(inst, booted, prof)
 	if p.active() {

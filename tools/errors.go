@@ -1,202 +1,143 @@
 package tools
 
 import (
-	"errors"
 	"fmt"
-	"os/user"
 	"strings"
 
-	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/debugger"
-	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/lock"
-	"github.com/qemu-mcp/qemu-mcp/qemu"
-	"github.com/qemu-mcp/qemu-mcp/recording"
-	"github.com/qemu-mcp/qemu-mcp/snapshot"
-	"github.com/qemu-mcp/qemu-mcp/tap"
+	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
-// advise turns the domain's typed errors into the instructions an agent
-// reads: what to call next, in the names of this server's tools and
-// arguments. The domain packages know nothing of them; this is the one
-// place that does. Each piece of advice goes right after the text of the
-// error it is about, so an error wrapped in others keeps its context on
-// both sides.
+// advise turns the advice of the domain's errors (package advice) into
+// the instructions an agent reads: what to call next, in the names of this
+// server's tools and arguments. The domain packages know nothing of them;
+// this is the one place that does. Each piece of advice goes where the
+// error it is about is in the message (after its text, before it, or in
+// its place), so an error wrapped in others keeps its context on both
+// sides.
 func advise(err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	after := func(e error, tip string) {
-		t := e.Error()
-		if i := strings.Index(msg, t); i >= 0 {
-			msg = msg[:i+len(t)] + tip + msg[i+len(t):]
-			return
+	for _, f := range advice.In(err) {
+		say, ok := says[f.Advice.Action]
+		if !ok {
+			continue
 		}
-		msg += tip
-	}
-	// before puts text right before e's own.
-	before := func(e error, text string) {
-		if t := e.Error(); strings.Contains(msg, t) {
-			msg = strings.Replace(msg, t, text+t, 1)
-		}
-	}
-	// replace puts text where e's own was, or at the end.
-	replace := func(e error, text string) {
-		if t := e.Error(); strings.Contains(msg, t) {
-			msg = strings.Replace(msg, t, text, 1)
-			return
-		}
-		msg += "; " + text
-	}
-	if e := (*instance.NotFoundError)(nil); errors.As(err, &e) {
-		if len(e.Known) == 0 {
-			after(e, ": call qemu_boot first")
-		} else {
-			after(e, fmt.Sprintf(": call qemu_boot with instance %q first", e.Name))
-		}
-	}
-	if e := (*instance.BusyError)(nil); errors.As(err, &e) {
-		after(e, ": call qemu_shutdown for it first, boot another instance name, or pass restart: true")
-	}
-	if e := (*instance.TooManyError)(nil); errors.As(err, &e) {
-		after(e, fmt.Sprintf(" (--max-instances %d): stop one with qemu_shutdown and its instance, or reuse a name with restart: true", e.Max))
-	}
-	if e := (*instance.NotRunningError)(nil); errors.As(err, &e) {
+		how, text := say(f.Advice)
+		own := f.Err.Error()
+		i := strings.Index(msg, own)
 		switch {
-		case e.Exit != "":
-			after(e, "; call qemu_boot to start it again, serial_read still returns its output")
-		case e.State == instance.Booting:
-			after(e, ": wait for its qemu_boot to return")
-		case e.State == instance.Stopping:
-			after(e, ": call qemu_boot to start it again once qemu_shutdown returns")
-		case e.NoStart:
-			after(e, ": call qemu_boot again")
-		default:
-			after(e, ": call qemu_boot to start it again")
+		case how == after && i >= 0:
+			msg = msg[:i+len(own)] + text + msg[i+len(own):]
+		case how == after:
+			msg += text
+		case how == before && i >= 0:
+			msg = msg[:i] + text + msg[i:]
+		case how == instead && i >= 0:
+			msg = msg[:i] + text + msg[i+len(own):]
+		case how == instead:
+			msg += "; " + text
 		}
-	}
-	if e := (*instance.StoppedError)(nil); errors.As(err, &e) {
-		if e.For == "" {
-			after(e, " (qemu_shutdown); its output stays readable with serial_read")
-		} else {
-			after(e, " (qemu_shutdown)")
-		}
-	}
-	if e := (*instance.NoCaptureError)(nil); errors.As(err, &e) {
-		after(e, ": boot it with pcap: true or call qemu_pcap_start, or give path")
-	}
-	if errors.Is(err, instance.ErrNoTAP) {
-		after(instance.ErrNoTAP, `: boot it with network: "tap" (captures see the guest's own TAP from the host side)`)
-	}
-	if e := (*instance.CaptureRunningError)(nil); errors.As(err, &e) {
-		after(e, ": call qemu_pcap_stop first")
-	}
-	if errors.Is(err, instance.ErrGuestLost) {
-		after(instance.ErrGuestLost, ": boot it again with qemu_boot")
-	}
-	if e := (*instance.NoDisplayError)(nil); errors.As(err, &e) {
-		after(e, ": boot with gpu: true")
-	}
-	// The project root is the argument project_root.
-	if e := (*hostpath.ProjectError)(nil); errors.As(err, &e) {
-		replace(e, "project_root"+strings.TrimPrefix(e.Error(), "project root"))
-	}
-	if e := (*hostpath.RelativeError)(nil); errors.As(err, &e) {
-		replace(e, fmt.Sprintf("%s %s: %v (relative paths are relative to project_root %s)", e.What, e.Path, e.Err, e.Project))
-	}
-	if e := (*hostpath.ReadOnlyError)(nil); errors.As(err, &e) {
-		after(e, "; attach it with readonly: true, or copy it into the project")
-	}
-	// The QEMU options a boot may add are its argument extra_args.
-	if e := (*boundary.RefusedError)(nil); errors.As(err, &e) && e.Kind == boundary.KindOption {
-		replace(e, "extra_args"+strings.TrimPrefix(e.Error(), boundary.KindOption))
-	}
-	if e := (*qemu.ManagedError)(nil); errors.As(err, &e) {
-		before(e, "extra_args: ")
-	}
-	if e := (*lock.HeldError)(nil); errors.As(err, &e) && e.Holding() != "" {
-		pid := e.Holder.PID
-		switch {
-		case e.Self():
-			replace(e, e.Holding()+"; shut down the QEMU it runs (qemu_shutdown) before booting again")
-		case e.Other():
-			replace(e, e.Holding()+fmt.Sprintf("; it is not yours to stop: ask %s to shut their guests down (qemu_shutdown), or root to stop process %d", e.Owner(), pid))
-		default:
-			replace(e, e.Holding()+fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", pid))
-		}
-	}
-	if e := (*snapshot.NotFoundError)(nil); errors.As(err, &e) {
-		after(e, ": qemu_snapshot_list shows the project's snapshots")
-	}
-	if e := (*snapshot.AmbiguousError)(nil); errors.As(err, &e) {
-		after(e, ": give the machine arguments (kernel, memory ...) of the one to boot")
-	}
-	if e := (*snapshot.MachineError)(nil); errors.As(err, &e) {
-		if e.Guest == "" {
-			after(e, "; leave the machine arguments out to boot the snapshot's own")
-		} else {
-			after(e, fmt.Sprintf("; boot with that configuration (qemu_boot snapshot: %q)", e.Name))
-		}
-	}
-	if e := (*snapshot.DriveFormatError)(nil); errors.As(err, &e) {
-		after(e, ": attach it with readonly: true, or convert it to qcow2 (qemu-img convert -O qcow2) and attach that")
-	}
-	if e := (*snapshot.LowSpaceError)(nil); errors.As(err, &e) {
-		after(e, ", or qemu_snapshot_delete older snapshots")
-	}
-	if e := (*debugger.NoBreakpointError)(nil); errors.As(err, &e) {
-		if e.Watch {
-			after(e, ": debug_watch sets one")
-		} else {
-			after(e, ": debug_break sets one")
-		}
-	}
-	if e := (*debugger.WatchRefusedError)(nil); errors.As(err, &e) {
-		after(e, "; remove one with debug_watch remove: true")
-	}
-	if errors.Is(err, debugger.ErrNoPhysical) {
-		after(debugger.ErrNoPhysical, ": read the virtual address, or use qmp_command pmemsave")
-	}
-	if errors.Is(err, debugger.ErrNotReplay) {
-		after(debugger.ErrNotReplay, ": boot one with qemu_boot record: NAME, then replay it with qemu_boot replay: NAME")
-	}
-	if e := (*debugger.AtEndError)(nil); errors.As(err, &e) {
-		after(e, "; debug_step reverse: true goes back")
-	}
-	if e := (*instance.ReplayingError)(nil); errors.As(err, &e) {
-		after(e, " (debug_continue icount: N goes to any point of it)")
-	}
-	if errors.Is(err, instance.ErrNoBuiltinKernel) {
-		after(instance.ErrNoBuiltinKernel, ": pass kernel")
-	}
-	if errors.Is(err, instance.ErrNoBuiltinSymbols) {
-		after(instance.ErrNoBuiltinSymbols, ": pass symbols")
-	}
-	if e := (*instance.ReplayCommandError)(nil); errors.As(err, &e) {
-		replace(e, fmt.Sprintf("guest %q replays recording %q: qmp_command runs only query-* commands on it (the debug_* tools move the replay)", e.Name, e.Recording))
-	}
-	if e := (*instance.NoEchoError)(nil); errors.As(err, &e) {
-		after(e, "; give char_delay_ms for input it does not echo")
-	}
-	if e := (*recording.NotFoundError)(nil); errors.As(err, &e) {
-		after(e, ": qemu_recordings lists the project's recordings")
-	}
-	if e := (*instance.RecordingInUseError)(nil); errors.As(err, &e) {
-		after(e, ": shut it down first")
-	}
-	if e := (*recording.MachineError)(nil); errors.As(err, &e) {
-		replace(e, fmt.Sprintf("recording %q was made on another machine than these arguments give: %s; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)",
-			e.Name, strings.Join(e.Diffs, "; ")))
-	}
-	if e := (*qemu.LayoutError)(nil); errors.As(err, &e) {
-		after(e, " (use qemu_send_key for special keys, or serial_send for text on the console)")
 	}
 	if msg == err.Error() {
 		return err
 	}
 	return &advised{err: err, msg: msg}
+}
+
+// placement is where advice goes: after the error's own text, before it,
+// or instead of it.
+type placement int
+
+const (
+	after placement = iota
+	before
+	instead
+)
+
+// says is what the adapter says for each action the domain advises.
+var says = map[advice.Action]func(a advice.Advice) (placement, string){
+	advice.BootFirst: func(a advice.Advice) (placement, string) {
+		if a.Name == "" {
+			return after, ": call qemu_boot first"
+		}
+		return after, fmt.Sprintf(": call qemu_boot with instance %q first", a.Name)
+	},
+	advice.ShutdownOrRestart: text(after, ": call qemu_shutdown for it first, boot another instance name, or pass restart: true"),
+	advice.TooMany: func(a advice.Advice) (placement, string) {
+		return after, fmt.Sprintf(" (--max-instances %d): stop one with qemu_shutdown and its instance, or reuse a name with restart: true", a.N)
+	},
+	advice.BootAgainOutputKept: text(after, "; call qemu_boot to start it again, serial_read still returns its output"),
+	advice.WaitForBoot:         text(after, ": wait for its qemu_boot to return"),
+	advice.BootAfterStop:       text(after, ": call qemu_boot to start it again once qemu_shutdown returns"),
+	advice.BootAgain:           text(after, ": call qemu_boot again"),
+	advice.BootToStart:         text(after, ": call qemu_boot to start it again"),
+	advice.StoppedOutputKept:   text(after, " (qemu_shutdown); its output stays readable with serial_read"),
+	advice.Stopped:             text(after, " (qemu_shutdown)"),
+	advice.StartCapture:        text(after, ": boot it with pcap: true or call qemu_pcap_start, or give path"),
+	advice.BootWithTAP:         text(after, `: boot it with network: "tap" (captures see the guest's own TAP from the host side)`),
+	advice.StopCapture:         text(after, ": call qemu_pcap_stop first"),
+	advice.BootLost:            text(after, ": boot it again with qemu_boot"),
+	advice.BootWithDisplay:     text(after, ": boot with gpu: true"),
+	advice.ProjectArgument: func(a advice.Advice) (placement, string) {
+		return instead, "project_root" + a.Keep
+	},
+	advice.RelativeToProject: func(a advice.Advice) (placement, string) {
+		return instead, fmt.Sprintf("%s (relative paths are relative to project_root %s)", a.Keep, a.Name)
+	},
+	advice.AttachReadOnly: text(after, "; attach it with readonly: true, or copy it into the project"),
+	advice.ExtraArgument: func(a advice.Advice) (placement, string) {
+		return instead, "extra_args" + a.Keep
+	},
+	advice.InExtraArguments: text(before, "extra_args: "),
+	advice.StopOwnGuest: func(a advice.Advice) (placement, string) {
+		return instead, a.Keep + "; shut down the QEMU it runs (qemu_shutdown) before booting again"
+	},
+	advice.AskOwner: func(a advice.Advice) (placement, string) {
+		return instead, a.Keep + fmt.Sprintf("; it is not yours to stop: ask %s to shut their guests down (qemu_shutdown), or root to stop process %d", a.Name, a.N)
+	},
+	advice.StopHolder: func(a advice.Advice) (placement, string) {
+		return instead, a.Keep + fmt.Sprintf("; stop it with qemu_shutdown in the session that owns it (or boot your guest as another instance of that server), or run: kill -TERM %d", a.N)
+	},
+	advice.ListSnapshots:       text(after, ": qemu_snapshot_list shows the project's snapshots"),
+	advice.GiveMachine:         text(after, ": give the machine arguments (kernel, memory ...) of the one to boot"),
+	advice.BootSnapshotMachine: text(after, "; leave the machine arguments out to boot the snapshot's own"),
+	advice.BootFromSnapshot: func(a advice.Advice) (placement, string) {
+		return after, fmt.Sprintf("; boot with that configuration (qemu_boot snapshot: %q)", a.Name)
+	},
+	advice.ReadOnlyOrQcow2:  text(after, ": attach it with readonly: true, or convert it to qcow2 (qemu-img convert -O qcow2) and attach that"),
+	advice.DeleteSnapshots:  text(after, ", or qemu_snapshot_delete older snapshots"),
+	advice.SetWatchpoint:    text(after, ": debug_watch sets one"),
+	advice.SetBreakpoint:    text(after, ": debug_break sets one"),
+	advice.RemoveWatchpoint: text(after, "; remove one with debug_watch remove: true"),
+	advice.ReadVirtual:      text(after, ": read the virtual address, or use qmp_command pmemsave"),
+	advice.RecordThenReplay: text(after, ": boot one with qemu_boot record: NAME, then replay it with qemu_boot replay: NAME"),
+	advice.StepBack:         text(after, "; debug_step reverse: true goes back"),
+	advice.MoveReplay:       text(after, " (debug_continue icount: N goes to any point of it)"),
+	advice.PassKernel:       text(after, ": pass kernel"),
+	advice.PassSymbols:      text(after, ": pass symbols"),
+	advice.QueriesOnly: func(a advice.Advice) (placement, string) {
+		return instead, fmt.Sprintf("guest %q replays recording %q: qmp_command runs only query-* commands on it (the debug_* tools move the replay)", a.Name, a.Other)
+	},
+	advice.TypeSlowly:     text(after, "; give char_delay_ms for input it does not echo"),
+	advice.ListRecordings: text(after, ": qemu_recordings lists the project's recordings"),
+	advice.ShutdownFirst:  text(after, ": shut it down first"),
+	advice.ReplayOwnMachine: func(a advice.Advice) (placement, string) {
+		return instead, a.Keep + "; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)"
+	},
+	advice.KeysOrConsole: text(after, " (use qemu_send_key for special keys, or serial_send for text on the console)"),
+	advice.PersistentTAP: func(a advice.Advice) (placement, string) {
+		return after, fmt.Sprintf("; or, for a TAP without privileges, have root make you a persistent one once and boot with network: \"tap\", tap: \"qmtap0\"; as root: "+
+			"ip tuntap add dev qmtap0 mode tap user %s && ip link set qmtap0 up && ip addr add 10.0.2.2/24 dev qmtap0 (or, to join a bridge instead of the address: ip link set qmtap0 master BRIDGE)", a.Name)
+	},
+}
+
+// text is advice that is the same words whatever the error holds.
+func text(how placement, s string) func(advice.Advice) (placement, string) {
+	return func(advice.Advice) (placement, string) { return how, s }
 }
 
 // adviseStop completes a replay's stop note with the call that goes on
@@ -213,26 +154,10 @@ func adviseStop(st *debugger.StopInfo) {
 
 // endedText is how a recording ended, as the agent reads it.
 func endedText(ended string) string {
-	if ended == recording.EndedStopped {
+	if ended == instance.RecordingStopped {
 		return "stopped (qemu_shutdown)"
 	}
 	return ended
-}
-
-// tapAdvice completes a refused TAP boot's error with the ways an ordinary
-// user has: the user network, or a persistent TAP root makes once (never
-// file capabilities on the server: they would give every user who runs it
-// the host's network).
-func tapAdvice(err error, name string) error {
-	if !errors.Is(err, tap.ErrNoPrivilege) || name != "" {
-		return err
-	}
-	u := "$USER"
-	if cu, uerr := user.Current(); uerr == nil {
-		u = cu.Username
-	}
-	return fmt.Errorf("%w; or, for a TAP without privileges, have root make you a persistent one once and boot with network: \"tap\", tap: \"qmtap0\"; as root: "+
-		"ip tuntap add dev qmtap0 mode tap user %s && ip link set qmtap0 up && ip addr add 10.0.2.2/24 dev qmtap0 (or, to join a bridge instead of the address: ip link set qmtap0 master BRIDGE)", err, u)
 }
 
 // advised is a domain error with the advice for the agent in its text.

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/qemu-mcp/qemu-mcp/recording"
+	"github.com/qemu-mcp/qemu-mcp/instance"
 )
 
 // RecordingInfo is a recording as the tools show it.
@@ -28,11 +27,11 @@ type RecordingInfo struct {
 	Unreadable   string    `json:"unreadable,omitempty"`
 }
 
-func recordingInfo(m recording.Meta) *RecordingInfo {
+func recordingInfo(m instance.RecordingMeta) *RecordingInfo {
 	return &RecordingInfo{Name: m.Name, State: m.Status(), Instructions: m.Instructions, Ended: endedText(m.Ended)}
 }
 
-func recordingListed(m recording.Meta) RecordingInfo {
+func recordingListed(m instance.RecordingMeta) RecordingInfo {
 	if u := m.Unreadable(); u != "" {
 		return RecordingInfo{Name: m.Name, Unreadable: u}
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/instance"
-	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
 // SnapshotInput names a snapshot of a guest.
@@ -35,7 +34,7 @@ type SnapshotInfo struct {
 	Incomplete string `json:"incomplete,omitempty" jsonschema:"why the snapshot cannot load: a missing part (its image, the state in it, a drive's tag)"`
 }
 
-func info(m snapshot.Meta) SnapshotInfo {
+func info(m instance.SnapshotMeta) SnapshotInfo {
 	var parts []string
 	if k := m.Machine.Kernel; k != nil {
 		parts = append(parts, "kernel "+filepath.Base(k.Path))
