@@ -439,21 +439,21 @@ type StopInfo struct {
 	ICount *uint64 `json:"icount,omitempty"`
 	// Note says what else there is to know of the stop.
 	Note string `json:"note,omitempty"`
-	// Then says which way a replay goes on from a stop its note is about
+	// Next says which way a replay goes on from a stop its note is about
 	// (the caller names the calls that do); not part of the result.
-	Then Then `json:"-"`
+	Next Next `json:"-"`
 }
 
-// Then is the way a replay can go on from a stop.
-type Then int
+// Next is the way a replay can go on from a stop.
+type Next int
 
 const (
-	// ThenNothing: the stop needs no word on where to go.
-	ThenNothing Then = iota
-	// ThenBack: the replay is at its end, and only goes back.
-	ThenBack
-	// ThenOn: the replay paused short of a stop, and goes on forward.
-	ThenOn
+	// NextNone: the stop needs no word on where to go.
+	NextNone Next = iota
+	// NextBack: the replay is at its end, and only goes back.
+	NextBack
+	// NextForward: the replay paused short of a stop, and goes on forward.
+	NextForward
 )
 
 // watchFrames bounds the backtrace of a watchpoint stop.

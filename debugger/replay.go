@@ -823,7 +823,7 @@ func (s *Session) continueReplay(ctx context.Context, c *gdb.Client, timeout tim
 	if pos >= end {
 		info, err := s.here(ctx, c, ReasonEnd)
 		info.Note = fmt.Sprintf("already at the end of the recording (instruction %d)", end)
-		info.Then = ThenBack
+		info.Next = NextBack
 		return info, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
@@ -834,7 +834,7 @@ func (s *Session) continueReplay(ctx context.Context, c *gdb.Client, timeout tim
 			info, err := s.here(ctx, c, "paused")
 			if info.ICount != nil {
 				info.Note = fmt.Sprintf("no stop within the timeout: the replay paused at instruction %d of %d", *info.ICount, end)
-				info.Then = ThenOn
+				info.Next = NextForward
 			}
 			return info, err
 		}

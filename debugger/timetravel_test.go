@@ -404,7 +404,7 @@ func TestReplayForward(t *testing.T) {
 	if info, err = s.Continue(ctx, 10*time.Second); err != nil || info.Reason != ReasonEnd || info.ICount == nil || *info.ICount != 1000 {
 		t.Errorf("on to the end: %+v at %v, %v", info, deref(info.ICount), err)
 	}
-	if info, err = s.Continue(ctx, 10*time.Second); err != nil || info.Then != ThenBack || !strings.Contains(info.Note, "already at the end") {
+	if info, err = s.Continue(ctx, 10*time.Second); err != nil || info.Next != NextBack || !strings.Contains(info.Note, "already at the end") {
 		t.Errorf("on from the end: %+v, %v", info, err)
 	}
 	if _, err := s.Step(ctx, LastHart, 1, false, time.Second); !errors.Is(err, ErrAtEnd) {

@@ -65,8 +65,8 @@ type Resolved struct {
 
 // expandLine reads p's command line into p, under the fields p gives
 // itself (its extra arguments follow the line's), and adds what became of
-// each option to *rep.
-func expandLine(p *profile.Profile, rep **qemuline.Report, check func([]string) error) {
+// each option to *line.
+func expandLine(p *profile.Profile, line **qemuline.Report, check func([]string) error) {
 	if p.CommandLine == nil {
 		return
 	}
@@ -78,16 +78,16 @@ func expandLine(p *profile.Profile, rep **qemuline.Report, check func([]string) 
 		p.ExtraArgs = append(append([]string(nil), lp.ExtraArgs...), extra...)
 	}
 	p.CommandLine = nil
-	if *rep == nil {
-		*rep = &qemuline.Report{}
+	if *line == nil {
+		*line = &qemuline.Report{}
 	}
-	(*rep).Merge(r)
+	(*line).Merge(r)
 }
 
 // checkLineFiles checks, under the host-path policy, each host file a
 // command line named that the boot uses, so that a refused file is told
 // beside the line's other refusals before anything starts.
-func checkLineFiles(scope *hostpath.Scope, mach profile.Profile, rep *qemuline.Report) {
+func checkLineFiles(scope *hostpath.Scope, mach profile.Profile, line *qemuline.Report) {
 	uses := func(f qemuline.File) bool {
 		switch f.Field {
 		case "kernel":
@@ -108,13 +108,13 @@ func checkLineFiles(scope *hostpath.Scope, mach profile.Profile, rep *qemuline.R
 		}
 		return false
 	}
-	for _, f := range rep.Files() {
+	for _, f := range line.Files() {
 		if !uses(f) {
 			continue
 		}
 		o, err := scope.Open(f.Field, f.Path, f.Write)
 		if err != nil {
-			rep.Refuse(f.Option, err.Error())
+			line.Refuse(f.Option, err.Error())
 			continue
 		}
 		o.Close()

@@ -33,10 +33,10 @@ type bootStep struct {
 
 // booting is what a boot's steps hand on to the next.
 type booting struct {
-	i   *Instance
-	rep *reaper.Report
-	cfg qemu.Config
-	rt  qemu.Runtime
+	i      *Instance
+	reaped *reaper.Report
+	cfg    qemu.Config
+	rt     qemu.Runtime
 	// captureAtStart starts a capture through QEMU before the guest runs.
 	captureAtStart func(ctx context.Context, mch *qemu.Machine) error
 	restore        *restoring // the load of a boot from a snapshot
@@ -71,7 +71,7 @@ func bootSteps() []bootStep {
 
 // run performs the boot's steps. Any failure, an end of ctx, or a stop
 // unwinds what was done.
-func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
+func (i *Instance) run(ctx context.Context) (reaped *reaper.Report, err error) {
 	defer close(i.booted)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -93,18 +93,18 @@ func (i *Instance) run(ctx context.Context) (rep *reaper.Report, err error) {
 	}
 	for _, s := range steps {
 		if err := ctx.Err(); err != nil {
-			return b.rep, context.Cause(ctx)
+			return b.reaped, context.Cause(ctx)
 		}
 		t := time.Now()
 		if err := s.do(b, ctx); err != nil {
-			return b.rep, err
+			return b.reaped, err
 		}
 		b.times = append(b.times, s.name, time.Since(t))
 	}
 	go i.vm.watch(b.mch, b.followed)
 	i.mgr.probeQEMU(b.mch.Argv()[0])
 	i.mgr.log.Debug("booted", append([]any{"instance", i.name}, b.times...)...)
-	return b.rep, nil
+	return b.reaped, nil
 }
 
 // ownSymbols closes the kernel's symbols at the end, unless a debugger
@@ -126,7 +126,7 @@ func (b *booting) ownSymbols(_ context.Context) error {
 // anything of its own.
 func (b *booting) reapLeftovers(_ context.Context) error {
 	i := b.i
-	b.rep = i.mgr.reap()
+	b.reaped = i.mgr.reap()
 	return nil
 }
 

@@ -165,7 +165,7 @@ type Manager struct {
 	instances map[string]*Instance
 	boots     map[string]int          // boot attempts per instance name
 	drives    map[string][]driveClaim // by real path
-	rec       registry.Record
+	record    registry.Record
 	recGone   bool // the record was removed at Close: never written again
 
 	keepMu   sync.Mutex // one cap enforcement at a time
@@ -241,7 +241,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, owner: cfg.Record.Owner(),
 		instances: map[string]*Instance{}, boots: map[string]int{},
-		drives: map[string][]driveClaim{}, rec: cfg.Record,
+		drives: map[string][]driveClaim{}, record: cfg.Record,
 		stopKeep: make(chan struct{}),
 	}
 	m.recs = &Recordings{m: m, replays: map[string]string{}}
@@ -377,7 +377,7 @@ func (m *Manager) MaxInstances() int { return m.cfg.MaxInstances }
 func (m *Manager) Record() registry.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := m.rec
+	r := m.record
 	r.Instances = slices.Clone(r.Instances)
 	return r
 }
@@ -449,11 +449,11 @@ func (m *Manager) Boot(ctx context.Context, spec Spec) (*Instance, *reaper.Repor
 		return nil, nil, err
 	}
 	owned = false // the instance closes them now
-	rep, err := i.run(ctx)
+	reaped, err := i.run(ctx)
 	if err != nil {
-		return nil, rep, err
+		return nil, reaped, err
 	}
-	return i, rep, nil
+	return i, reaped, nil
 }
 
 // admit places a new booting instance in the table, stopping the previous
@@ -576,14 +576,14 @@ func (m *Manager) Close(ctx context.Context) error {
 func (m *Manager) recordInstance(name string, f func(*registry.Instance)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	k := slices.IndexFunc(m.rec.Instances, func(in registry.Instance) bool { return in.Name == name })
+	k := slices.IndexFunc(m.record.Instances, func(in registry.Instance) bool { return in.Name == name })
 	if k < 0 {
-		m.rec.Instances = append(m.rec.Instances, registry.Instance{Name: name})
-		k = len(m.rec.Instances) - 1
+		m.record.Instances = append(m.record.Instances, registry.Instance{Name: name})
+		k = len(m.record.Instances) - 1
 	}
-	f(&m.rec.Instances[k])
-	if in := m.rec.Instances[k]; in.QEMU == nil && in.TAP == "" && in.Lock == "" {
-		m.rec.Instances = slices.Delete(m.rec.Instances, k, k+1)
+	f(&m.record.Instances[k])
+	if in := m.record.Instances[k]; in.QEMU == nil && in.TAP == "" && in.Lock == "" {
+		m.record.Instances = slices.Delete(m.record.Instances, k, k+1)
 	}
 	m.writeRecordLocked()
 }
@@ -592,14 +592,14 @@ func (m *Manager) writeRecordLocked() {
 	if m.recGone {
 		return
 	}
-	if len(m.rec.Instances) == 0 {
+	if len(m.record.Instances) == 0 {
 		// Nothing left that the next server would reap.
 		if err := registry.Remove(m.cfg.RuntimeDir, m.owner); err != nil {
 			m.log.Warn("remove registry record", "err", err)
 		}
 		return
 	}
-	if err := registry.Write(m.cfg.RuntimeDir, m.rec); err != nil {
+	if err := registry.Write(m.cfg.RuntimeDir, m.record); err != nil {
 		m.log.Warn("update registry record", "err", err)
 	}
 }
@@ -627,7 +627,7 @@ func (m *Manager) reap() *reaper.Report {
 // uses is never deleted, whatever a record says.
 func (m *Manager) deleteDeadTAP(name string) error {
 	m.mu.Lock()
-	for _, in := range m.rec.Instances {
+	for _, in := range m.record.Instances {
 		if in.TAP == name {
 			m.mu.Unlock()
 			return fmt.Errorf("TAP %s belongs to this server's instance %q: not deleted", name, in.Name)

@@ -68,7 +68,7 @@ func (b *booting) beginRecording(ctx context.Context) error {
 		return err
 	}
 	i.tt.mu.Lock()
-	i.tt.rec = r
+	i.tt.recording = r
 	i.tt.mu.Unlock()
 	i.push("recording", func() error {
 		i.mu.Lock()
@@ -81,21 +81,21 @@ func (b *booting) beginRecording(ctx context.Context) error {
 
 // travel is a guest's recording or replay, if it has one.
 type travel struct {
-	mu  sync.Mutex
-	rec *timetravel.Recorder
-	rep *timetravel.Replayer
+	mu        sync.Mutex
+	recording *timetravel.Recorder
+	replay    *timetravel.Replayer
 }
 
 func (t *travel) recorder() *timetravel.Recorder {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.rec
+	return t.recording
 }
 
 func (t *travel) replayer() *timetravel.Replayer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.rep
+	return t.replay
 }
 
 // timeline is the Timeline the debugger of a replaying guest uses; nil
@@ -147,7 +147,7 @@ func (b *booting) prepareReplay(ctx context.Context) error {
 		return err
 	}
 	i.tt.mu.Lock()
-	i.tt.rep = r
+	i.tt.replay = r
 	i.tt.mu.Unlock()
 	i.vm.cfg.RR, i.vm.cfg.ConsoleFile = cfg.RR, cfg.ConsoleFile
 	return nil

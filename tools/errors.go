@@ -143,13 +143,13 @@ func text(how placement, s string) func(advice.Advice) (placement, string) {
 // adviseStop completes a replay's stop note with the call that goes on
 // from there.
 func adviseStop(st *debugger.StopInfo) {
-	switch st.Then {
-	case debugger.ThenBack:
+	switch st.Next {
+	case debugger.NextBack:
 		st.Note += ": debug_continue reverse: true goes back"
-	case debugger.ThenOn:
+	case debugger.NextForward:
 		st.Note += "; debug_continue goes on"
 	}
-	st.Then = debugger.ThenNothing
+	st.Next = debugger.NextNone
 }
 
 // endedText is how a recording ended, as the agent reads it.

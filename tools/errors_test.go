@@ -18,13 +18,13 @@ import (
 
 // A replay's stop notes end with the call that goes on from there.
 func TestAdviseStop(t *testing.T) {
-	for then, want := range map[debugger.Then]string{
-		debugger.ThenNothing: "n",
-		debugger.ThenBack:    "n: debug_continue reverse: true goes back",
-		debugger.ThenOn:      "n; debug_continue goes on",
+	for then, want := range map[debugger.Next]string{
+		debugger.NextNone: "n",
+		debugger.NextBack:    "n: debug_continue reverse: true goes back",
+		debugger.NextForward:      "n; debug_continue goes on",
 	} {
-		st := debugger.StopInfo{Note: "n", Then: then}
-		if adviseStop(&st); st.Note != want || st.Then != debugger.ThenNothing {
+		st := debugger.StopInfo{Note: "n", Next: then}
+		if adviseStop(&st); st.Note != want || st.Next != debugger.NextNone {
 			t.Errorf("adviseStop(%d) = %q, want %q", then, st.Note, want)
 		}
 	}
