@@ -19,9 +19,9 @@ import (
 // A replay's stop notes end with the call that goes on from there.
 func TestAdviseStop(t *testing.T) {
 	for then, want := range map[debugger.Next]string{
-		debugger.NextNone: "n",
+		debugger.NextNone:    "n",
 		debugger.NextBack:    "n: debug_continue reverse: true goes back",
-		debugger.NextForward:      "n; debug_continue goes on",
+		debugger.NextForward: "n; debug_continue goes on",
 	} {
 		st := debugger.StopInfo{Note: "n", Next: then}
 		if adviseStop(&st); st.Note != want || st.Next != debugger.NextNone {
