@@ -21,7 +21,7 @@ import (
 // debugger session on it with the kernel's symbols.
 type tinyGuest struct {
 	t      *testing.T
-	m      *qemu.Machine
+	m      *qemu.Process
 	s      *Session
 	syms   *debuginfo.File
 	cursor int64

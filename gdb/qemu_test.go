@@ -59,7 +59,7 @@ var loadTiny = sync.OnceValues(func() (*tinyImage, error) {
 // guest is a tiny kernel running under OpenSBI in a QEMU with a gdbstub.
 type guest struct {
 	t    *testing.T
-	m    *qemu.Machine
+	m    *qemu.Process
 	sock string
 	img  *tinyImage
 	// cursor is where the next wait on the console starts.

@@ -38,9 +38,9 @@ type booting struct {
 	cfg    qemu.Config
 	rt     qemu.Runtime
 	// captureAtStart starts a capture through QEMU before the guest runs.
-	captureAtStart func(ctx context.Context, mch *qemu.Machine) error
+	captureAtStart func(ctx context.Context, mch *qemu.Process) error
 	restore        *restoring // the load of a boot from a snapshot
-	mch            *qemu.Machine
+	mch            *qemu.Process
 	followed       <-chan struct{}
 	times          []any // step name, duration: for the log
 }
@@ -190,7 +190,7 @@ func (b *booting) captureFromStart(_ context.Context) error {
 		}
 		return nil
 	}
-	b.captureAtStart = func(ctx context.Context, mch *qemu.Machine) error {
+	b.captureAtStart = func(ctx context.Context, mch *qemu.Process) error {
 		cp, err := i.net.startQEMUCapture(ctx, mch, nil, c.Filter, 0)
 		if err != nil {
 			return fmt.Errorf("capture at boot: %w", err)
@@ -292,7 +292,7 @@ func (b *booting) startQEMU(ctx context.Context) error {
 	cpus.Add(harts)
 	i.push("qemu", func() error {
 		defer cpus.Add(-harts)
-		if mch := i.Machine(); mch != nil {
+		if mch := i.Process(); mch != nil {
 			return mch.Close()
 		}
 		return nil

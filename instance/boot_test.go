@@ -73,7 +73,7 @@ func failAfterStep(t *testing.T, k int, name string) {
 	if err != nil || got.State() != Stopped {
 		t.Fatalf("the failed instance: %v %v", got, err)
 	}
-	if mch := got.Machine(); mch != nil {
+	if mch := got.Process(); mch != nil {
 		if l, _, err := proc.Check(mch.Identity()); err != nil || l == proc.Alive {
 			t.Errorf("QEMU pid %d: %v %v", mch.PID(), l, err)
 		}

@@ -92,7 +92,7 @@ func (i *Instance) Exec(ctx context.Context, cmd Command) (Ran, error) {
 	if err != nil {
 		return Ran{}, err
 	}
-	mch := i.Machine()
+	mch := i.Process()
 	buf := mch.Console().Buffer()
 	ran := Ran{ShellResult: res, Event: ev, NoShell: !res.Started && (res.Wait == nil || res.Wait.TimedOut)}
 	ran.Output = Excerpt{Since: res.OutputStart, Start: res.OutputStart, End: res.OutputEnd}

@@ -54,7 +54,7 @@ type eventLog struct {
 	wake chan struct{}
 	// reader is the QEMU whose events are being recorded, and read is
 	// closed once all it sent is (see follow).
-	reader *qemu.Machine
+	reader *qemu.Process
 	read   <-chan struct{}
 }
 
@@ -115,7 +115,7 @@ func (l *eventLog) ending(t time.Time) *Event {
 }
 
 // reading records that follow records mch's events until read closes.
-func (l *eventLog) reading(mch *qemu.Machine, read <-chan struct{}) {
+func (l *eventLog) reading(mch *qemu.Process, read <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reader, l.read = mch, read
@@ -123,7 +123,7 @@ func (l *eventLog) reading(mch *qemu.Machine, read <-chan struct{}) {
 
 // readDone is closed once every event mch sent is recorded; at once for
 // a QEMU whose events are not followed (any more).
-func (l *eventLog) readDone(mch *qemu.Machine) <-chan struct{} {
+func (l *eventLog) readDone(mch *qemu.Process) <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.reader == mch && l.read != nil {
@@ -150,7 +150,7 @@ const exitWait = 5 * time.Second
 // It waits, at most exitWait, until the events mch sent before it exited
 // are recorded, and if none is the one, until the watcher has recorded
 // how it ended (a SHUTDOWN of its own for an exit without one).
-func (l *eventLog) exitEvent(mch *qemu.Machine, since int64, began time.Time, noted <-chan struct{}) *Event {
+func (l *eventLog) exitEvent(mch *qemu.Process, since int64, began time.Time, noted <-chan struct{}) *Event {
 	after := began
 	if exit, _ := mch.Exited(); began.Before(exit.At) || since < mch.Console().Buffer().End() {
 		after = mch.Started()
@@ -190,7 +190,7 @@ func (l *eventLog) recent(n int) ([]Event, int) {
 // follow records mch's guest events until its monitor closes; the channel
 // it returns is closed then. Events QEMU sent before the subscription are
 // replayed by the monitor.
-func (l *eventLog) follow(mch *qemu.Machine, log *slog.Logger) <-chan struct{} {
+func (l *eventLog) follow(mch *qemu.Process, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	ch, err := mch.Monitor().Events(context.Background())
 	if err != nil {
@@ -214,7 +214,7 @@ func (l *eventLog) follow(mch *qemu.Machine, log *slog.Logger) <-chan struct{} {
 // exited records QEMU's own exit (not a stop) as a SHUTDOWN event when
 // QEMU sent none: up to QEMU 8.x the virt board's test finisher, which
 // Linux powers off through, exits the process at once, without one.
-func (l *eventLog) exited(mch *qemu.Machine, followed <-chan struct{}) {
+func (l *eventLog) exited(mch *qemu.Process, followed <-chan struct{}) {
 	t := time.NewTimer(time.Second)
 	select {
 	case <-followed:

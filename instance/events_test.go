@@ -54,7 +54,7 @@ func TestEventEnding(t *testing.T) {
 // followed has nothing to wait for.
 func TestReadDone(t *testing.T) {
 	var l eventLog
-	a, b := &qemu.Machine{}, &qemu.Machine{}
+	a, b := &qemu.Process{}, &qemu.Process{}
 	read := make(chan struct{})
 	l.reading(a, read)
 	select {

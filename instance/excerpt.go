@@ -117,7 +117,7 @@ func testsIn(buf *serial.Buffer, from, to int64) *TestSummary {
 }
 
 // exitOf is mch's exit, nil while it runs.
-func exitOf(mch *qemu.Machine) *qemu.Exit {
+func exitOf(mch *qemu.Process) *qemu.Exit {
 	if mch == nil {
 		return nil
 	}

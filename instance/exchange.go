@@ -63,7 +63,7 @@ func (i *Instance) Await(ctx context.Context, since int64, spec serial.Spec) (Wa
 	if res.Matched {
 		w.Index, w.Match, w.MatchStart = res.Index, res.Match, res.Start
 	}
-	w.Exit = exitOf(i.Machine())
+	w.Exit = exitOf(i.Process())
 	switch {
 	case w.Exit != nil:
 	case w.Panicked:
@@ -89,7 +89,7 @@ func (i *Instance) Read(since int64, size int, whole bool) (Excerpt, error) {
 	if err != nil {
 		return Excerpt{}, err
 	}
-	ex.Exit = exitOf(i.Machine())
+	ex.Exit = exitOf(i.Process())
 	return ex, nil
 }
 

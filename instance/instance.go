@@ -314,7 +314,7 @@ func (i *Instance) Stop(ctx context.Context, method qemu.Method, wait time.Durat
 	case <-ctx.Done():
 		return qemu.Ending{}, fmt.Errorf("stop %q while it booted: %w", i.name, ctx.Err())
 	}
-	mch := i.Machine()
+	mch := i.Process()
 	end := qemu.Ending{How: "stopped-while-booting"}
 	var err error
 	if i.State() == Stopped {
@@ -373,12 +373,12 @@ func (i *Instance) State() State {
 	return i.state
 }
 
-// Machine is the QEMU process, nil until it started.
-func (i *Instance) Machine() *qemu.Machine { return i.vm.current() }
+// Process is the guest's QEMU process, nil until it started.
+func (i *Instance) Process() *qemu.Process { return i.vm.current() }
 
 // Running returns the machine if the instance runs, or an error that says
 // what to do.
-func (i *Instance) Running() (*qemu.Machine, error) {
+func (i *Instance) Running() (*qemu.Process, error) {
 	st, mch := i.State(), i.vm.current()
 	// How QEMU ended says more than the cleanup that is still running.
 	if mch != nil {
@@ -404,7 +404,7 @@ func busyError(i *Instance) error {
 
 // Console is the serial console, nil until QEMU started.
 func (i *Instance) Console() *serial.Console {
-	if mch := i.Machine(); mch != nil {
+	if mch := i.Process(); mch != nil {
 		return mch.Console()
 	}
 	return nil
@@ -464,7 +464,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 		// What ended QEMU is the last event it sent, which may still be
 		// on its way, or the one the watcher records for an exit without
 		// one.
-		mch := i.Machine()
+		mch := i.Process()
 		<-mch.Done()
 		ev = i.events.exitEvent(mch, since, began, i.exitNoted)
 	} else if !res.Matched {
@@ -477,7 +477,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 			// with it, as when QEMU exits without a word. Either way the
 			// end is reported once the instance is torn down, so that a
 			// caller told "exited" finds its files gone.
-			awaitExit(i.Machine(), i.done, 2*time.Second)
+			awaitExit(i.Process(), i.done, 2*time.Second)
 		}
 		if res.Stopped && ev == nil {
 			// An older event woke the wait: wait on.
@@ -494,7 +494,7 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 // awaitExit waits at most d for QEMU to exit and the instance's cleanup
 // to finish, so that what the caller reports next (exited, the runtime
 // files gone) is what the user then finds.
-func awaitExit(mch *qemu.Machine, done <-chan struct{}, d time.Duration) {
+func awaitExit(mch *qemu.Process, done <-chan struct{}, d time.Duration) {
 	if mch == nil {
 		return
 	}

@@ -112,7 +112,7 @@ func TestBootEchoStop(t *testing.T) {
 	expect(t, ctx, i, &since, `hello from a\r\n`+tinyPrompt)
 
 	rec := m.Record()
-	if len(rec.Instances) != 1 || rec.Instances[0].Name != "a" || rec.Instances[0].QEMU == nil || rec.Instances[0].QEMU.PID != i.Machine().PID() || rec.Instances[0].Lock != lockFile {
+	if len(rec.Instances) != 1 || rec.Instances[0].Name != "a" || rec.Instances[0].QEMU == nil || rec.Instances[0].QEMU.PID != i.Process().PID() || rec.Instances[0].Lock != lockFile {
 		t.Errorf("the record while a runs: %+v", rec.Instances)
 	}
 	if len(runtimeLeft(t, m)) == 0 {
@@ -382,15 +382,15 @@ func TestRestoreFailsToStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := i.Machine().PID()
+	pid := i.Process().PID()
 	for _, gone := range []string{bin, img} {
 		os.Rename(gone, gone+".away")
 		_, err = restoreSnapshot(ctx, i, meta)
 		if err == nil || !strings.Contains(err.Error(), `restore snapshot "s": `) || !strings.Contains(err.Error(), gone) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
 			t.Errorf("a restore without %s: %v", gone, err)
 		}
-		if i.State() != Running || i.Machine().PID() != pid {
-			t.Fatalf("the guest after a refused restore: %s, pid %d (was %d)", i.State(), i.Machine().PID(), pid)
+		if i.State() != Running || i.Process().PID() != pid {
+			t.Fatalf("the guest after a refused restore: %s, pid %d (was %d)", i.State(), i.Process().PID(), pid)
 		}
 		os.Rename(gone+".away", gone)
 	}
@@ -448,13 +448,13 @@ func TestSnapshotWithFullRuntimeDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	free := testfs.Fill(t, run, meta.ImageSize/2)
-	pid := i.Machine().PID()
+	pid := i.Process().PID()
 	_, err = restoreSnapshot(ctx, i, meta)
 	t.Logf("restore: %v", err)
 	if err == nil || !strings.Contains(err.Error(), `stage snapshot "s"`) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
 		t.Errorf("a restore into a full runtime directory: %v", err)
 	}
-	if i.State() != Running || i.Machine().PID() != pid {
+	if i.State() != Running || i.Process().PID() != pid {
 		t.Fatalf("the guest after the refused restore: %s", i.State())
 	}
 	typeLine(t, ctx, i, "echo still here")
@@ -523,15 +523,15 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := first.Machine().PID()
+	pid := first.Process().PID()
 	spec = tinySpec(t, "a", root)
 	spec.Restart = true
 	second, _, err := m.Boot(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.State() != Stopped || second.Machine().PID() == pid || second.Boot() != first.Boot()+1 {
-		t.Errorf("restart: first %s, pids %d -> %d, boots %d -> %d", first.State(), pid, second.Machine().PID(), first.Boot(), second.Boot())
+	if first.State() != Stopped || second.Process().PID() == pid || second.Boot() != first.Boot()+1 {
+		t.Errorf("restart: first %s, pids %d -> %d, boots %d -> %d", first.State(), pid, second.Process().PID(), first.Boot(), second.Boot())
 	}
 	var since int64
 	expect(t, ctx, second, &since, tinyPrompt)
@@ -564,7 +564,7 @@ func TestWaitEndsOnReset(t *testing.T) {
 	expect(t, ctx, i, &since, tinyPrompt)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
-		if _, err := i.Machine().Monitor().Execute(ctx, "system_reset", nil); err != nil {
+		if _, err := i.Process().Monitor().Execute(ctx, "system_reset", nil); err != nil {
 			t.Errorf("system_reset: %v", err)
 		}
 	}()
@@ -650,7 +650,7 @@ func TestRestartRefusedLeavesGuest(t *testing.T) {
 	if _, _, err := m.Boot(ctx, tinySpec(t, "b", root, qemu.WithDrive(qemu.Drive{Path: img}))); err != nil {
 		t.Fatal(err)
 	}
-	pid := a.Machine().PID()
+	pid := a.Process().PID()
 	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img}))
 	spec.Restart = true
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `in use (writable) by the running instance "b"`) {
@@ -662,7 +662,7 @@ func TestRestartRefusedLeavesGuest(t *testing.T) {
 	if _, _, err := m.Boot(ctx, spec); err == nil || !strings.Contains(err.Error(), `stage snapshot "gone"`) {
 		t.Errorf("restart from a snapshot whose image is gone: %v", err)
 	}
-	if got, _ := m.Get("a"); got != a || a.State() != Running || a.Machine().PID() != pid {
+	if got, _ := m.Get("a"); got != a || a.State() != Running || a.Process().PID() != pid {
 		t.Fatalf("a after refused restarts: %v %s", got, a.State())
 	}
 	var since int64
@@ -715,13 +715,13 @@ func TestSnapshotSaveRestore(t *testing.T) {
 
 	typeLine(t, ctx, i, "x")
 	expect(t, ctx, i, &since, "savx\r\n"+tinyPrompt)
-	oldPID := i.Machine().PID()
+	oldPID := i.Process().PID()
 	res, err := restoreSnapshot(ctx, i, meta)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if i.Machine().PID() == oldPID || i.State() != Running {
-		t.Errorf("after the restore: pid %d (was %d), %s", i.Machine().PID(), oldPID, i.State())
+	if i.Process().PID() == oldPID || i.State() != Running {
+		t.Errorf("after the restore: pid %d (was %d), %s", i.Process().PID(), oldPID, i.State())
 	}
 	out := expect(t, ctx, i, &since, `\[qemu-mcp: restored snapshot "s" \(saved [^)]+\)\]\r\n`)
 	if out.Cursor != res.Cursor {
@@ -747,7 +747,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if err != nil || len(found) != 1 {
 		t.Fatalf("find the damaged snapshot: %+v %v", found, err)
 	}
-	pid := i.Machine().PID()
+	pid := i.Process().PID()
 	for _, tc := range []struct {
 		meta snapshot.Meta
 		want string
@@ -759,8 +759,8 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Errorf("restore %s: %v, want it to say %q", tc.meta.Name, err, tc.want)
 		}
 	}
-	if i.Machine().PID() != pid || i.State() != Running {
-		t.Errorf("refused restores touched the guest: pid %d -> %d, %s", pid, i.Machine().PID(), i.State())
+	if i.Process().PID() != pid || i.State() != Running {
+		t.Errorf("refused restores touched the guest: pid %d -> %d, %s", pid, i.Process().PID(), i.State())
 	}
 	typeLine(t, ctx, i, "echo still here")
 	expect(t, ctx, i, &since, "still here\r\n"+tinyPrompt)

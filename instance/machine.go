@@ -29,7 +29,7 @@ type vm struct {
 	files map[string]*os.File
 
 	mu      sync.Mutex
-	machine *qemu.Machine
+	machine *qemu.Process
 	// replacing is set while a new QEMU takes over: the exit of the old
 	// one is not the guest's end.
 	replacing bool
@@ -39,13 +39,13 @@ type vm struct {
 }
 
 // current is the guest's QEMU, nil until one started.
-func (v *vm) current() *qemu.Machine {
+func (v *vm) current() *qemu.Process {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.machine
 }
 
-func (v *vm) set(mch *qemu.Machine) {
+func (v *vm) set(mch *qemu.Process) {
 	v.mu.Lock()
 	v.machine, v.replacing = mch, false
 	v.mu.Unlock()
@@ -69,7 +69,7 @@ func (v *vm) exited() bool {
 
 // superseded says mch is not the guest's QEMU any more, or is being
 // replaced or held: its exit is not the guest's end.
-func (v *vm) superseded(mch *qemu.Machine) bool {
+func (v *vm) superseded(mch *qemu.Process) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.replacing || v.guarded > 0 || v.machine != mch
@@ -77,7 +77,7 @@ func (v *vm) superseded(mch *qemu.Machine) bool {
 
 // watch undoes everything when QEMU stops by itself (guest poweroff), not
 // only when it is stopped.
-func (v *vm) watch(mch *qemu.Machine, followed <-chan struct{}) {
+func (v *vm) watch(mch *qemu.Process, followed <-chan struct{}) {
 	<-mch.Done()
 	if v.superseded(mch) {
 		return // a restore stopped it and runs the next QEMU
@@ -122,7 +122,7 @@ func (v *vm) runtime(withGDB bool) qemu.Runtime {
 }
 
 // record names the guest's QEMU in the server's record.
-func (v *vm) record(mch *qemu.Machine) {
+func (v *vm) record(mch *qemu.Process) {
 	id := mch.Identity()
 	child, err := registry.NewChild(id.PID)
 	if err != nil || child.StartTime != id.StartTime {
@@ -148,7 +148,7 @@ type replacement struct {
 // guest's machine on its console, TAP, drives and debugger socket. The
 // old QEMU's exit meanwhile is not the guest's end (watch). An error
 // leaves the guest without a QEMU: the caller ends it (Instance.lost).
-func (v *vm) replace(ctx context.Context, old *qemu.Machine, r replacement) (*qemu.Machine, error) {
+func (v *vm) replace(ctx context.Context, old *qemu.Process, r replacement) (*qemu.Process, error) {
 	log := v.i.mgr.log.With("instance", v.i.name)
 	v.setReplacing(true)
 	defer v.setReplacing(false)
@@ -204,7 +204,7 @@ func (v *vm) holdExit(why string) (release func()) {
 }
 
 // held is the guest's QEMU, and whether a hold (holdExit) is on it.
-func (v *vm) held() (*qemu.Machine, bool) {
+func (v *vm) held() (*qemu.Process, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.machine, v.guarded > 0
@@ -220,14 +220,14 @@ func (v *vm) config() qemu.Config {
 
 // thenCall runs first and then next before the guest runs; either may be
 // nil.
-func thenCall(first, next func(ctx context.Context, mch *qemu.Machine) error) func(ctx context.Context, mch *qemu.Machine) error {
+func thenCall(first, next func(ctx context.Context, mch *qemu.Process) error) func(ctx context.Context, mch *qemu.Process) error {
 	switch {
 	case first == nil:
 		return next
 	case next == nil:
 		return first
 	}
-	return func(ctx context.Context, mch *qemu.Machine) error {
+	return func(ctx context.Context, mch *qemu.Process) error {
 		if err := first(ctx, mch); err != nil {
 			return err
 		}

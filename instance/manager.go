@@ -670,7 +670,7 @@ func (m *Manager) precheck(spec Spec, prev *Instance) error {
 				return fmt.Errorf("network tap %s: %w", t.Name, err)
 			}
 		} else if err := tap.CheckCreate(t.Bridge); err != nil {
-			return fmt.Errorf("network tap: %w", err)
+			return fmt.Errorf("network tap: %w", newTAPError(err))
 		}
 	}
 	if s := spec.Snapshot; s != nil {

@@ -60,11 +60,8 @@ func (n *Network) makeTAP(t TAPSpec) error {
 			// earlier boot.
 			Replace: true,
 		})
-		if errors.Is(err, tap.ErrNoPrivilege) {
-			err = &tapPrivilegeError{err}
-		}
 		if err != nil {
-			return fmt.Errorf("network tap: %w", err)
+			return fmt.Errorf("network tap: %w", newTAPError(err))
 		}
 		// Recorded right after it exists, so that if we are killed the
 		// next server's reaper deletes it.
@@ -214,7 +211,7 @@ func (n *Network) StartCaptureFile(path, filter string, snaplen int) (*pcap.Capt
 
 // startQEMUCapture starts a capture through QEMU mch into f (nil: a new
 // file in the captures directory).
-func (n *Network) startQEMUCapture(ctx context.Context, mch *qemu.Machine, f *os.File, filter string, snaplen int) (*pcap.Capture, error) {
+func (n *Network) startQEMUCapture(ctx context.Context, mch *qemu.Process, f *os.File, filter string, snaplen int) (*pcap.Capture, error) {
 	i := n.i
 	m := i.mgr
 	opts := pcap.Options{Dir: m.cfg.Captures, Prefix: names.Kept(names.KeptCapture, m.owner, i.name), Boot: i.boot, Snaplen: snaplen, Filter: filter}
@@ -235,7 +232,7 @@ func (n *Network) startQEMUCapture(ctx context.Context, mch *qemu.Machine, f *os
 
 // feedCapture has QEMU mch write its frames into c, through a FIFO that
 // exists only until both ends are open.
-func (n *Network) feedCapture(ctx context.Context, mch *qemu.Machine, c *pcap.Capture) error {
+func (n *Network) feedCapture(ctx context.Context, mch *qemu.Process, c *pcap.Capture) error {
 	i := n.i
 	fifo := filepath.Join(i.mgr.cfg.RuntimeDir, names.Name(names.CaptureFIFO, i.mgr.owner, i.name))
 	os.Remove(fifo) // one an earlier attempt could not remove
@@ -265,7 +262,7 @@ func (n *Network) feedCapture(ctx context.Context, mch *qemu.Machine, c *pcap.Ca
 // that it closes its end and the capture reads to the end.
 func (n *Network) stopQEMUCapture() {
 	i := n.i
-	mch := i.Machine()
+	mch := i.Process()
 	if mch == nil {
 		return
 	}
@@ -282,7 +279,7 @@ func (n *Network) stopQEMUCapture() {
 
 // continueCapture, for the QEMU a restore starts, has it feed the capture
 // that the QEMU before it fed.
-func (n *Network) continueCapture() func(ctx context.Context, mch *qemu.Machine) error {
+func (n *Network) continueCapture() func(ctx context.Context, mch *qemu.Process) error {
 	i := n.i
 	n.mu.Lock()
 	c, viaQEMU := n.capture, n.viaQEMU
@@ -290,7 +287,7 @@ func (n *Network) continueCapture() func(ctx context.Context, mch *qemu.Machine)
 	if c == nil || !viaQEMU {
 		return nil
 	}
-	return func(ctx context.Context, mch *qemu.Machine) error {
+	return func(ctx context.Context, mch *qemu.Process) error {
 		if err := n.feedCapture(ctx, mch, c); err != nil {
 			// The guest is restored all the same; the capture ends
 			// with what it has.
@@ -321,6 +318,15 @@ func inProcess() bool { return pcap.CanCapture() == nil }
 // (never file capabilities on the server: they would give every user who
 // runs it the host's network).
 type tapPrivilegeError struct{ err error }
+
+// newTAPError is err, a TAP the server could not make, with advice if it
+// may not make one at all.
+func newTAPError(err error) error {
+	if errors.Is(err, tap.ErrNoPrivilege) {
+		return &tapPrivilegeError{err}
+	}
+	return err
+}
 
 func (e *tapPrivilegeError) Error() string { return e.err.Error() }
 func (e *tapPrivilegeError) Unwrap() error { return e.err }

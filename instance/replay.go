@@ -74,7 +74,7 @@ func (b *booting) beginRecording(ctx context.Context) error {
 		i.mu.Lock()
 		con := i.console
 		i.mu.Unlock()
-		return r.Finish(i.Machine(), con)
+		return r.Finish(i.Process(), con)
 	})
 	return nil
 }
@@ -185,7 +185,7 @@ func (i *Instance) notRecorded(what string) error {
 // replayGuest is a replaying instance as its replay sees it.
 type replayGuest struct{ i *Instance }
 
-func (g replayGuest) Running() (*qemu.Machine, error) { return g.i.Running() }
+func (g replayGuest) Running() (*qemu.Process, error) { return g.i.Running() }
 
 // Restart replaces the replaying QEMU with a new one at the recording's
 // start, on the same console, halted.

@@ -97,7 +97,7 @@ func (r *restoring) run(ctx context.Context) (Restored, error) {
 
 // check is what run checks before anything is touched: the snapshot's
 // parts, and for a restore in a new QEMU what would keep it from starting.
-func (r *restoring) check() (*qemu.Machine, error) {
+func (r *restoring) check() (*qemu.Process, error) {
 	old, err := r.i.Running()
 	if err != nil {
 		return nil, err
@@ -116,7 +116,7 @@ func (r *restoring) check() (*qemu.Machine, error) {
 // freshAfter restores in a new QEMU after a load in place failed: the
 // guest was stopped and its state is not whole, and the new QEMU loads it
 // from a copy of its own (the old QEMU holds the first).
-func (r *restoring) freshAfter(ctx context.Context, old *qemu.Machine, failed *inPlaceError) (Restored, error) {
+func (r *restoring) freshAfter(ctx context.Context, old *qemu.Process, failed *inPlaceError) (Restored, error) {
 	i := r.i
 	i.mgr.log.Warn("a snapshot load in place failed: restoring in a new QEMU", "instance", i.name, "snapshot", r.meta.Name, "err", failed.err)
 	r.res.Note = fmt.Sprintf("the load into the running QEMU failed (%v), so a new QEMU was started from the snapshot", failed.err)
@@ -189,7 +189,7 @@ func (r *restoring) checkMachine() error {
 	if mach.Hash() != meta.Machine.Hash() {
 		return &snapshot.MachineError{Name: meta.Name, Guest: i.name, Diffs: []string{strings.Join(snapshot.Diff(meta.Machine, mach), "; ")}}
 	}
-	if mch := i.Machine(); mch != nil {
+	if mch := i.Process(); mch != nil {
 		if ver := mch.Version(); ver != meta.QEMU {
 			return fmt.Errorf("snapshot %q was saved by QEMU %s, and this is QEMU %s: a saved state loads into the QEMU that saved it", meta.Name, meta.QEMU, ver)
 		}
@@ -207,7 +207,7 @@ func (r *restoring) step(step string) {
 // output read and the input typed for it dropped, the state loaded, the
 // marker written and the guest resumed. A failure before the guest is
 // stopped leaves it as it was; one after is an *inPlaceError.
-func (r *restoring) inPlace(ctx context.Context, mch *qemu.Machine) (err error) {
+func (r *restoring) inPlace(ctx context.Context, mch *qemu.Process) (err error) {
 	meta := r.meta
 	mon := mch.Monitor()
 	// QEMU opens the image read-write to load from it: the copy, never
@@ -278,7 +278,7 @@ func restoredWhat(meta snapshot.Meta, discarded int) string {
 // fresh starts a new QEMU that loads the snapshot from the copy staged,
 // on the instance's console, TAP, drives and debugger, and stops old
 // first. The caller holds the console's input.
-func (r *restoring) fresh(ctx context.Context, old *qemu.Machine) (Restored, error) {
+func (r *restoring) fresh(ctx context.Context, old *qemu.Process) (Restored, error) {
 	i, meta := r.i, r.meta
 	mch, err := i.vm.replace(ctx, old, replacement{
 		method: qemu.Quit, grace: 5 * time.Second,
@@ -340,7 +340,7 @@ func (r *restoring) stage() error {
 
 // unstage detaches the loaded image from QEMU and removes the copy; if
 // QEMU keeps it, it goes when the instance stops.
-func (r *restoring) unstage(ctx context.Context, mch *qemu.Machine) {
+func (r *restoring) unstage(ctx context.Context, mch *qemu.Process) {
 	i, staged := r.i, r.staged
 	if _, err := mch.Monitor().Execute(ctx, "blockdev-del", map[string]any{"node-name": qemu.SnapshotNode}); err != nil {
 		i.mgr.log.Warn("detach the loaded snapshot", "instance", i.name, "err", err)
@@ -354,7 +354,7 @@ func (r *restoring) unstage(ctx context.Context, mch *qemu.Machine) {
 
 // unstageLater unstages once QEMU lets go of the copy, after the answer:
 // the next save or restore waits for it (restoreMu).
-func (r *restoring) unstageLater(ctx context.Context, mch *qemu.Machine) {
+func (r *restoring) unstageLater(ctx context.Context, mch *qemu.Process) {
 	go func() {
 		r.i.restoreMu.Lock()
 		defer r.i.restoreMu.Unlock()
@@ -365,8 +365,8 @@ func (r *restoring) unstageLater(ctx context.Context, mch *qemu.Machine) {
 // loadSnapshot loads the attached snapshot before the guest first runs,
 // then re-arms its timer; then runs last, while the guest has not yet run: a marker written there
 // comes before anything the restored guest prints.
-func loadSnapshot(meta snapshot.Meta, then func()) func(ctx context.Context, mch *qemu.Machine) error {
-	return func(ctx context.Context, mch *qemu.Machine) error {
+func loadSnapshot(meta snapshot.Meta, then func()) func(ctx context.Context, mch *qemu.Process) error {
+	return func(ctx context.Context, mch *qemu.Process) error {
 		if err := snapshot.Load(ctx, mch.Monitor(), qemu.SnapshotNode, meta.Tag); err != nil {
 			return err
 		}
@@ -386,7 +386,7 @@ const stipBit = 1 << 5
 // restores leave a Linux guest whose sleeps never end. Raising mip.STIP
 // through the gdbstub before the guest runs makes the kernel take a timer
 // interrupt and program the next one.
-func resumeTimer(ctx context.Context, mch *qemu.Machine, mtime uint64) error {
+func resumeTimer(ctx context.Context, mch *qemu.Process, mtime uint64) error {
 	if caps.TimerKept(mch.Argv()[0]) {
 		return nil // probed: this QEMU saves and restores the timer
 	}
@@ -430,7 +430,7 @@ func resumeTimer(ctx context.Context, mch *qemu.Machine, mtime uint64) error {
 // QEMU 11 does; QEMU up to 10.1 does not (the timer state is not saved,
 // and time runs backwards), and a binary not probed yet takes the safe
 // path, a new QEMU.
-func loadsInPlace(mch *qemu.Machine) bool {
+func loadsInPlace(mch *qemu.Process) bool {
 	c, ok := caps.Known(mch.Argv()[0])
 	return ok && c.TimerKept.Yes() && c.InPlaceLoad.Yes()
 }

@@ -136,7 +136,7 @@ func (s Snapshots) List(root string, inst *Instance, max int) (list []ListedSnap
 	if len(metas) > max {
 		more, metas = len(metas)-max, metas[:max]
 	}
-	running := inst != nil && inst.Machine() != nil && inst.Spec().Root == root
+	running := inst != nil && inst.Process() != nil && inst.Spec().Root == root
 	for _, meta := range metas {
 		ls := ListedSnapshot{Meta: meta}
 		var inc *snapshot.IncompleteError
@@ -166,7 +166,7 @@ func (s Snapshots) Delete(ctx context.Context, root, name string, inst *Instance
 		if len(meta.Drives) > 0 {
 			// The disk part lives in the drives: a running guest that
 			// has them removes it through QEMU.
-			if inst == nil || inst.Machine() == nil || (&restoring{i: inst, meta: meta}).checkMachine() != nil || deleteTag(ctx, inst, meta.Tag) != nil {
+			if inst == nil || inst.Process() == nil || (&restoring{i: inst, meta: meta}).checkMachine() != nil || deleteTag(ctx, inst, meta.Tag) != nil {
 				for _, d := range meta.Drives {
 					left = append(left, d+" (tag "+meta.Tag+")")
 				}
@@ -253,7 +253,7 @@ func (i *Instance) LoadSnapshot(ctx context.Context, name string) (snapshot.Meta
 		err := r.checkMachine()
 		if err == nil {
 			res, err := r.restore(ctx)
-			if m := i.Machine(); err == nil && m != nil {
+			if m := i.Process(); err == nil && m != nil {
 				res.PID = m.PID()
 			}
 			return meta, res, err

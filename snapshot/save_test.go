@@ -74,7 +74,7 @@ func (h stepHook) Handle(_ context.Context, r slog.Record) error {
 // tinyGuest is the built-in kernel with a writable qcow2 drive, started
 // the way the server starts QEMU.
 type tinyGuest struct {
-	m    *qemu.Machine
+	m    *qemu.Process
 	disk string
 	cfg  qemu.Config
 }

@@ -90,7 +90,7 @@ func (r *Recorder) Name() string { return r.begun.Meta.Name }
 
 // Commit makes the recording the project's, once QEMU saved the machine
 // at its first instruction (before the guest ran).
-func (r *Recorder) Commit(mch *qemu.Machine) error {
+func (r *Recorder) Commit(mch *qemu.Process) error {
 	ver := mch.Version()
 	meta := r.begun.Meta
 	meta.QEMU, meta.Binary = ver, mch.Argv()[0]
@@ -112,7 +112,7 @@ func (r *Recorder) Commit(mch *qemu.Machine) error {
 
 // follow notes, once a second, how far the recording got: a
 // recording cut by a kill reaches about there.
-func (r *Recorder) follow(mch *qemu.Machine) {
+func (r *Recorder) follow(mch *qemu.Process) {
 	defer close(r.seenDone)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -145,7 +145,7 @@ func (r *Recorder) follow(mch *qemu.Machine) {
 // Pause stops a recording guest where it is and notes the instruction
 // count: the recording ends there, so that its replay stops there too.
 // Called before a stop asks QEMU to quit.
-func (r *Recorder) Pause(ctx context.Context, mch *qemu.Machine) {
+func (r *Recorder) Pause(ctx context.Context, mch *qemu.Process) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if _, err := mch.Monitor().Execute(ctx, "stop", nil); err != nil {
@@ -163,7 +163,7 @@ func (r *Recorder) Pause(ctx context.Context, mch *qemu.Machine) {
 // Finish writes how the recording ended, with what the guest printed on
 // con, or removes a recording that never started. mch, the QEMU that
 // recorded (nil if none started), has stopped.
-func (r *Recorder) Finish(mch *qemu.Machine, con *serial.Console) error {
+func (r *Recorder) Finish(mch *qemu.Process, con *serial.Console) error {
 	r.mu.Lock()
 	committed := r.committed
 	r.mu.Unlock()

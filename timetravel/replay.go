@@ -27,7 +27,7 @@ import (
 // Guest is what a replay asks of the guest that replays it.
 type Guest interface {
 	// Running is the guest's QEMU, or why there is none.
-	Running() (*qemu.Machine, error)
+	Running() (*qemu.Process, error)
 	// Restart replaces the replaying QEMU with a new one at the
 	// recording's start, halted, on the same console.
 	Restart(ctx context.Context) error
@@ -78,7 +78,7 @@ type Replayer struct {
 const savedStates = 128
 
 // Position is the record or replay position, in instructions.
-func Position(ctx context.Context, mch *qemu.Machine) (uint64, error) {
+func Position(ctx context.Context, mch *qemu.Process) (uint64, error) {
 	raw, err := mch.Monitor().Execute(ctx, "query-replay", nil)
 	if err != nil {
 		return 0, err
@@ -92,7 +92,7 @@ func Position(ctx context.Context, mch *qemu.Machine) (uint64, error) {
 	return r.ICount, nil
 }
 
-func (r *Replayer) mch() (*qemu.Machine, error) { return r.g.Running() }
+func (r *Replayer) mch() (*qemu.Process, error) { return r.g.Running() }
 
 func (r *Replayer) Position(ctx context.Context) (uint64, error) {
 	m, err := r.mch()
@@ -189,7 +189,7 @@ func (r *Replayer) Load(ctx context.Context, n uint64) error {
 }
 
 // withImage runs f with the qcow2 at path attached as ckNode.
-func (r *Replayer) withImage(ctx context.Context, m *qemu.Machine, path string, f func() error) error {
+func (r *Replayer) withImage(ctx context.Context, m *qemu.Process, path string, f func() error) error {
 	mon := m.Monitor()
 	// No flush at each stop and cont while it is attached: a save is
 	// synced when it is committed, a load only reads.

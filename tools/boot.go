@@ -203,7 +203,7 @@ func (in *BootInput) network(args *instance.Args) error {
 
 // bootOutput is the result of a boot, before its wait.
 func bootOutput(inst *instance.Instance, booted instance.Booted, prof instance.Resolved) BootOutput {
-	m := inst.Machine()
+	m := inst.Process()
 	out := BootOutput{Instance: inst.Name(), PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: booted.QEMU.Kernel,
 		Lock: inst.LockPath(), Profile: prof.Profile, Transcript: inst.Transcript(), Symbols: booted.Symbols, CommandLine: prof.Line}
 	if booted.Reaped != nil {

@@ -174,7 +174,7 @@ func (s *Server) shutdown(ctx context.Context, _ *mcp.CallToolRequest, in Shutdo
 		end.How = "already-exited"
 	}
 	out := ShutdownOutput{Instance: inst.Name(), How: end.How, Exited: true, ExitStatus: end.Exit.Code, Signal: end.Exit.Signal}
-	if m := inst.Machine(); m != nil {
+	if m := inst.Process(); m != nil {
 		out.PID = m.PID()
 	}
 	return textResult(fmt.Sprintf("%q: qemu pid %d stopped (%s): %s; FIFOs, QMP socket, TAP and lock released", out.Instance, out.PID, out.How, end.Exit)), out, nil
@@ -245,7 +245,7 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (
 	if out.EventsTotal == len(out.Events) {
 		out.EventsTotal = 0
 	}
-	m := inst.Machine()
+	m := inst.Process()
 	if m == nil {
 		return textResult(fmt.Sprintf("%q: %s, QEMU not started", out.Instance, out.State)), out, nil
 	}

@@ -206,7 +206,7 @@ func (s *Server) instance(t Target) (*instance.Instance, error) {
 
 // running returns the named guest and its QEMU if it runs, or an error that
 // tells the agent what to do.
-func (s *Server) running(t Target) (*instance.Instance, *qemu.Machine, error) {
+func (s *Server) running(t Target) (*instance.Instance, *qemu.Process, error) {
 	in, err := s.instance(t)
 	if err != nil {
 		return nil, nil, err

@@ -107,7 +107,7 @@ func TestReplayProbeOutlivesQEMUDying(t *testing.T) {
 		t.Fatal(err)
 	}
 	var started []int
-	replayStarted = func(n int, m *qemu.Machine) {
+	replayStarted = func(n int, m *qemu.Process) {
 		started = append(started, n)
 		if n == 1 {
 			m.Shutdown(ctx, qemu.Kill, 0)

@@ -115,13 +115,13 @@ func (r *run) timed(ctx context.Context, f func(context.Context) (Result, Result
 // guest is one probe QEMU running the tiny kernel.
 type guest struct {
 	r      *run
-	m      *qemu.Machine
+	m      *qemu.Process
 	cursor int64
 }
 
 // boot starts a guest; extra are more QEMU arguments, loadvm a qcow2 to
 // attach for a load, before (if set) runs before the guest first runs.
-func (r *run) boot(ctx context.Context, gdbStub bool, loadvm string, before func(context.Context, *qemu.Machine) error, extra ...string) (*guest, error) {
+func (r *run) boot(ctx context.Context, gdbStub bool, loadvm string, before func(context.Context, *qemu.Process) error, extra ...string) (*guest, error) {
 	r.n++
 	n := strconv.Itoa(r.n)
 	rt := qemu.Runtime{
@@ -467,7 +467,7 @@ func (r *run) inPlace(ctx context.Context, a *guest, saved, armed uint64) Result
 // fresh loads the snapshot into a new QEMU before it first runs.
 func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Result {
 	var loaded uint64
-	b, err := r.boot(ctx, true, snap, func(ctx context.Context, m *qemu.Machine) error {
+	b, err := r.boot(ctx, true, snap, func(ctx context.Context, m *qemu.Process) error {
 		if err := m.Monitor().RunJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": qemu.SnapshotNode, "devices": []string{qemu.SnapshotNode}}); err != nil {
 			return err
 		}
@@ -553,7 +553,7 @@ func (r *run) replayAttempt(ctx context.Context, n int) (res Result, crash strin
 	if err != nil {
 		return failed("record", err), crash
 	}
-	p, err := r.boot(ctx, false, "", func(ctx context.Context, m *qemu.Machine) error {
+	p, err := r.boot(ctx, false, "", func(ctx context.Context, m *qemu.Process) error {
 		_, err := (&guest{m: m}).hmp(ctx, "replay_break "+strconv.FormatUint(c, 10))
 		return err
 	}, rr.args("replay")...)
@@ -637,7 +637,7 @@ func lastWords(stderr string) string {
 
 // replayStarted, when a test sets it, sees each attempt's replaying QEMU
 // as it starts.
-var replayStarted func(attempt int, m *qemu.Machine)
+var replayStarted func(attempt int, m *qemu.Process)
 
 // recordSession lets the recording guest boot and answer a typed line;
 // c is an instruction count before the typing, t one after the answer.

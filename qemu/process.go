@@ -57,8 +57,8 @@ func (e Exit) String() string {
 	return "exited with status " + strconv.Itoa(e.Code)
 }
 
-// Machine is one supervised QEMU process.
-type Machine struct {
+// Process is one supervised QEMU process: the machine a guest runs on.
+type Process struct {
 	cfg     Config
 	argv    []string
 	paths   Paths
@@ -115,7 +115,7 @@ type Runtime struct {
 	Console *serial.Console
 	// BeforeCont, if set, runs once QMP is connected and before the guest
 	// is resumed; an error fails the start.
-	BeforeCont func(ctx context.Context, m *Machine) error
+	BeforeCont func(ctx context.Context, m *Process) error
 	// Paused leaves the guest stopped where it starts (a replay is halted
 	// at its first instruction until the debugger runs it).
 	Paused bool
@@ -132,7 +132,7 @@ const qmpFD = 3
 // resumes the guest, so not a byte of its output can be missed. On any
 // failure everything already set up is undone before returning. Start
 // closes cfg.Files, whatever happens.
-func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
+func Start(ctx context.Context, rt Runtime, cfg Config) (*Process, error) {
 	// QEMU holds its own copies once it runs; the server needs none.
 	defer CloseFiles(cfg.Files)
 	if err := cfg.Validate(); err != nil {
@@ -146,7 +146,7 @@ func Start(ctx context.Context, rt Runtime, cfg Config) (*Machine, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Machine{cfg: cfg, log: log, done: make(chan struct{}), stderr: NewTail(64 << 10)}
+	m := &Process{cfg: cfg, log: log, done: make(chan struct{}), stderr: NewTail(64 << 10)}
 	if err := m.start(ctx, rt, cfg, bin); err != nil {
 		// A partial start (QEMU running, QMP not connected) is undone
 		// completely: process, FIFOs and socket.
@@ -167,7 +167,7 @@ func CloseFiles(files map[string]*os.File) error {
 	return errors.Join(errs...)
 }
 
-func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string) (err error) {
+func (m *Process) start(ctx context.Context, rt Runtime, cfg Config, bin string) (err error) {
 	log := m.log
 	opts := []serial.Option{serial.WithLogger(log), serial.WithTranscript(rt.Transcript)}
 	if rt.RingSize > 0 {
@@ -311,7 +311,7 @@ func (m *Machine) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 
 // startError explains a failed start with what QEMU itself said, which is
 // usually the real reason (a bad option, a missing file).
-func (m *Machine) startError(step string, err error) error {
+func (m *Process) startError(step string, err error) error {
 	// QEMU that rejects its command line may open the QMP socket first and
 	// die an instant later: give it a moment so the error can say why.
 	select {
@@ -325,7 +325,7 @@ func (m *Machine) startError(step string, err error) error {
 	return fmt.Errorf("%s: %w", step, err)
 }
 
-func (m *Machine) qemuSaid() string {
+func (m *Process) qemuSaid() string {
 	s := strings.TrimSpace(m.stderr.String())
 	if s == "" {
 		return "(nothing)"
@@ -336,7 +336,7 @@ func (m *Machine) qemuSaid() string {
 // listen makes the server's listening socket at path, to hand QEMU as a
 // descriptor; it is removed with the machine. Binding fails on anything
 // already at the path, which is never taken over.
-func (m *Machine) listen(what, path string) (*os.File, error) {
+func (m *Process) listen(what, path string) (*os.File, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -368,7 +368,7 @@ func CheckLoopback(addr string) error {
 
 // supervise waits for QEMU to exit. The FIFO never reports EOF (the server
 // holds a write end), so the process is the only reliable exit signal.
-func (m *Machine) supervise() {
+func (m *Process) supervise() {
 	err := m.cmd.Wait()
 	exit := Exit{At: time.Now()}
 	var ee *exec.ExitError
@@ -412,22 +412,22 @@ func (m *Machine) supervise() {
 	close(m.done)
 }
 
-func (m *Machine) addCleanup(f func() error) { m.cleanups = append(m.cleanups, f) }
+func (m *Process) addCleanup(f func() error) { m.cleanups = append(m.cleanups, f) }
 
 // Config is the configuration the machine was started with.
-func (m *Machine) Config() Config { return m.cfg }
+func (m *Process) Config() Config { return m.cfg }
 
 // PID is QEMU's process ID.
-func (m *Machine) PID() int { return m.ident.PID }
+func (m *Process) PID() int { return m.ident.PID }
 
 // Identity is QEMU's PID and start time, for records that outlive us.
-func (m *Machine) Identity() proc.Identity { return m.ident }
+func (m *Process) Identity() proc.Identity { return m.ident }
 
 // Argv is the exact command line QEMU was started with.
-func (m *Machine) Argv() []string { return append([]string(nil), m.argv...) }
+func (m *Process) Argv() []string { return append([]string(nil), m.argv...) }
 
 // Paths are the FIFOs and socket in use.
-func (m *Machine) Paths() Paths { return m.paths }
+func (m *Process) Paths() Paths { return m.paths }
 
 // File is a host file QEMU got as an inherited descriptor: the command line
 // names it /proc/self/fd/FD.
@@ -437,7 +437,7 @@ type File struct {
 }
 
 // Files lists the host files QEMU got as descriptors, by descriptor.
-func (m *Machine) Files() []File {
+func (m *Process) Files() []File {
 	out := make([]File, 0, len(m.cfg.fds))
 	for p, fd := range m.cfg.fds {
 		out = append(out, File{FD: fd, Path: p})
@@ -447,26 +447,26 @@ func (m *Machine) Files() []File {
 }
 
 // Started is when QEMU was started.
-func (m *Machine) Started() time.Time { return m.started }
+func (m *Process) Started() time.Time { return m.started }
 
 // Console is the serial console.
-func (m *Machine) Console() *serial.Console { return m.console }
+func (m *Process) Console() *serial.Console { return m.console }
 
 // Monitor is the QMP connection.
-func (m *Machine) Monitor() *qmp.Monitor { return m.mon }
+func (m *Process) Monitor() *qmp.Monitor { return m.mon }
 
 // Version is QEMU's version, "7.2.22", as it announced on connect: asked
 // once per machine, and free to ask again.
-func (m *Machine) Version() string {
+func (m *Process) Version() string {
 	v := m.mon.Greeting().Version.QEMU
 	return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Micro)
 }
 
 // Done is closed when QEMU has exited and its last output is in the buffer.
-func (m *Machine) Done() <-chan struct{} { return m.done }
+func (m *Process) Done() <-chan struct{} { return m.done }
 
 // Exited reports whether QEMU has exited, and how.
-func (m *Machine) Exited() (Exit, bool) {
+func (m *Process) Exited() (Exit, bool) {
 	select {
 	case <-m.done:
 		return m.exit, true
@@ -476,7 +476,7 @@ func (m *Machine) Exited() (Exit, bool) {
 }
 
 // Stderr is the tail of what QEMU printed on its own stdout and stderr.
-func (m *Machine) Stderr() string { return m.stderr.String() }
+func (m *Process) Stderr() string { return m.stderr.String() }
 
 // Method says how Shutdown asks QEMU to stop before it resorts to signals.
 type Method string
@@ -504,7 +504,7 @@ type Ending struct {
 // then SIGKILL, each to the exact process started, verified by start time.
 // wait bounds the polite step; the signal steps wait up to two seconds each.
 // It does not remove files: Close does.
-func (m *Machine) Shutdown(ctx context.Context, method Method, wait time.Duration) (Ending, error) {
+func (m *Process) Shutdown(ctx context.Context, method Method, wait time.Duration) (Ending, error) {
 	if exit, ok := m.Exited(); ok {
 		return Ending{How: "already-exited", Exit: exit}, nil
 	}
@@ -557,7 +557,7 @@ func (m *Machine) Shutdown(ctx context.Context, method Method, wait time.Duratio
 	return Ending{}, fmt.Errorf("qemu %d did not exit after SIGKILL", m.ident.PID)
 }
 
-func (m *Machine) signal(sig unix.Signal) error {
+func (m *Process) signal(sig unix.Signal) error {
 	err := proc.Signal(m.ident, sig)
 	if errors.Is(err, proc.ErrNotFound) {
 		return nil
@@ -567,7 +567,7 @@ func (m *Machine) signal(sig unix.Signal) error {
 
 // Close kills QEMU if it still runs, waits for it, and removes the FIFOs and
 // the socket. Files are removed once; later calls return nil.
-func (m *Machine) Close() error {
+func (m *Process) Close() error {
 	var errs []error
 	if m.cmd != nil {
 		if _, exited := m.Exited(); !exited {
@@ -586,7 +586,7 @@ func (m *Machine) Close() error {
 
 // removeFiles runs the cleanups once, newest first (firecracker's model:
 // each step undoes one step of start).
-func (m *Machine) removeFiles() error {
+func (m *Process) removeFiles() error {
 	var errs []error
 	m.closeOnce.Do(func() {
 		for i := len(m.cleanups) - 1; i >= 0; i-- {
