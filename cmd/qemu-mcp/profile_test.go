@@ -35,10 +35,12 @@ func profileRoundTrip(t *testing.T, root, line, prompt string) {
 		Argv    []string `json:"argv"`
 		Matched bool     `json:"matched"`
 		Profile string   `json:"profile"`
+		Output  string   `json:"output"`
+		Cursor  int64    `json:"cursor"`
 	}
 	callInto(ctx, t, cs, "qemu_boot", map[string]any{"command_line": line, "wait_for": prompt, "timeout": 30}, &first)
 	if !first.Matched {
-		t.Fatalf("command_line boot: prompt %q not seen", prompt)
+		t.Fatalf("command_line boot: prompt %q not seen in %d bytes: %q", prompt, first.Cursor, first.Output)
 	}
 	var out, errs strings.Builder
 	if code := profileCmd([]string{"-dir", root, "-qemu", testguest.QEMU(t), "-prompt", prompt, line}, strings.NewReader(""), &out, &errs); code != 0 {
@@ -51,7 +53,7 @@ func profileRoundTrip(t *testing.T, root, line, prompt string) {
 	}
 	callInto(ctx, t, cs, "qemu_boot", map[string]any{"restart": true}, &second)
 	if !second.Matched || second.Profile != "default" {
-		t.Fatalf("qemu_boot {}: matched %v, profile %q", second.Matched, second.Profile)
+		t.Fatalf("qemu_boot {}: matched %v, profile %q; %d bytes: %q", second.Matched, second.Profile, second.Cursor, second.Output)
 	}
 	if !reflect.DeepEqual(first.Argv, second.Argv) {
 		t.Errorf("argv differ:\ncommand_line: %q\nprofile:      %q", first.Argv, second.Argv)
