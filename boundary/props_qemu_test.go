@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/boundary"
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 )
 

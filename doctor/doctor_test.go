@@ -16,7 +16,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/registrytest"
 )
 
 func files(t *testing.T, dir string, pid int, rec *registry.Record) []string {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/doctor"
-	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
 )
 
 // testdata/json-keys.golden and testdata/report.golden are what the code

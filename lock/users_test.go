@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testusers"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
 // looseFiles leaves a lock file and guard in dir as earlier versions made

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 

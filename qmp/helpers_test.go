@@ -18,7 +18,7 @@ import (
 
 	goqmp "github.com/digitalocean/go-qemu/qmp"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // testTimeout bounds every wait in the tests so that a bug shows up as a

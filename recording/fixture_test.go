@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 

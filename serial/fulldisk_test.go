@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testfs"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 )
 
 // readWithGaps pages through the buffer from 0, the gaps as zero bytes.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // uBootSMode is Debian's u-boot-qemu build for QEMU's riscv64 virt board in

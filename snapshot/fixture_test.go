@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
-	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
 

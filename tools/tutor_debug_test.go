@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // The tutor kernel (testdata/kernels/tutor) is not Linux: it boots with

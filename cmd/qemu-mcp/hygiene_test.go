@@ -18,7 +18,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/testusers"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
 // server is a qemu-mcp process under test with an MCP client on its pipes.

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // The test binary doubles as qemu-mcp: with QEMU_MCP_TEST_MAIN set it runs

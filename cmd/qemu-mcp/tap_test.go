@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // netns makes a network namespace for one test and deletes it afterwards.

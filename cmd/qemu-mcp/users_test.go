@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testusers"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
 // The tests here run the server as one unprivileged user (the owner) and

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // A restart that would fail leaves the running guest as it was: its QEMU,

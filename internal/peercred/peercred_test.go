@@ -11,7 +11,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testusers"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
 // With QEMU_MCP_PEERCRED_DIAL=ADDR the test binary connects to ADDR, says

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // qmpConn is just enough QMP for these tests: commands and their returns,

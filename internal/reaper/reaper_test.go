@@ -18,7 +18,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/registrytest"
 )
 
 // serverFiles creates the FIFOs, the socket and (if rec is not nil) the

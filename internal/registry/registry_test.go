@@ -14,7 +14,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/registry/registrytest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/registrytest"
 	"golang.org/x/sys/unix"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
-	"github.com/qemu-mcp/qemu-mcp/internal/store/storetest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
 )
 
 // An id carries its server, so that what a killed server left says by its

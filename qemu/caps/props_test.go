@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/boundary"
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 func newPropProber(t *testing.T, bin, cache string, timeout time.Duration) *PropProber {

@@ -28,7 +28,7 @@ const LinuxEnv = "QEMU_MCP_LINUX_DIR"
 // Repo is the repository's root directory.
 func Repo() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // QEMUEnv names the qemu-system-riscv64 the tests run; empty means the
