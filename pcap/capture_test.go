@@ -14,10 +14,10 @@ import (
 	"unsafe"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/tap"
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 	"golang.org/x/sys/unix"
 )
 

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/tap"
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 )
 
 const ubootImage = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"

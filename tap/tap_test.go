@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 	"github.com/qemu-mcp/qemu-mcp/tap"
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
