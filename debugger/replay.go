@@ -194,7 +194,7 @@ func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, res
 		if err == nil {
 			return r.stopped(ctx, st)
 		}
-		if pos, err := r.poll(ctx, wctx, err); err != nil {
+		if pos, err := r.poll(ctx, err); err != nil {
 			return gdb.Stop{}, pos, false, err
 		}
 	}
@@ -227,12 +227,13 @@ func (r *replayRun) stopped(ctx context.Context, st gdb.Stop) (gdb.Stop, uint64,
 // why the wait ended): it reports progress, stops a replay that made none
 // for stall, and sets a checkpoint's break when one is due. An error ends
 // the run; pos is where it ended, when known.
-func (r *replayRun) poll(ctx, wctx context.Context, werr error) (uint64, error) {
+func (r *replayRun) poll(ctx context.Context, werr error) (uint64, error) {
 	if ctx.Err() != nil {
 		r.c.Interrupt(context.WithoutCancel(ctx))
 		return 0, ctx.Err()
 	}
-	if wctx.Err() == nil {
+	if !errors.Is(werr, context.DeadlineExceeded) {
+		// Not the poll's time-out: the stub's connection failed.
 		return 0, werr
 	}
 	pos, err := r.tl.Position(ctx)

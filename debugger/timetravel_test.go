@@ -305,6 +305,31 @@ func TestLastWriteCancelled(t *testing.T) {
 	}
 }
 
+// A replay whose stub connection fails while it runs ends with that
+// failure at once: it does not poll on until the replay stalls.
+func TestReplayConnectionLost(t *testing.T) {
+	ctx := testContext(t)
+	g := newFakeGuest(t, 1, "idle", "kmain")
+	g.stack(0, "idle", "kmain")
+	r := g.replay(600_000, "idle")
+	r.perMS = 100 // 6 s to the end
+	s := g.sessionOn(r)
+	time.AfterFunc(200*time.Millisecond, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for c := range g.conns {
+			c.Close()
+		}
+	})
+	t0 := time.Now()
+	if _, err := s.GoTo(ctx, 590_000); err == nil {
+		t.Errorf("a replay that lost its stub reached its stop")
+	}
+	if took := time.Since(t0); took > 2*time.Second {
+		t.Errorf("the lost connection ended the run after %v", took)
+	}
+}
+
 // A long replay forward offers the timeline start points on the way, at
 // replay breaks it set ahead (where the stub stopped the replay), and a
 // later move back loads the latest of them.
