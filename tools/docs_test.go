@@ -6,20 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/qemu-mcp/qemu-mcp/settings"
-	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
 // The documents' examples of tool calls are what a reader copies: each is
@@ -135,36 +129,8 @@ func TestDocsToolCallsCatch(t *testing.T) {
 // the tools needs no QEMU, so neither does this.
 func liveSchemas(t *testing.T) map[string]*toolSchema {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "qmcp") // short: it holds unix sockets
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := newServer(settings.Settings{RuntimeDir: dir, Version: "test", Logger: slog.New(slog.DiscardHandler),
-		LockFile: filepath.Join(dir, "qemu.lock"), Captures: filepath.Join(dir, "captures"),
-		Snapshots: filepath.Join(dir, "snapshots"), CacheDir: filepath.Join(dir, "cache")}, tools.Config{Version: "test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := bareSession(t, nil)
 	ctx := context.Background()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.NewMCPServer().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cs.Close()
-		ss.Close()
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := srv.Close(cctx); err != nil {
-			t.Errorf("close server: %v", err)
-		}
-	})
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -225,8 +225,10 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		Logger:       s.log,
 		// The tools and resources are added once, while initialize is
 		// answered (below), and never change: no list_changed. No MCP
-		// logging: protocol 2026-07-28 deprecates it for stderr, where
-		// the server logs.
+		// logging, whatever the client's protocol: 2026-07-28 deprecates
+		// it for stderr, where the server logs, and the server never sends
+		// a log message. The SDK still answers an older client's
+		// logging/setLevel, as the deprecation keeps the wire unchanged.
 		Capabilities: &mcp.ServerCapabilities{
 			Tools:     &mcp.ToolCapabilities{},
 			Resources: &mcp.ResourceCapabilities{},

@@ -105,6 +105,46 @@ func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *
 	return s
 }
 
+// bareSession starts a tool server and connects a real MCP client to it
+// over in-memory transports, with no QEMU and no guest's settings: enough
+// for what a client learns without booting (the handshake, the lists of
+// tools and resources). opts are the client session's (its protocol
+// version, say).
+func bareSession(t testing.TB, opts *mcp.ClientSessionOptions) *mcp.ClientSession {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "qmcp") // short: it holds unix sockets
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	srv, err := newServer(settings.Settings{RuntimeDir: dir, Version: "test", Logger: slog.New(slog.DiscardHandler),
+		LockFile: filepath.Join(dir, "qemu.lock"), Captures: filepath.Join(dir, "captures"),
+		Snapshots: filepath.Join(dir, "snapshots"), CacheDir: filepath.Join(dir, "cache")}, tools.Config{Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := srv.NewMCPServer().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cs.Close()
+		ss.Close()
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := srv.Close(cctx); err != nil {
+			t.Errorf("close server: %v", err)
+		}
+	})
+	return cs
+}
+
 // call invokes a tool and decodes its structured result into out. It
 // returns the result so tests can look at IsError and the text.
 func (s *session) call(name string, args map[string]any, out any) *mcp.CallToolResult {
