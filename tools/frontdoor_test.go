@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testguest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/selftest"
+	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
@@ -385,11 +386,11 @@ func exampleSession(t *testing.T, guest string) *session {
 		return newSessionAs(t, "claude-code", nil, nil)
 	case "tutor":
 		dir := testguest.Tutor(t, nil)
-		return newSessionAs(t, "claude-code", func(c *tools.Config) { c.WorkDir = dir }, nil)
+		return newSessionAs(t, "claude-code", func(c *testConfig) { c.WorkDir = dir }, nil)
 	case "linux":
 		lin := testguest.LinuxGuest(t)
 		state := t.TempDir()
-		return newSessionAs(t, "claude-code", func(c *tools.Config) {
+		return newSessionAs(t, "claude-code", func(c *testConfig) {
 			c.WorkDir = lin.Dir
 			c.Captures = filepath.Join(state, "captures")
 			os.MkdirAll(c.Captures, 0o700)
@@ -546,9 +547,9 @@ func checkSelftest(t *testing.T, e docExample) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := tools.Config{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test",
+	set := settings.Settings{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test",
 		Logger: slog.New(slog.DiscardHandler), QEMUBinary: testguest.QEMU(t)}
-	if err := selftest.Run(ctx, &out, cfg); err != nil {
+	if err := selftest.Run(ctx, &out, set, tools.Config{Version: "test", Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatalf("selftest: %v\n%s", err, out.String())
 	}
 	got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
