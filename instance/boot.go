@@ -170,7 +170,7 @@ func (b *booting) attachTAP(_ context.Context) error {
 		return err
 	}
 	b.cfg.Network, b.cfg.TAPName, b.cfg.MAC = "tap", i.TAP().Name, i.TAP().GuestMAC.String()
-	// A capture through QEMU (see capture.go) needs plain frames.
+	// A capture through QEMU (see network.go) needs plain frames.
 	b.cfg.TAPPlainFrames = !inProcess()
 	return nil
 }

@@ -81,6 +81,8 @@ func adviceCases() map[string]error {
 	for name, e := range c {
 		c[name] = fmt.Errorf("boot of %q: %w (while it started)", "a", e)
 	}
+	c["same twice"] = errors.Join(&snapshot.MachineError{Name: "s", Guest: "a", Diffs: []string{"memory: saved 256M, now 128M"}},
+		&snapshot.MachineError{Name: "s", Guest: "a", Diffs: []string{"smp: saved 1, now 2"}})
 	c["two"] = fmt.Errorf("both: %w", errors.Join(&instance.BusyError{Name: "a", State: instance.Running}, &snapshot.NotFoundError{Name: "s", Root: "/r"}))
 	return c
 }

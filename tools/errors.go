@@ -21,12 +21,19 @@ func advise(err error) error {
 		return nil
 	}
 	msg := err.Error()
+	said := map[string]bool{}
 	for _, f := range advice.In(err) {
 		say, ok := says[f.Advice.Action]
 		if !ok {
 			continue
 		}
 		how, text := say(f.Advice)
+		if how != instead && said[text] {
+			// Several errors of one kind (a snapshot on several
+			// machines): the same words once.
+			continue
+		}
+		said[text] = true
 		own := f.Err.Error()
 		i := strings.Index(msg, own)
 		switch {

@@ -4,7 +4,8 @@ import "github.com/modelcontextprotocol/go-sdk/mcp"
 
 // A Budget is what a client gives its model of a result, and where it
 // stops showing it, measured with each client itself (scripts/clients
-// drives them against fakes of their model APIs; README, "Use with").
+// drives them against fakes of their model APIs; docs/running.md, "What
+// each client shows its model").
 type Budget struct {
 	// Structured: the client gives its model the structured content
 	// (Claude Code and Codex instead of the text, Copilot CLI after it).

@@ -18,7 +18,7 @@ import (
 // disassembly) as fenced blocks of plain lines, then every other field as
 // one compact JSON object in the result's own order.
 //
-// Measured on every tool's results (README, "What each client shows its
+// Measured on every tool's results (docs/running.md, "What each client shows its
 // model"): plain lines cost fewer tokens than the same text as a JSON
 // string of escaped line breaks and quotes, and read as the console does;
 // compact JSON costs fewer tokens than a "key: value" rendering with
