@@ -432,6 +432,15 @@ func (i *Instance) Done() <-chan struct{} { return i.done }
 // (res.Stopped) when the guest resets, shuts down or panics: ev is that
 // QMP event.
 func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res serial.Result, ev *Event, err error) {
+	// QEMU stamps events with the host's clock to the microsecond: an
+	// event of this wait is one sent after it began.
+	return i.waitSince(ctx, since, spec, time.Now().Truncate(time.Microsecond))
+}
+
+// waitSince is Wait for a caller that began at began, before the wait
+// itself (a command typed, then waited for): an event sent since then ends
+// the wait at once, though it came before the wait began.
+func (i *Instance) waitSince(ctx context.Context, since int64, spec serial.Spec, began time.Time) (res serial.Result, ev *Event, err error) {
 	con := i.Console()
 	if con == nil {
 		return serial.Result{}, nil, fmt.Errorf("guest %q has no console yet", i.name)
@@ -440,11 +449,11 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 	defer cancel(nil)
 	stop := context.AfterFunc(i.ctx, func() { cancel(context.Cause(i.ctx)) })
 	defer stop()
-	// QEMU stamps events with the host's clock to the microsecond: an
-	// event of this wait is one sent after it began.
-	began := time.Now().Truncate(time.Microsecond)
 	if spec.Stop == nil {
 		spec.Stop = i.events.waker()
+		if i.events.since(began) != nil {
+			spec.Stop = closedChan
+		}
 	}
 	res, err = con.Buffer().WaitFor(ctx, since, spec)
 	if err != nil {
@@ -485,11 +494,14 @@ func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res
 			if spec.Timeout > 0 {
 				spec.Timeout = max(spec.Timeout-time.Since(began), time.Millisecond)
 			}
-			return i.Wait(ctx, since, spec)
+			return i.waitSince(ctx, since, spec, began)
 		}
 	}
 	return res, ev, nil
 }
+
+// closedChan is a Stop that has fired.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // awaitExit waits at most d for QEMU to exit and the instance's cleanup
 // to finish, so that what the caller reports next (exited, the runtime

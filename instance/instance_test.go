@@ -785,3 +785,40 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		t.Errorf("left after the restores: %v", left)
 	}
 }
+
+// A command's waits begin after it was typed: a reset that comes before
+// one of them began, but after the command was typed, still ends it at
+// once and is reported, where a plain wait begun after it is not ended by
+// it.
+func TestWaitSinceEventBefore(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	m := newManager(t, "")
+	i, _, err := m.Boot(ctx, tinySpec(t, "a", t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	expect(t, ctx, i, &since, tinyPrompt)
+	typed := time.Now().Truncate(time.Microsecond)
+	if _, err := i.Process().Monitor().Execute(ctx, "system_reset", nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i.events.since(typed) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the reset was not recorded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	never := serial.Spec{Patterns: []*regexp.Regexp{regexp.MustCompile("never")}, Timeout: 500 * time.Millisecond}
+	if _, ev, err := i.Wait(ctx, since, never); err != nil || ev != nil {
+		t.Errorf("a wait begun after the reset: event %+v, %v", ev, err)
+	}
+	never.Timeout = 20 * time.Second
+	t0 := time.Now()
+	res, ev, err := i.waitSince(ctx, since, never, typed)
+	if err != nil || res.Matched || ev == nil || ev.Event != "RESET" || time.Since(t0) > 5*time.Second {
+		t.Fatalf("a command's wait after its reset: matched %v, timed out %v, event %+v, %v after %s", res.Matched, res.TimedOut, ev, err, time.Since(t0))
+	}
+}
