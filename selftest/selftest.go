@@ -19,7 +19,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
@@ -37,11 +36,11 @@ func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Conf
 	}
 	defer os.RemoveAll(lockDir)
 	set.LockFile = filepath.Join(lockDir, "qemu.lock")
-	guests, err := set.Guests()
+	guests, err := set.Manager()
 	if err != nil {
 		return err
 	}
-	cfg.Guests = func() (*instance.Manager, error) { return instance.New(guests) }
+	cfg.Guests = guests
 	srv, err := tools.New(cfg)
 	if err == nil {
 		err = srv.Ready()

@@ -102,3 +102,14 @@ func (s Settings) Guests() (instance.Config, error) {
 	}
 	return c, nil
 }
+
+// Manager makes the guests' configuration and policies now, and returns
+// what makes their manager from it when the server first needs it (after
+// answering initialize, so that the answer does not wait for it).
+func (s Settings) Manager() (func() (*instance.Manager, error), error) {
+	c, err := s.Guests()
+	if err != nil {
+		return nil, err
+	}
+	return func() (*instance.Manager, error) { return instance.New(c) }, nil
+}

@@ -225,10 +225,9 @@ func (s *Server) NewMCPServer() *mcp.Server {
 		Logger:       s.log,
 		// The tools and resources are added once, while initialize is
 		// answered (below), and never change: no list_changed. No MCP
-		// logging, whatever the client's protocol: 2026-07-28 deprecates
-		// it for stderr, where the server logs, and the server never sends
-		// a log message. The SDK still answers an older client's
-		// logging/setLevel, as the deprecation keeps the wire unchanged.
+		// logging for any client: the server logs to stderr, where the
+		// protocol now puts a stdio server's logs, and has no log message
+		// to send; the SDK still answers an older client's setLevel.
 		Capabilities: &mcp.ServerCapabilities{
 			Tools:     &mcp.ToolCapabilities{},
 			Resources: &mcp.ResourceCapabilities{},

@@ -14,7 +14,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
@@ -82,17 +81,24 @@ func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &session{t: t, cs: connect(t, srv, client, copts, nil), srv: srv, dir: dir}
+}
+
+// connect connects a real MCP client named client to srv over in-memory
+// transports, the same path stdio takes minus the pipe; the test's end
+// closes both and the server.
+func connect(t testing.TB, srv *tools.Server, client string, copts *mcp.ClientOptions, opts *mcp.ClientSessionOptions) *mcp.ClientSession {
+	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := srv.NewMCPServer().Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: client}, copts).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: client}, copts).Connect(ctx, ct, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &session{t: t, cs: cs, srv: srv, dir: dir}
 	t.Cleanup(func() {
 		cs.Close()
 		ss.Close()
@@ -102,7 +108,7 @@ func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *
 			t.Errorf("close server: %v", err)
 		}
 	})
-	return s
+	return cs
 }
 
 // bareSession starts a tool server and connects a real MCP client to it
@@ -123,26 +129,7 @@ func bareSession(t testing.TB, opts *mcp.ClientSessionOptions) *mcp.ClientSessio
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := srv.NewMCPServer().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cs.Close()
-		ss.Close()
-		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := srv.Close(cctx); err != nil {
-			t.Errorf("close server: %v", err)
-		}
-	})
-	return cs
+	return connect(t, srv, "test", nil, opts)
 }
 
 // call invokes a tool and decodes its structured result into out. It
@@ -601,10 +588,10 @@ func TestToolListBudget(t *testing.T) {
 // newServer is a tool server of the guests set configures, wired as the
 // program wires it.
 func newServer(set settings.Settings, cfg tools.Config) (*tools.Server, error) {
-	guests, err := set.Guests()
+	guests, err := set.Manager()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Guests = func() (*instance.Manager, error) { return instance.New(guests) }
+	cfg.Guests = guests
 	return tools.New(cfg)
 }

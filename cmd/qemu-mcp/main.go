@@ -365,10 +365,10 @@ func revision() string {
 // configuration and policies here, once, and the manager is made from it
 // when the tools first need it.
 func newServer(set settings.Settings, cfg tools.Config) (*tools.Server, error) {
-	guests, err := set.Guests()
+	guests, err := set.Manager()
 	if err != nil {
 		return nil, err
 	}
-	cfg.Guests = func() (*instance.Manager, error) { return instance.New(guests) }
+	cfg.Guests = guests
 	return tools.New(cfg)
 }

@@ -4,6 +4,8 @@
 // its tools and their arguments); the error's own text stays as it is.
 package advice
 
+import "reflect"
+
 // Action is what a caller can do about an error, named by what it does.
 type Action string
 
@@ -119,15 +121,7 @@ func In(err error) []Found {
 
 // comparable says whether e may be a map key: an error of an
 // uncomparable type (a struct value holding a slice) would panic.
-func comparable(e error) (ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	_ = map[error]bool{e: true}
-	return true
-}
+func comparable(e error) bool { return reflect.ValueOf(e).Comparable() }
 
 // Error is a sentinel error that advises: errors.Is finds it by identity.
 type Error struct {

@@ -29,3 +29,16 @@ func TestIn(t *testing.T) {
 		t.Errorf("advice in errors that give none")
 	}
 }
+
+type sliceErr struct{ parts []string }
+
+func (sliceErr) Error() string  { return "parts" }
+func (sliceErr) Advice() Advice { return Advice{Action: PassKernel} }
+
+// An error of a type that cannot be a map key is walked all the same.
+func TestInUncomparable(t *testing.T) {
+	err := fmt.Errorf("x: %w", sliceErr{parts: []string{"a"}})
+	if got := In(err); len(got) != 1 || got[0].Advice.Action != PassKernel {
+		t.Fatalf("In: %+v", got)
+	}
+}
