@@ -1,10 +1,8 @@
 package timetravel
 
 import (
-	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
 	"time"
 
@@ -175,11 +173,9 @@ func TestPumpClose(t *testing.T) {
 	c.holds("last words")
 	c.print(" unseen")
 	c.p.sync()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	if m, err := c.buf.Wait(ctx, 0, regexp.MustCompile("unseen"), 300*time.Millisecond); err != nil || m.Matched {
-		t.Errorf("output after close reached the console: %+v %v", m, err)
-	}
+	// Longer than the follower's poll.
+	time.Sleep(300 * time.Millisecond)
+	c.holds("last words")
 	c.p.close()
 }
 
