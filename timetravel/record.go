@@ -285,9 +285,14 @@ func TypePaced(ctx context.Context, con *serial.Console, p []byte) (int, error) 
 	n := 0
 	for n < len(p) {
 		chunk := p[n:min(n+typeChunk, len(p))]
-		// A line ending goes alone: its echo is a new line.
+		// A line ending goes alone: its echo is a new line. CR LF is one
+		// ending, echoed once: a guest that ends the line at the CR may
+		// ignore the LF after it and echo nothing for it.
 		if k := strings.IndexAny(string(chunk), "\r\n"); k == 0 {
 			chunk = chunk[:1]
+			if len(p) > n+1 && p[n] == '\r' && p[n+1] == '\n' {
+				chunk = p[n : n+2]
+			}
 		} else if k > 0 {
 			chunk = chunk[:k]
 		}

@@ -247,3 +247,22 @@ func TestTypePacedNothing(t *testing.T) {
 		t.Errorf("the guest read %q", reads)
 	}
 }
+
+// A CR LF pair is one line ending: a guest that ends the line at the CR
+// and ignores the LF after it (the tiny kernel, many line editors) echoes
+// one new line for both, and takes them.
+func TestTypePacedCRLF(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	con := newSerial(t)
+	g := startGuest(t, con, tinyEcho)
+	in := "echo\r\nhelp\r\n"
+	n, err := TypePaced(ctx, con, []byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
+	}
+	reads, _ := g.reads()
+	if want := []string{"echo", "\r\n", "help", "\r\n"}; !slices.Equal(reads, want) {
+		t.Errorf("the guest read %q, want %q", reads, want)
+	}
+}
