@@ -19,16 +19,19 @@ type console struct {
 	p    *pump
 }
 
-func newConsole(t *testing.T) *console {
+func newConsole(t *testing.T) *console { return newConsoleOf(t, recorded{}) }
+
+// newConsoleOf is a console whose recording printed rec.
+func newConsoleOf(t *testing.T, rec recorded) *console {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "console.log")
+	path := filepath.Join(t.TempDir(), "rrcon.log")
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
 	buf := serial.NewBuffer()
-	p, err := newPump(path, buf, discard())
+	p, err := newPump(path, buf, discard(), rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +185,64 @@ func TestPumpClose(t *testing.T) {
 // A console file that does not exist cannot be followed.
 func TestPumpNeedsItsFile(t *testing.T) {
 	t.Parallel()
-	if _, err := newPump(filepath.Join(t.TempDir(), "none"), serial.NewBuffer(), discard()); err == nil {
+	if _, err := newPump(filepath.Join(t.TempDir(), "none"), serial.NewBuffer(), discard(), recorded{}); err == nil {
 		t.Fatal("a pump on a missing file started")
 	}
+}
+
+// A load of a start point past the furthest the replay reached (a
+// checkpoint an earlier replay kept) skips output: the console fills it
+// in from what the recording printed, and shows what QEMU prints from
+// there on.
+func TestPumpLoadAhead(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "console.log")
+	const all = "0123456789abcdef"
+	if err := os.WriteFile(path, []byte(all), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsoleOf(t, recorded{path: path, end: int64(len(all))})
+	c.print("0123")
+	c.shows("0123")
+	c.p.reset(10)
+	c.print("abc")
+	c.shows("0123456789abc")
+	if got := c.p.position(); got != 13 {
+		t.Errorf("position %d, want 13", got)
+	}
+	// Back to the start, the same again adds nothing.
+	c.p.reset(0)
+	c.print("0123456789abcd")
+	c.shows("0123456789abcd")
+}
+
+// Without the recording's console (its server died while it recorded),
+// what a load ahead skipped cannot be shown, but what follows is.
+func TestPumpLoadAheadWithoutTheRecordingsConsole(t *testing.T) {
+	t.Parallel()
+	c := newConsoleOf(t, recorded{path: filepath.Join(t.TempDir(), "console.log")})
+	c.print("0123")
+	c.shows("0123")
+	c.p.reset(10)
+	c.print("abc")
+	c.shows("0123abc")
+	c.p.reset(0)
+	c.print("0123456789abcd")
+	c.shows("0123abcd")
+}
+
+// A recording's console.log that lost its start (the console's ring
+// dropped it) holds the stream's last bytes: they fill what they can.
+func TestPumpLoadAheadFromATruncatedConsole(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "console.log")
+	if err := os.WriteFile(path, []byte("89abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsoleOf(t, recorded{path: path, end: 16})
+	c.print("0123")
+	c.shows("0123")
+	c.p.reset(12)
+	c.print("cd")
+	c.shows("012389abcd")
 }
