@@ -97,15 +97,17 @@ func (r *Recorder) Commit(mch *qemu.Machine) error {
 	if err != nil {
 		return err
 	}
-	// QEMU leaves the header to its end; written now, a kill cannot leave
-	// a log no QEMU replays.
-	if err := recording.WriteHeader(meta.Log(), meta.LogVersion); err != nil {
-		return fmt.Errorf("record %q: %w", meta.Name, err)
-	}
+	// The record exists from here: whatever follows, Finish writes how
+	// the recording ended.
 	r.mu.Lock()
 	r.meta, r.committed = meta, true
 	r.mu.Unlock()
 	go r.follow(mch)
+	// QEMU leaves the header to its end; written now, a kill cannot leave
+	// a log no QEMU replays (and a replay writes it if this fails).
+	if err := recording.WriteHeader(meta.Log(), meta.LogVersion); err != nil {
+		return fmt.Errorf("record %q: %w", meta.Name, err)
+	}
 	return nil
 }
 

@@ -277,3 +277,39 @@ func TestRecordBeginRefuses(t *testing.T) {
 		t.Errorf("a refused recording set cfg.RR %+v", cfg.RR)
 	}
 }
+
+// A commit that fails once the record is written (its log's header could
+// not be written) still leaves a recording that ends: cut, not one this
+// server records for ever.
+func TestRecordCommitFailsAfterTheRecord(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	r := newRig(t)
+	cfg := tinyConfig(t)
+	rec, err := Begin(ctx, RecordConfig{Store: r.store, Root: r.root, Name: "half", Instance: "a", RuntimeDir: r.dir, Log: discard()}, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := r.start(ctx, r.runtime("rec"), cfg)
+	// The header goes through no symlink.
+	log := cfg.RR.Log
+	if err := os.Rename(log, log+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(log+".real", log); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Commit(m); err == nil {
+		t.Fatal("Commit wrote the header through a symlink")
+	}
+	// The boot fails: its QEMU is killed, and the recording finished.
+	if _, err := m.Shutdown(ctx, qemu.Kill, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Finish(m, m.Console()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.get("half"); got.Status() != recording.Cut || got.Owner != nil {
+		t.Errorf("the record after a failed commit: status %q, owner %v", got.Status(), got.Owner)
+	}
+}
