@@ -59,8 +59,8 @@ func (r *rig) start(ctx context.Context, rt qemu.Runtime, cfg qemu.Config) *qemu
 	return m
 }
 
-// recording is a tiny kernel that records into the rig's recording name,
-// committed, at its prompt.
+// recordingGuest is a tiny kernel that records into one of the rig's
+// recordings, committed, at its prompt.
 type recordingGuest struct {
 	rec    *Recorder
 	m      *qemu.Machine
@@ -102,6 +102,15 @@ func (g *recordingGuest) stop(t *testing.T, ctx context.Context) recording.Meta 
 	t.Helper()
 	g.rec.Pause(ctx, g.m)
 	if _, err := g.m.Shutdown(ctx, qemu.Quit, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return g.finish(t)
+}
+
+// kill kills the recording QEMU; then the recording is finished.
+func (g *recordingGuest) kill(t *testing.T, ctx context.Context) recording.Meta {
+	t.Helper()
+	if _, err := g.m.Shutdown(ctx, qemu.Kill, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	return g.finish(t)
@@ -211,10 +220,7 @@ func TestRecordCutByKill(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := g.m.Shutdown(ctx, qemu.Kill, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	meta := g.finish(t)
+	meta := g.kill(t, ctx)
 	if meta.State != recording.Cut || meta.Ended != "QEMU killed by SIGKILL" || meta.Instructions != 0 || meta.Seen == 0 {
 		t.Fatalf("finished: %+v", meta)
 	}
