@@ -174,7 +174,7 @@ func (r *Replayer) findEnd(ctx context.Context, cfg qemu.Config, rt qemu.Runtime
 // Start starts reading what the replaying QEMU prints into buf, once it
 // runs; its undo goes to push.
 func (r *Replayer) Start(mch *qemu.Process, buf *serial.Buffer, push func(what string, undo func() error)) error {
-	p, err := newPump(r.conFile, buf, r.log)
+	p, err := newPump(r.conFile, buf, r.log, recorded{path: r.meta.Console(), end: r.meta.ConsoleBytes})
 	if err != nil {
 		return err
 	}

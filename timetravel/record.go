@@ -98,15 +98,17 @@ func (r *Recorder) Commit(mch *qemu.Process) error {
 	if err != nil {
 		return err
 	}
-	// QEMU leaves the header to its end; written now, a kill cannot leave
-	// a log no QEMU replays.
-	if err := recording.WriteHeader(meta.Log(), meta.LogVersion); err != nil {
-		return fmt.Errorf("record %q: %w", meta.Name, err)
-	}
+	// The record exists from here: whatever follows, Finish writes how
+	// the recording ended.
 	r.mu.Lock()
 	r.meta, r.committed = meta, true
 	r.mu.Unlock()
 	go r.follow(mch)
+	// QEMU leaves the header to its end; written now, a kill cannot leave
+	// a log no QEMU replays (and a replay writes it if this fails).
+	if err := recording.WriteHeader(meta.Log(), meta.LogVersion); err != nil {
+		return fmt.Errorf("record %q: %w", meta.Name, err)
+	}
 	return nil
 }
 
@@ -286,9 +288,14 @@ func TypePaced(ctx context.Context, con *serial.Console, p []byte) (int, error) 
 	n := 0
 	for n < len(p) {
 		chunk := p[n:min(n+typeChunk, len(p))]
-		// A line ending goes alone: its echo is a new line.
+		// A line ending goes alone: its echo is a new line. CR LF is one
+		// ending, echoed once: a guest that ends the line at the CR may
+		// ignore the LF after it and echo nothing for it.
 		if k := strings.IndexAny(string(chunk), "\r\n"); k == 0 {
 			chunk = chunk[:1]
+			if len(p) > n+1 && p[n] == '\r' && p[n+1] == '\n' {
+				chunk = p[n : n+2]
+			}
 		} else if k > 0 {
 			chunk = chunk[:k]
 		}

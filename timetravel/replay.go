@@ -364,8 +364,9 @@ func (r *Replayer) ramRegions(ctx context.Context) ([]qcow2state.Region, error) 
 // pump copies what the replaying QEMU writes into its console file into
 // the guest's console, once: the console shows the recording's output up
 // to the furthest point the replay reached, and going back (which makes
-// QEMU print the same bytes again) adds nothing. Positions are in the
-// recording's console stream: the file's start is at base.
+// QEMU print the same bytes again) adds nothing; going ahead past it (a
+// load) fills what was skipped from what the recording printed. Positions
+// are in the recording's console stream: the file's start is at base.
 type pump struct {
 	path string
 	f    *os.File
@@ -373,6 +374,7 @@ type pump struct {
 	log  interface {
 		Warn(string, ...any)
 	}
+	rec recorded
 
 	mu    sync.Mutex
 	base  int64 // stream position of the file's first byte
@@ -385,7 +387,15 @@ type pump struct {
 	closed bool
 }
 
-func newPump(path string, buf *serial.Buffer, log interface{ Warn(string, ...any) }) (*pump, error) {
+// recorded is what the recording printed: its console.log, which ends at
+// stream position end (its ConsoleBytes; the file may lack the stream's
+// start, which the recording console's ring dropped).
+type recorded struct {
+	path string
+	end  int64
+}
+
+func newPump(path string, buf *serial.Buffer, log interface{ Warn(string, ...any) }, rec recorded) (*pump, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("replay console: %w", err)
@@ -400,7 +410,7 @@ func newPump(path string, buf *serial.Buffer, log interface{ Warn(string, ...any
 		f.Close()
 		return nil, fmt.Errorf("replay console: inotify: %w", err)
 	}
-	p := &pump{path: path, f: f, buf: buf, log: log, ino: ino, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pump{path: path, f: f, buf: buf, log: log, rec: rec, ino: ino, stop: make(chan struct{}), done: make(chan struct{})}
 	go p.follow()
 	return p, nil
 }
@@ -454,6 +464,11 @@ func (p *pump) syncLocked() {
 				skip := min(p.shown-at, int64(n))
 				chunk, at = chunk[skip:], at+skip
 			}
+			if len(chunk) > 0 && at > p.shown {
+				// A load past the furthest point the replay reached
+				// (a checkpoint an earlier replay kept) skipped it.
+				p.skippedLocked(at)
+			}
 			if len(chunk) > 0 && at == p.shown {
 				_, _ = p.buf.Write(chunk)
 				p.shown += int64(len(chunk))
@@ -462,6 +477,33 @@ func (p *pump) syncLocked() {
 		if err != nil || n < len(b) {
 			return
 		}
+	}
+}
+
+// skippedLocked brings the console up to stream position to, which QEMU
+// did not print in this replay: from what the recording printed, as far
+// as it has it; what it lacks is not shown.
+func (p *pump) skippedLocked(to int64) {
+	defer func() { p.shown = max(p.shown, to) }()
+	f, err := os.Open(p.rec.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return
+	}
+	start := p.rec.end - fi.Size() // the stream position of its first byte
+	from := max(p.shown, start)
+	if from >= to {
+		return
+	}
+	b := make([]byte, to-from)
+	n, _ := f.ReadAt(b, from-start)
+	if n > 0 {
+		_, _ = p.buf.Write(b[:n])
+		p.shown = from + int64(n)
 	}
 }
 

@@ -1,11 +1,12 @@
 package timetravel
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,127 +14,255 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 
-// guest is the far end of a console: it reads what the server types, and
-// echoes the bytes echo lets through.
-type guest struct {
-	mu    sync.Mutex
-	reads []string
+// guestUART plays a recording guest on the far end of a console's FIFOs,
+// as QEMU's pipe chardev opens them: it reads what is typed, a write at a
+// time, and answers each with what echo says.
+type guestUART struct {
+	mu     sync.Mutex
+	writes [][]byte // what each read of the input FIFO got
+	took   []byte
+	done   chan struct{}
+	in     *os.File
 }
 
-func startGuest(t *testing.T, echo func(typed int, b []byte) []byte) (*serial.Console, *guest) {
+// startGuest opens con's FIFOs from the guest's side and answers each read
+// of input with echo(what was read, all bytes read before it).
+func startGuest(t *testing.T, con *serial.Console, echo func(p, before []byte) []byte) *guestUART {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tt") // short: a FIFO's path
+	in, err := os.OpenFile(con.InPath(), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	base := filepath.Join(dir, "con")
-	con, err := serial.Create(base)
+	out, err := os.OpenFile(con.OutPath(), os.O_RDWR, 0)
 	if err != nil {
+		in.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { con.Close() })
-	in, err := os.OpenFile(base+".in", os.O_RDONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := os.OpenFile(base+".out", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(); out.Close() })
-	g := &guest{}
+	g := &guestUART{done: make(chan struct{}), in: in}
 	go func() {
-		b := make([]byte, 64)
-		typed := 0
+		defer close(g.done)
+		b := make([]byte, 256)
 		for {
 			n, err := in.Read(b)
 			if err != nil {
 				return
 			}
+			p := append([]byte(nil), b[:n]...)
 			g.mu.Lock()
-			g.reads = append(g.reads, string(b[:n]))
+			before := append([]byte(nil), g.took...)
+			g.writes = append(g.writes, p)
+			g.took = append(g.took, p...)
 			g.mu.Unlock()
-			if e := echo(typed, b[:n]); len(e) > 0 {
+			if e := echo(p, before); len(e) > 0 {
 				out.Write(e)
 			}
-			typed += n
 		}
 	}()
-	return con, g
+	t.Cleanup(func() {
+		in.Close()
+		<-g.done
+		out.Close()
+	})
+	return g
 }
 
-func (g *guest) got() []string {
+// reads is what each read of the guest's input got, and all it got.
+func (g *guestUART) reads() ([]string, string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]string(nil), g.reads...)
+	var out []string
+	for _, w := range g.writes {
+		out = append(out, string(w))
+	}
+	return out, string(g.took)
 }
 
-// A recording guest is given input a few bytes at a time, each after it
-// echoed the last, and a line ending alone: all of it is taken.
-func TestTypePacedEchoed(t *testing.T) {
-	con, g := startGuest(t, func(_ int, b []byte) []byte {
-		return []byte(strings.ReplaceAll(string(b), "\r", "\r\n"))
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := TypePaced(ctx, con, []byte("echo hello\r"))
-	if err != nil || n != 11 {
-		t.Fatalf("TypePaced: %d %v", n, err)
+func newSerial(t *testing.T) *serial.Console {
+	t.Helper()
+	con, err := serial.Create(filepath.Join(t.TempDir(), "serial"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	reads := g.got()
-	if strings.Join(reads, "") != "echo hello\r" {
-		t.Fatalf("the guest read %q", reads)
+	t.Cleanup(func() { con.Close() })
+	return con
+}
+
+// tinyEcho answers as the tiny kernel's line editor: printable bytes
+// echoed, a line ending echoed as a new line (an LF right after a CR is
+// ignored), other control characters not echoed.
+func tinyEcho(p, before []byte) []byte {
+	var e []byte
+	prev := byte(0)
+	if len(before) > 0 {
+		prev = before[len(before)-1]
 	}
-	for _, r := range reads {
-		if len(r) > typeChunk || (strings.Contains(r, "\r") && r != "\r") {
-			t.Errorf("the guest was given %q at once (reads %q)", r, reads)
+	for _, c := range p {
+		switch {
+		case c == '\n' && prev == '\r':
+		case c == '\r' || c == '\n':
+			e = append(e, "\r\n"...)
+		case c >= 0x20 && c < 0x7f:
+			e = append(e, c)
 		}
+		prev = c
+	}
+	return e
+}
+
+// A recording guest is given what is typed four bytes at a time, a line
+// ending alone, each after it echoed the last: all of it is taken.
+func TestTypePacedChunks(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	con := newSerial(t)
+	g := startGuest(t, con, tinyEcho)
+	in := "echo hello\rhelp\r"
+	n, err := TypePaced(ctx, con, []byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
+	}
+	reads, took := g.reads()
+	want := []string{"echo", " hel", "lo", "\r", "help", "\r"}
+	if took != in || !slices.Equal(reads, want) {
+		t.Errorf("the guest read %q (%q), want %q", reads, took, want)
+	}
+	if out, _ := con.Buffer().Read(0, 1<<10); !bytes.Equal(out, []byte("echo hello\r\nhelp\r\n")) {
+		t.Errorf("the console shows %q", out)
 	}
 }
 
-// A guest that stops echoing is given nothing more, and the error says
-// which bytes it took and which chunk it did not echo.
-func TestTypePacedStopsWithoutEcho(t *testing.T) {
-	con, g := startGuest(t, func(typed int, b []byte) []byte {
-		if typed >= typeChunk {
+// A line ending that starts a chunk goes alone, as does one after text:
+// its echo is a new line, which is all that is waited for. Control
+// characters are taken once the guest printed anything after them.
+func TestTypePacedLineEndingsAndControls(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	con := newSerial(t)
+	// A shell that answers Ctrl-C with "^C" and a new line.
+	g := startGuest(t, con, func(p, before []byte) []byte {
+		if bytes.Equal(p, []byte{3}) {
+			return []byte("^C\r\n")
+		}
+		return tinyEcho(p, before)
+	})
+	in := "\nab\n\x03"
+	n, err := TypePaced(ctx, con, []byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
+	}
+	reads, _ := g.reads()
+	if want := []string{"\n", "ab", "\n", "\x03"}; !slices.Equal(reads, want) {
+		t.Errorf("the guest read %q, want %q", reads, want)
+	}
+}
+
+// A guest that echoes nothing takes nothing: the first chunk is the one
+// not echoed, and no more is typed.
+func TestTypePacedNoEcho(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	con := newSerial(t)
+	g := startGuest(t, con, func(p, before []byte) []byte { return nil })
+	n, err := TypePaced(ctx, con, []byte("echo hi\r"))
+	var ne *NoEchoError
+	if n != 0 || !errors.As(err, &ne) || !errors.Is(err, ErrNoEcho) {
+		t.Fatalf("TypePaced = %d, %v; want 0 and a NoEchoError", n, err)
+	}
+	if ne.From != 0 || string(ne.Chunk) != "echo" || ne.Within != echoWait {
+		t.Errorf("NoEchoError %+v, want bytes 0..4 (\"echo\") within %v", ne, echoWait)
+	}
+	if _, took := g.reads(); took != "echo" {
+		t.Errorf("the guest was given %q after it echoed nothing", took)
+	}
+}
+
+// A guest that stops echoing part way took the bytes before the chunk it
+// did not echo: From says where that chunk starts.
+func TestTypePacedPartialEcho(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	con := newSerial(t)
+	// It echoes its first eight bytes, then goes deaf.
+	g := startGuest(t, con, func(p, before []byte) []byte {
+		if len(before) >= 8 {
 			return nil
 		}
-		return b
+		return tinyEcho(p, before)
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	start := time.Now()
-	n, err := TypePaced(ctx, con, []byte("abcdefgh\r"))
+	in := "echo hello world\r"
+	n, err := TypePaced(ctx, con, []byte(in))
 	var ne *NoEchoError
-	if !errors.As(err, &ne) || !errors.Is(err, ErrNoEcho) {
-		t.Fatalf("TypePaced: %d %v", n, err)
+	if n != 8 || !errors.As(err, &ne) {
+		t.Fatalf("TypePaced = %d, %v; want 8 and a NoEchoError", n, err)
 	}
-	if n != 4 || ne.From != 4 || string(ne.Chunk) != "efgh" || ne.Within != echoWait {
-		t.Errorf("took %d; error %+v", n, ne)
+	if ne.From != 8 || string(ne.Chunk) != "lo w" {
+		t.Errorf("NoEchoError from %d chunk %q, want from 8 chunk \"lo w\"", ne.From, ne.Chunk)
 	}
-	if !strings.Contains(err.Error(), `bytes 4..8 ("efgh")`) {
-		t.Errorf("the error does not name the chunk: %v", err)
-	}
-	if d := time.Since(start); d < echoWait || d > echoWait+3*time.Second {
-		t.Errorf("gave up after %v, want about %v", d, echoWait)
-	}
-	if got := strings.Join(g.got(), ""); got != "abcdefgh" {
-		t.Errorf("the guest was given %q", got)
+	if _, took := g.reads(); took != "echo hello w" {
+		t.Errorf("the guest was given %q", took)
 	}
 }
 
-// A caller that gives up ends the typing at once.
+// Cancelling the call ends the wait for an echo at once, with what was
+// taken so far.
 func TestTypePacedCancelled(t *testing.T) {
-	con, _ := startGuest(t, func(int, []byte) []byte { return nil })
+	t.Parallel()
+	con := newSerial(t)
+	g := startGuest(t, con, func(p, before []byte) []byte {
+		if len(before) >= 4 {
+			return nil
+		}
+		return tinyEcho(p, before)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, cancel)
-	start := time.Now()
-	n, err := TypePaced(ctx, con, []byte("abcdefgh"))
-	if err == nil || n != 0 {
-		t.Fatalf("TypePaced after cancel: %d %v", n, err)
+	defer cancel()
+	go func() {
+		for {
+			if _, took := g.reads(); len(took) > 4 {
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	t0 := time.Now()
+	n, err := TypePaced(ctx, con, []byte("echo hello\r"))
+	if n != 4 || !errors.Is(err, context.Canceled) || errors.Is(err, ErrNoEcho) {
+		t.Fatalf("TypePaced = %d, %v; want 4 and the cancellation", n, err)
 	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("the cancelled typing took %v", d)
+	if d := time.Since(t0); d >= echoWait {
+		t.Errorf("the cancelled call returned after %v, no sooner than the echo's wait", d)
+	}
+}
+
+// Nothing to type is nothing taken.
+func TestTypePacedNothing(t *testing.T) {
+	t.Parallel()
+	con := newSerial(t)
+	g := startGuest(t, con, tinyEcho)
+	if n, err := TypePaced(testContext(t), con, nil); n != 0 || err != nil {
+		t.Fatalf("TypePaced(nil) = %d, %v", n, err)
+	}
+	if reads, _ := g.reads(); len(reads) != 0 {
+		t.Errorf("the guest read %q", reads)
+	}
+}
+
+// A CR LF pair is one line ending: a guest that ends the line at the CR
+// and ignores the LF after it (the tiny kernel, many line editors) echoes
+// one new line for both, and takes them.
+func TestTypePacedCRLF(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	con := newSerial(t)
+	g := startGuest(t, con, tinyEcho)
+	in := "echo\r\nhelp\r\n"
+	n, err := TypePaced(ctx, con, []byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
+	}
+	reads, _ := g.reads()
+	if want := []string{"echo", "\r\n", "help", "\r\n"}; !slices.Equal(reads, want) {
+		t.Errorf("the guest read %q, want %q", reads, want)
 	}
 }
