@@ -16,3 +16,14 @@ var TinyKernel []byte
 //
 //go:embed testdata/images/tiny.elf
 var TinyKernelELF []byte
+
+// Image is a built-in kernel: what QEMU boots, and its ELF with symbols.
+type Image struct{ Kernel, ELF []byte }
+
+// Tiny is the tiny kernel of the architecture named arch; none (nil
+// slices) where the project has none.
+func Tiny(arch string) Image { return tiny[arch] }
+
+var tiny = map[string]Image{
+	"riscv64": {TinyKernel, TinyKernelELF},
+}

@@ -1,8 +1,10 @@
 package boundary
 
 import (
+	"maps"
 	"sync"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 
 	"sort"
@@ -20,7 +22,7 @@ var ExtraArgRules = []Rule{
 		Commands: []string{"machine", "M", "cpu", "smp", "m", "accel", "append", "icount", "rtc",
 			"name", "uuid", "boot", "numa", "fw_cfg", "seed", "singlestep", "usb",
 			"nodefaults", "no-user-config"},
-		Condition: "only the listed properties of each option: -machine type (a riscv64 board), aclint, aia, aia-guests, " +
+		Condition: "only the listed properties of each option: -machine type (a board of an architecture the server knows) and its board's properties (riscv64: aclint, aia, aia-guests; aarch64: gic-version, its, virtualization ...), " +
 			"dt-compatible, dump-guest-core, graphics, mem-merge, phandle-start, suppress-vmdesc, usb, append, accel=tcg; " +
 			"-accel tcg with thread, tb-size, split-wx; -icount shift, align, sleep; -rtc base, clock, driftfix; " +
 			"-name guest, debug-threads; -boot order, once, menu, reboot-timeout, strict, splash-time; -numa without memdev; " +
@@ -172,11 +174,22 @@ var flagOptions = map[string]bool{
 	"no-reboot": true, "no-shutdown": true, "S": true,
 }
 
-// RiscvMachines are the machine types -machine may select.
-var RiscvMachines = map[string]bool{
-	"virt": true, "spike": true, "sifive_u": true, "sifive_e": true,
-	"microchip-icicle-kit": true, "shakti_c": true, "none": true,
-}
+// machines are the machine types -machine may select, and the properties
+// it may set besides the common ones: every architecture's boards. A board
+// of another architecture than the guest's is harmless: QEMU refuses it.
+var machines = sync.OnceValues(func() (types, props map[string]bool) {
+	types, props = set("none"), set()
+	for _, a := range archs.All() {
+		q := a.QEMU()
+		for _, m := range q.Machines {
+			types[m] = true
+		}
+		for _, p := range q.MachineProps {
+			props[p] = true
+		}
+	}
+	return types, props
+})
 
 func set(keys ...string) map[string]bool {
 	m := make(map[string]bool, len(keys))
@@ -192,7 +205,7 @@ var optionKeys = map[string]struct {
 	implied string
 	allowed map[string]bool
 }{
-	"machine": {"type", set("type", "aclint", "aia", "aia-guests", "dt-compatible", "dump-guest-core",
+	"machine": {"type", set("type", "dt-compatible", "dump-guest-core",
 		"graphics", "mem-merge", "phandle-start", "suppress-vmdesc", "usb", "append", "accel")},
 	"smp":     {"cpus", set("cpus", "maxcpus", "sockets", "dies", "clusters", "cores", "threads")},
 	"m":       {"size", set("size", "slots", "maxmem")},
@@ -326,14 +339,20 @@ func checkOption(name, value string, env *propEnv) *refusal {
 		return refuse(RuleUnlisted, "-%s has no value check", name) // unreachable: every allowed option is handled
 	}
 	props := parseOpts(value, spec.implied)
-	if r := checkKeys("-"+name, props, spec.allowed, hostOptionKeys, RuleGuestConfig); r != nil {
+	allowed := spec.allowed
+	boards, boardProps := machines()
+	if name == "machine" {
+		allowed = maps.Clone(allowed)
+		maps.Copy(allowed, boardProps)
+	}
+	if r := checkKeys("-"+name, props, allowed, hostOptionKeys, RuleGuestConfig); r != nil {
 		return r
 	}
 	for _, p := range props {
 		v, _ := p.value.(string)
 		switch {
-		case name == "machine" && p.key == "type" && !RiscvMachines[v]:
-			return refuse(RuleGuestConfig, "-machine type %s is not one of the riscv64 boards (%s)", describe(v), strings.Join(sortedKeys(RiscvMachines), ", "))
+		case name == "machine" && p.key == "type" && !boards[v]:
+			return refuse(RuleGuestConfig, "-machine type %s is not one of the boards (%s)", describe(v), strings.Join(sortedKeys(boards), ", "))
 		case (name == "machine" && p.key == "accel" || name == "accel" && p.key == "accel") && v != "tcg":
 			return refuse(RuleHostDevice, "accelerator %s: only tcg is allowed (kvm opens the host's /dev/kvm)", describe(v))
 		}

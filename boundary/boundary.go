@@ -34,6 +34,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 )
 
@@ -163,6 +164,18 @@ type Policy struct {
 	AllowHostAccess bool
 	CapturesDir     string
 	Props           PropertySource
+	// Arch is the guest's architecture, whose board's own commands
+	// (arch.QEMU.Commands) pass the other-machines rule; nil allows none.
+	Arch arch.Arch
+}
+
+// env is what a check under p knows of the guest's QEMU.
+func (p Policy) env(ctx context.Context) *propEnv {
+	e := newPropEnv(ctx, p.Props)
+	if p.Arch != nil {
+		e.own = p.Arch.QEMU().Commands
+	}
+	return e
 }
 
 // QMP is QMPContext without a deadline of the caller's (the property
@@ -177,7 +190,7 @@ func (p Policy) QMPContext(ctx context.Context, command string, args map[string]
 	if p.AllowHostAccess {
 		return nil
 	}
-	return checkQMPCommand(command, args, p.CapturesDir, newPropEnv(ctx, p.Props))
+	return checkQMPCommand(command, args, p.CapturesDir, p.env(ctx))
 }
 
 // HMP is HMPContext without a deadline of the caller's.
@@ -188,7 +201,7 @@ func (p Policy) HMPContext(ctx context.Context, line string) error {
 	if p.AllowHostAccess {
 		return nil
 	}
-	return checkHMPLine(line, p.CapturesDir, newPropEnv(ctx, p.Props))
+	return checkHMPLine(line, p.CapturesDir, p.env(ctx))
 }
 
 // ExtraArgs is ExtraArgsContext without a deadline of the caller's.
@@ -203,7 +216,7 @@ func (p Policy) ExtraArgsContext(ctx context.Context, args []string) error {
 	if p.AllowHostAccess {
 		return nil
 	}
-	return checkExtraArgs(args, newPropEnv(ctx, p.Props))
+	return checkExtraArgs(args, p.env(ctx))
 }
 
 // ruleIndex maps each listed name to its rule and refuses duplicates, which

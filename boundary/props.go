@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,7 +86,12 @@ type propEnv struct {
 	// failed is why the types could not be learnt in this check: not
 	// asked again.
 	failed string
+	// own are the commands of the guest's board (Policy.Arch).
+	own []string
 }
+
+// owns says whether command reads a device of the guest's own board.
+func (e *propEnv) owns(command string) bool { return e != nil && slices.Contains(e.own, command) }
 
 func newPropEnv(ctx context.Context, src PropertySource) *propEnv {
 	if ctx == nil {

@@ -37,13 +37,24 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 )
 
-// FirmwareDirs are the read-only roots of Debian's QEMU, OpenSBI and U-Boot
-// packages.
-var FirmwareDirs = []string{"/usr/share/qemu", "/usr/lib/riscv64-linux-gnu/opensbi", "/usr/share/opensbi", "/usr/lib/u-boot"}
+// FirmwareDirs are the read-only roots of Debian's QEMU (its ROMs) and of
+// each architecture's firmware packages.
+var FirmwareDirs = func() []string {
+	dirs := []string{"/usr/share/qemu"}
+	for _, a := range archs.All() {
+		for _, d := range a.QEMU().FirmwareDirs {
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
+}()
 
 // EnvAllowPaths names the variable with more read-only roots, separated by
 // colons.

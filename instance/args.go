@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/advice"
@@ -174,7 +176,7 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 	given := givenMachine(a.Machine)
 	if a.Replay != "" {
 		if !given {
-			mach, err := m.recs.Machine(a.Root, a.Replay, m.cfg.BuiltinKernel)
+			mach, err := m.recs.Machine(a.Root, a.Replay)
 			if err != nil {
 				return Resolved{}, err
 			}
@@ -183,7 +185,7 @@ func (m *Manager) Resolve(a *Args) (Resolved, error) {
 		a.Machine.GDB = true
 	}
 	if a.Snapshot != "" && !given {
-		mach, err := m.Snapshots().Machine(a.Root, a.Snapshot, m.cfg.BuiltinKernel)
+		mach, err := m.Snapshots().Machine(a.Root, a.Snapshot)
 		if err != nil {
 			return Resolved{}, err
 		}
@@ -239,7 +241,7 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	}
 	var symbols string
 	if a.Machine.GDB || a.Machine.Symbols != "" {
-		d, path, err := openSymbols(a.scope, a.Machine, cfg.Kernel, m.builtin())
+		d, path, err := openSymbols(a.scope, a.Machine, cfg.Kernel, m.builtin(cfg.Arch))
 		if err != nil {
 			return nil, Booted{}, err
 		}
@@ -301,24 +303,19 @@ func openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string, bui
 // descriptor; on error nothing stays open.
 func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
 	in := a.Machine
-	if err := m.cfg.Boundary.ExtraArgs(in.ExtraArgs); err != nil {
-		return qemu.Config{}, err
-	}
 	o := &opener{scope: a.scope, files: map[string]*os.File{}}
 	defer func() {
 		if err != nil {
 			qemu.CloseFiles(o.files)
 		}
 	}()
-	opts := []qemu.Option{qemu.WithExtraArgs(in.ExtraArgs...)}
-	if m.cfg.QEMUBinary != "" {
-		opts = append(opts, qemu.WithBinary(m.cfg.QEMUBinary))
+	ar, kernel, err := m.guestArch(in, o)
+	if err != nil {
+		return qemu.Config{}, err
 	}
-	kernel := in.Kernel
-	if kernel == "" {
-		if kernel, err = m.builtin().kernel(); err != nil {
-			return qemu.Config{}, err
-		}
+	opts := []qemu.Option{qemu.WithArch(ar), qemu.WithBinary(m.platform(ar).QEMU), qemu.WithExtraArgs(in.ExtraArgs...)}
+	if err := m.policy(qemu.NewConfig(opts...)).ExtraArgs(in.ExtraArgs); err != nil {
+		return qemu.Config{}, err
 	}
 	boot, err := o.bootFiles(in, kernel)
 	if err != nil {
@@ -354,6 +351,50 @@ func (m *Manager) machineConfig(a Args) (cfg qemu.Config, err error) {
 	cfg = qemu.NewConfig(append(append(opts, devs...), shares...)...)
 	cfg.Files = o.files
 	return cfg, cfg.Validate()
+}
+
+// guestArch is the architecture of a boot of in, and the path of its
+// kernel: the architecture in names, else its kernel's (read from its
+// headers), else the default; without a kernel the architecture's
+// built-in one. A kernel of another architecture than the one named is
+// refused: QEMU would start it and print nothing.
+func (m *Manager) guestArch(in profile.Profile, o *opener) (arch.Arch, string, error) {
+	named, err := archs.Lookup(in.Arch)
+	if err != nil {
+		return nil, "", err
+	}
+	if in.Kernel == "" {
+		k, err := m.builtin(named).kernel()
+		return named, k, err
+	}
+	k, err := o.file("kernel", in.Kernel, false)
+	if err != nil {
+		return nil, "", err
+	}
+	found, ok, err := archs.Recognize(o.files[k])
+	switch {
+	case err != nil:
+		return nil, "", fmt.Errorf("kernel %s: %w", k, err)
+	case !ok:
+		return named, k, nil
+	case in.Arch == "":
+		return found, k, nil
+	case found != named:
+		return nil, "", &ArchMismatchError{Kernel: k, KernelArch: found.Name(), Asked: named.Name()}
+	}
+	return named, k, nil
+}
+
+// ArchMismatchError is a kernel whose headers name another architecture
+// than the boot does.
+type ArchMismatchError struct {
+	Kernel            string
+	KernelArch, Asked string
+}
+
+func (e *ArchMismatchError) Error() string {
+	return fmt.Sprintf("kernel %s is a %s kernel, but arch %s was asked: drop arch (the kernel's is used) or give a %s kernel",
+		e.Kernel, e.KernelArch, e.Asked, e.Asked)
 }
 
 // opener opens a boot's host files under the host-path policy, each once,
@@ -503,8 +544,9 @@ type builtins struct {
 	runtimeDir              string
 }
 
-func (m *Manager) builtin() builtins {
-	return builtins{m.cfg.BuiltinKernel, m.cfg.BuiltinSymbols, m.cfg.RuntimeDir}
+func (m *Manager) builtin(a arch.Arch) builtins {
+	p := m.platform(a)
+	return builtins{p.Kernel, p.Symbols, m.cfg.RuntimeDir}
 }
 
 // kernel is the path of the built-in kernel.

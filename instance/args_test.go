@@ -27,7 +27,7 @@ func FuzzMachineConfig(f *testing.F) {
 	}
 	runtime := f.TempDir()
 	policy := hostpath.Policy{WorkDir: root, Images: ImagesDir(runtime)}
-	m := &Manager{cfg: Config{RuntimeDir: runtime, BuiltinKernel: []byte{1}, HostPolicy: policy}}
+	m := &Manager{cfg: Config{RuntimeDir: runtime, Platforms: map[string]Platform{"riscv64": {Kernel: []byte{1}}}, HostPolicy: policy}}
 	scope, err := policy.Project(root)
 	if err != nil {
 		f.Fatal(err)

@@ -3,8 +3,10 @@ package instance
 import (
 	"context"
 	"os/exec"
+	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/lock"
@@ -33,9 +35,13 @@ type Health struct {
 	// runtime directory; ScanErr says why it could not be read.
 	DeadServers []int
 	ScanErr     error
-	// QEMUVersion is the QEMU binary's version line.
+	// QEMUVersion is the default architecture's QEMU's version line,
+	// QEMU what is known of its capabilities.
 	QEMUVersion string
 	QEMU        QEMUCaps
+	// Arches are the architectures the server knows, the default first,
+	// each with its QEMU on this host.
+	Arches []ArchHealth
 	// Guests are the guests that are not stopped, by name.
 	Guests []GuestHealth
 }
@@ -135,8 +141,9 @@ func (m *Manager) Health(root string) Health {
 			h.DeadServers = append(h.DeadServers, o.PID)
 		}
 	}
-	h.QEMUVersion = m.qemuVersion()
-	h.QEMU = m.qemuCaps()
+	h.Arches = m.arches()
+	h.QEMUVersion = h.Arches[0].Version
+	h.QEMU = m.qemuCaps(h.Arches[0].Binary)
 	for _, i := range m.List() {
 		if i.State() != Stopped {
 			h.Guests = append(h.Guests, guestHealth(i))
@@ -145,21 +152,47 @@ func (m *Manager) Health(root string) Health {
 	return h
 }
 
-// binary is the QEMU the server boots, by its path when it is found.
-func (m *Manager) binary() string {
-	bin := m.cfg.QEMUBinary
-	if bin == "" {
-		bin = qemu.DefaultBinary
-	}
-	if p, err := exec.LookPath(bin); err == nil {
-		bin = p
-	}
-	return bin
+// ArchHealth is one architecture and its QEMU on this host.
+type ArchHealth struct {
+	Name string `json:"name"`
+	// Binary is its QEMU, by its path when it is found; Found says
+	// whether it is, and Version is its version line when it is.
+	Binary  string `json:"binary"`
+	Found   bool   `json:"found"`
+	Version string `json:"version,omitempty"`
+	// Builtin says whether a boot without a kernel has one.
+	Builtin bool `json:"builtin_kernel"`
 }
 
-// qemuCaps reports what is known of the server's QEMU binary.
-func (m *Manager) qemuCaps() QEMUCaps {
-	bin := m.binary()
+// arches reports each architecture's QEMU.
+func (m *Manager) arches() []ArchHealth {
+	var out []ArchHealth
+	for _, a := range archs.All() {
+		p := m.platform(a)
+		h := ArchHealth{Name: a.Name(), Binary: p.QEMU, Builtin: len(p.Kernel) > 0}
+		if path, err := exec.LookPath(p.QEMU); err == nil {
+			h.Binary, h.Found = path, true
+			h.Version = m.qemuVersion(path)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// qemuVersion is bin's version line, asked once.
+func (m *Manager) qemuVersion(bin string) string {
+	m.versionsMu.Lock()
+	ask, ok := m.qemuVersions[bin]
+	if !ok {
+		ask = sync.OnceValue(func() string { return askVersion(bin) })
+		m.qemuVersions[bin] = ask
+	}
+	m.versionsMu.Unlock()
+	return ask()
+}
+
+// qemuCaps reports what is known of QEMU binary bin.
+func (m *Manager) qemuCaps(bin string) QEMUCaps {
 	out := QEMUCaps{Binary: bin}
 	st, c, err := m.QEMUCaps(bin)
 	out.State = string(st)

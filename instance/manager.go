@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
@@ -90,15 +92,13 @@ type Config struct {
 	GDBTCP string
 	// Logger receives what nobody else would see; nil means slog.Default().
 	Logger *slog.Logger
-	// ProbeKernel is the small kernel the QEMU binary's capabilities are
-	// probed with (package qemu/caps); nil means they are not probed, and
-	// the server takes the safe path everywhere. CacheDir keeps what was
-	// probed across runs (empty: not kept).
-	ProbeKernel []byte
-	CacheDir    string
-	// QEMUBinary is the QEMU the server boots (reported by Health);
-	// empty means qemu.DefaultBinary.
-	QEMUBinary string
+	// Platforms are what the guests of each architecture boot with, by
+	// the architecture's name (package archs): an architecture without
+	// one boots its QEMU from PATH and has no built-in kernel.
+	Platforms map[string]Platform
+	// CacheDir keeps what was probed of QEMU binaries across runs
+	// (empty: not kept).
+	CacheDir string
 	// Transport ("stdio" or "http"), Address and Version describe the
 	// server in the record New makes when Record is not given.
 	Transport, Address, Version string
@@ -106,9 +106,41 @@ type Config struct {
 	// what QEMU options it may add.
 	HostPolicy hostpath.Policy
 	Boundary   boundary.Policy
-	// BuiltinKernel is booted when a boot names no kernel;
-	// BuiltinSymbols is its ELF, the debugger's symbols for it.
-	BuiltinKernel, BuiltinSymbols []byte
+}
+
+// Platform is what the guests of one architecture boot with.
+type Platform struct {
+	// QEMU is the system emulator, a path or a name looked up on PATH;
+	// empty means the architecture's own name.
+	QEMU string
+	// Kernel is booted when a boot names no kernel, and Symbols is its
+	// ELF, the debugger's symbols for it. The default architecture's
+	// Kernel also probes what its QEMU can do with saved state (package
+	// qemu/caps); without it the server takes the safe path everywhere.
+	Kernel, Symbols []byte
+}
+
+// policy is the host-access boundary of a guest of cfg: its
+// architecture's board commands, and the property types of its QEMU.
+func (m *Manager) policy(cfg qemu.Config) boundary.Policy {
+	p := m.cfg.Boundary
+	p.Arch = cfg.Arch
+	if pp, ok := p.Props.(*caps.PropProber); ok {
+		p.Props = pp.For(cfg.BinaryName())
+	}
+	return p
+}
+
+// platform is what guests of a boot; nil a means the default architecture.
+func (m *Manager) platform(a arch.Arch) Platform {
+	if a == nil {
+		a = archs.Default()
+	}
+	p := m.cfg.Platforms[a.Name()]
+	if p.QEMU == "" {
+		p.QEMU = a.QEMU().Binary
+	}
+	return p
 }
 
 // DefaultName is the name of the guest a call names none of.
@@ -174,8 +206,9 @@ type Manager struct {
 
 	caps      *caps.Prober // nil without Config.ProbeKernel
 	probeOnce sync.Once
-	// qemuVersion is asked of the emulator on first use, then kept.
-	qemuVersion func() string
+	// qemuVersions are asked of each emulator on first use, then kept.
+	versionsMu   sync.Mutex
+	qemuVersions map[string]func() string
 	// seq numbers the files the server keeps for guests (screenshots,
 	// answers).
 	seq atomic.Int64
@@ -246,13 +279,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m.recs = &Recordings{m: m, replays: map[string]string{}}
 	m.locks = &repoLocks{log: cfg.Logger, lockFile: cfg.LockFile, runtimeDir: cfg.RuntimeDir, byPath: map[string]*lockRef{}}
-	m.qemuVersion = sync.OnceValue(func() string { return askVersion(cfg.QEMUBinary) })
+	m.qemuVersions = map[string]func() string{}
 	// What saves killed with an earlier server left goes at start.
 	m.Snapshots().reap(nil)
 	m.recs.reap(nil)
-	if len(cfg.ProbeKernel) > 0 {
+	if k := m.platform(nil).Kernel; len(k) > 0 {
 		m.caps = caps.New(caps.Config{CacheDir: cfg.CacheDir, WorkDir: cfg.RuntimeDir, Owner: m.owner.Tag(),
-			Kernel: cfg.ProbeKernel, Logger: cfg.Logger.With("probe", "qemu")})
+			Kernel: k, Logger: cfg.Logger.With("probe", "qemu")})
 	}
 	go m.keepLoop()
 	return m, nil
@@ -273,10 +306,12 @@ func (m *Manager) QEMUCaps(binary string) (caps.State, *caps.Caps, error) {
 // first: the probe boots guests of its own, which should not compete with
 // the user's first boot, and a server that lives a few seconds (a one-off
 // call from a command line) has no use for it.
-func (m *Manager) probeQEMU(binary string) {
-	if m.caps == nil {
+func (m *Manager) probeQEMU(cfg qemu.Config) {
+	// The probe's guest is the default architecture's kernel.
+	if m.caps == nil || cfg.Arch != nil && cfg.Arch != archs.Default() {
 		return
 	}
+	binary := cfg.BinaryName()
 	m.probeOnce.Do(func() {
 		// Answers cached by an earlier run count at once.
 		if st, _, _ := m.caps.Status(binary); st == caps.Probed {

@@ -26,7 +26,7 @@ func (e *ReplayCommandError) Is(target error) bool { return target == ErrReplay 
 // host-access boundary (Config.Boundary sees exactly the arguments that
 // are sent), on the running guest, and on a replay only a query.
 func (i *Instance) QMP(ctx context.Context, command string, args map[string]any) (json.RawMessage, error) {
-	if err := i.mgr.cfg.Boundary.QMPContext(ctx, command, args); err != nil {
+	if err := i.mgr.policy(i.vm.config()).QMPContext(ctx, command, args); err != nil {
 		return nil, err
 	}
 	m, err := i.Running()

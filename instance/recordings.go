@@ -64,14 +64,13 @@ func (rs *Recordings) Find(root, name string) (recording.Meta, error) {
 var errNoRecordings = errors.New("this server keeps no recordings (no state directory)")
 
 // Machine is the machine the project root's recording name was
-// made on, as boot arguments, for a replay that gives none (builtin as
-// for Snapshots.Machine).
-func (rs *Recordings) Machine(root, name string, builtin []byte) (profile.Profile, error) {
+// made on, as boot arguments, for a replay that gives none.
+func (rs *Recordings) Machine(root, name string) (profile.Profile, error) {
 	meta, err := rs.Find(root, name)
 	if err != nil {
 		return profile.Profile{}, err
 	}
-	return MachineArgs(meta.Machine, builtin), nil
+	return rs.m.machineArgs(meta.Machine), nil
 }
 
 // findReplay finds the recording spec.Replay names and checks that it

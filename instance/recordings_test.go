@@ -47,7 +47,7 @@ func TestRecordingsOwnedByManager(t *testing.T) {
 		t.Fatalf("after the stop: %+v %v", meta, err)
 	}
 
-	args, err := m.recs.Machine(root, "run", nil)
+	args, err := m.recs.Machine(root, "run")
 	if err != nil || args.Kernel == "" || args.Memory != meta.Machine.Memory {
 		t.Errorf("the recording's machine as arguments: %+v %v", args, err)
 	}

@@ -312,10 +312,7 @@ func (r *restoring) checkRestart() error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	bin := cfg.Binary
-	if bin == "" {
-		bin = qemu.DefaultBinary
-	}
+	bin := cfg.BinaryName()
 	if _, err := exec.LookPath(bin); err != nil {
 		return fmt.Errorf("qemu binary %s: %w", bin, err)
 	}

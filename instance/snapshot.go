@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -48,11 +49,10 @@ func (s Snapshots) Find(root, name string) ([]snapshot.Meta, error) {
 }
 
 // Machine is the machine the project root's snapshot name was
-// saved on, as boot arguments, for a boot that gives none (builtin is the
-// kernel a boot that names none boots: its path is left out). It is a
+// saved on, as boot arguments, for a boot that gives none. It is a
 // *snapshot.AmbiguousError if several machines have a snapshot of that
 // name.
-func (s Snapshots) Machine(root, name string, builtin []byte) (profile.Profile, error) {
+func (s Snapshots) Machine(root, name string) (profile.Profile, error) {
 	metas, err := s.Find(root, name)
 	if err != nil {
 		return profile.Profile{}, err
@@ -60,16 +60,19 @@ func (s Snapshots) Machine(root, name string, builtin []byte) (profile.Profile, 
 	if len(metas) > 1 {
 		return profile.Profile{}, &snapshot.AmbiguousError{Name: name, Root: root, N: len(metas)}
 	}
-	return MachineArgs(metas[0].Machine, builtin), nil
+	return s.m.machineArgs(metas[0].Machine), nil
 }
 
-// MachineArgs is the machine mach (a snapshot's or a recording's) as boot
-// arguments; builtin is the kernel a boot that names none boots, whose
-// path is left out.
-func MachineArgs(mach snapshot.Machine, builtin []byte) profile.Profile {
-	p := profile.Profile{BIOS: mach.BIOS.Path, Memory: mach.Memory, SMP: mach.SMP, Append: mach.Append,
+// machineArgs is the machine mach (a snapshot's or a recording's) as boot
+// arguments; the path of its architecture's built-in kernel, which a boot
+// that names none boots, is left out.
+func (m *Manager) machineArgs(mach snapshot.Machine) profile.Profile {
+	p := profile.Profile{Arch: mach.Arch, BIOS: mach.BIOS.Path, Memory: mach.Memory, SMP: mach.SMP, Append: mach.Append,
 		ExtraArgs: mach.ExtraArgs, GPU: mach.GPU, VirtioModern: mach.VirtioModern, Network: mach.Network}
-	if k := mach.Kernel; k != nil && !mach.KernelIs(builtin) {
+	// An architecture this server does not know (a later server's
+	// record) has no built-in kernel here: the path is kept.
+	a, err := archs.Lookup(mach.Arch)
+	if k := mach.Kernel; k != nil && (err != nil || !mach.KernelIs(m.platform(a).Kernel)) {
 		p.Kernel = k.Path
 	}
 	if mach.Initrd != nil {

@@ -35,7 +35,10 @@ type Profile struct {
 	Description string `json:"description,omitempty"`
 	// CommandLine is the QEMU invocation the project runs (what its
 	// `make -n qemu` prints); the fields below override what it says.
-	CommandLine   Line         `json:"command_line,omitempty"`
+	CommandLine Line `json:"command_line,omitempty"`
+	// Arch is the guest's architecture (package archs names them);
+	// empty means the kernel's, else the default.
+	Arch          string       `json:"arch,omitempty"`
 	Kernel        string       `json:"kernel,omitempty"`
 	Initrd        string       `json:"initrd,omitempty"`
 	DTB           string       `json:"dtb,omitempty"`
@@ -238,6 +241,7 @@ func (p Profile) Under(args *Profile) {
 			*dst = v
 		}
 	}
+	set(&args.Arch, p.Arch)
 	set(&args.Kernel, p.Kernel)
 	set(&args.Initrd, p.Initrd)
 	set(&args.DTB, p.DTB)

@@ -11,12 +11,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/advice"
 	"golang.org/x/sys/unix"
 )
 
-// DefaultBinary is the emulator this project drives.
-const DefaultBinary = "qemu-system-riscv64"
+// DefaultBinary is the emulator of the default architecture's guests.
+var DefaultBinary = archs.Default().QEMU().Binary
 
 // Drive is a disk image attached as a virtio-mmio block device, which is what
 // bare-metal riscv kernels for the virt board usually probe.
@@ -64,11 +66,16 @@ func (s Share) String() string {
 // Config is everything that goes on a QEMU command line. The server-managed
 // plumbing (serial FIFOs, QMP socket) is added by Start, not set here.
 type Config struct {
-	// Binary is the emulator to run; empty means DefaultBinary from PATH.
+	// Arch is the guest's architecture; nil means archs.Default().
+	Arch arch.Arch
+	// Binary is the emulator to run; empty means Arch's from PATH.
 	Binary string
-	// Machine is the -machine value; empty means "virt".
-	Machine string
-	// BIOS is "default" (QEMU's bundled OpenSBI), "none", or a firmware path.
+	// Machine is the -machine value and CPU the -cpu value; NewConfig
+	// gives Arch's defaults (an empty CPU leaves QEMU's).
+	Machine, CPU string
+	// BIOS is "default" (QEMU's bundled firmware), "none", a firmware
+	// path, or empty for no -bios (the board loads the kernel itself);
+	// NewConfig gives Arch's default.
 	BIOS string
 	// Kernel is the -kernel image; may be empty when firmware boots alone.
 	Kernel string
@@ -197,6 +204,9 @@ type Option func(*Config)
 // WithBinary runs another emulator binary.
 func WithBinary(path string) Option { return func(c *Config) { c.Binary = path } }
 
+// WithArch sets the guest architecture.
+func WithArch(a arch.Arch) Option { return func(c *Config) { c.Arch = a } }
+
 // WithBIOS sets the firmware: "default", "none" or a path.
 func WithBIOS(bios string) Option { return func(c *Config) { c.BIOS = bios } }
 
@@ -246,11 +256,46 @@ func WithNetwork(kind, tap, mac string) Option {
 // NewConfig returns the defaults (virt board, OpenSBI, 128M, one hart) with
 // opts applied.
 func NewConfig(opts ...Option) Config {
-	c := Config{Machine: "virt", BIOS: "default", Memory: "128M", SMP: 1}
+	c := Config{Memory: "128M", SMP: 1}
 	for _, o := range opts {
 		o(&c)
 	}
+	q := c.Platform()
+	if c.Machine == "" {
+		c.Machine = q.Machine
+	}
+	if c.CPU == "" {
+		c.CPU = q.CPU
+	}
+	if c.BIOS == "" {
+		c.BIOS = q.Firmware
+	}
 	return c
+}
+
+// BinaryName is the emulator c runs: Binary, else its architecture's,
+// looked up on PATH when started.
+func (c Config) BinaryName() string {
+	if c.Binary != "" {
+		return c.Binary
+	}
+	return c.Platform().Binary
+}
+
+// ArchName is the name of c's architecture.
+func (c Config) ArchName() string {
+	if c.Arch == nil {
+		return archs.Default().Name()
+	}
+	return c.Arch.Name()
+}
+
+// Platform is what the command line of c's architecture needs.
+func (c Config) Platform() arch.QEMU {
+	if c.Arch == nil {
+		return archs.Default().QEMU()
+	}
+	return c.Arch.QEMU()
 }
 
 // managedOptions are the options through which the server talks to QEMU or
@@ -310,9 +355,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("smp %d: want 1 to 512", c.SMP)
 	}
 	switch c.BIOS {
-	case "default", "none":
+	case "default":
+		if q := c.Platform(); q.Firmware == "" {
+			return fmt.Errorf("bios default: %s guests have no default firmware: give %s", c.ArchName(), q.FirmwareHelp)
+		}
+	case "none":
 	case "":
-		return errors.New(`bios: want "default", "none" or a firmware path`)
+		if c.Platform().Firmware != "" {
+			return errors.New(`bios: want "default", "none" or a firmware path`)
+		}
+		if c.Kernel == "" {
+			return errors.New("no kernel: this board has no firmware of its own to run (give a kernel or bios)")
+		}
 	default:
 		if err := c.checkFile("bios", c.BIOS); err != nil {
 			return err
@@ -454,13 +508,14 @@ func escapeOpt(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // QMP socket QEMU inherits. The guest starts paused (-S) so the server can
 // attach to everything before it runs.
 func (c Config) Argv(serialBase string, qmpFD int) []string {
+	q := c.Platform()
 	bin := c.Binary
 	if bin == "" {
-		bin = DefaultBinary
+		bin = q.Binary
 	}
 	machine := c.Machine
 	if machine == "" {
-		machine = "virt"
+		machine = q.Machine
 	}
 	argv := []string{
 		bin,
@@ -470,7 +525,14 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		"-S",
 		"-m", c.Memory,
 		"-smp", strconv.Itoa(c.SMP),
-		"-bios", c.ref(c.BIOS),
+	}
+	if c.CPU != "" {
+		argv = append(argv, "-cpu", c.CPU)
+	}
+	// A board without firmware of its own runs none already: QEMU would
+	// look for a ROM named "none".
+	if c.BIOS != "" && !(c.BIOS == "none" && q.Firmware == "") {
+		argv = append(argv, "-bios", c.ref(c.BIOS))
 	}
 	if c.Kernel != "" {
 		argv = append(argv, "-kernel", c.ref(c.Kernel))
@@ -507,7 +569,7 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 			// of the log.
 			argv = append(argv, "-drive", "driver=blkreplay,if=none,image="+img+",id="+id+",readonly=on")
 		}
-		dev := "virtio-blk-device,drive=" + id
+		dev := q.Device("blk") + ",drive=" + id
 		if d.Bus != "" {
 			dev += ",bus=" + d.Bus
 		}
@@ -527,7 +589,7 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 		} else {
 			spec += ",security_model=none,readonly=on"
 		}
-		argv = append(argv, "-fsdev", spec, "-device", "virtio-9p-device,fsdev="+id+",mount_tag="+escapeOpt(sh.Tag))
+		argv = append(argv, "-fsdev", spec, "-device", q.Device("9p")+",fsdev="+id+",mount_tag="+escapeOpt(sh.Tag))
 	}
 	if c.Network == "user" || c.Network == "tap" {
 		netdev := "user,id=net0"
@@ -537,14 +599,14 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 				netdev += ",vnet_hdr=off"
 			}
 		}
-		dev := "virtio-net-device,netdev=net0"
+		dev := q.Device("net") + ",netdev=net0"
 		if c.MAC != "" {
 			dev += ",mac=" + escapeOpt(c.MAC)
 		}
 		argv = append(argv, "-netdev", netdev, "-device", dev)
 	}
 	if c.GPU {
-		argv = append(argv, "-device", "virtio-gpu-device", "-device", "virtio-keyboard-device", "-device", "virtio-tablet-device")
+		argv = append(argv, "-device", q.Device("gpu"), "-device", q.Device("keyboard"), "-device", q.Device("tablet"))
 	}
 	if c.VNC && c.vncSocket != "" {
 		argv = append(argv, "-vnc", "unix:"+escapeOpt(c.vncSocket))
@@ -588,10 +650,13 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	return append(argv, c.ExtraArgs...)
 }
 
-// resolveBinary finds the emulator, with a message that says how to get it.
-func resolveBinary(bin string) (string, error) {
+// resolveBinary finds the emulator of c, with a message that says how to
+// get it.
+func (c Config) resolveBinary() (string, error) {
+	q := c.Platform()
+	bin := c.Binary
 	if bin == "" {
-		bin = DefaultBinary
+		bin = q.Binary
 	}
 	if strings.ContainsRune(bin, filepath.Separator) {
 		if err := checkFile("qemu binary", bin); err != nil {
@@ -601,7 +666,7 @@ func resolveBinary(bin string) (string, error) {
 	}
 	p, err := lookPath(bin)
 	if err != nil {
-		return "", fmt.Errorf("%s not found in PATH: install it (Debian: apt-get install qemu-system-misc, or run scripts/setup)", bin)
+		return "", fmt.Errorf("%s not found in PATH: install it (Debian: apt-get install %s, or run scripts/deps)", bin, q.Package)
 	}
 	return p, nil
 }

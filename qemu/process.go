@@ -138,7 +138,7 @@ func Start(ctx context.Context, rt Runtime, cfg Config) (*Process, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	bin, err := resolveBinary(cfg.Binary)
+	bin, err := cfg.resolveBinary()
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ type binKey struct {
 // it from a recording of nothing (-machine none, about 50 ms), once per
 // binary. dir is where that log is made (and removed).
 func LogVersion(ctx context.Context, bin, dir string) (uint32, error) {
-	path, err := resolveBinary(bin)
+	path, err := Config{Binary: bin}.resolveBinary()
 	if err != nil {
 		return 0, err
 	}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/qemuopts"
 	"github.com/qemu-mcp/qemu-mcp/internal/shellwords"
 	"github.com/qemu-mcp/qemu-mcp/profile"
@@ -153,13 +155,13 @@ func Parse(words []string, check Checker) (profile.Profile, Report) {
 	)
 	if len(words) > 0 && !strings.HasPrefix(words[0], "-") {
 		bin := filepath.Base(words[0])
-		switch {
-		case bin == qemu.DefaultBinary:
-			rep.Replaced = append(rep.Replaced, Entry{Option: words[0], As: "the server's " + qemu.DefaultBinary,
-				Reason: "the server runs the QEMU it was started with (its -qemu flag)"})
+		if a := archOf(bin); a != nil {
+			p.Arch = a.Name()
+			rep.Replaced = append(rep.Replaced, Entry{Option: words[0], As: "the server's " + a.QEMU().Binary,
+				Reason: "the server runs the QEMU it was started with for " + a.Name() + " (its -qemu flag)"})
 			words = words[1:]
-		case strings.HasPrefix(bin, "qemu-system-"):
-			rep.Refuse(words[0], "this server runs riscv64 guests ("+qemu.DefaultBinary+")")
+		} else if strings.HasPrefix(bin, "qemu-system-") {
+			rep.Refuse(words[0], "this server runs "+strings.Join(archs.Names(), " and ")+" guests")
 			words = words[1:]
 		}
 	}
@@ -174,6 +176,16 @@ func Parse(words []string, check Checker) (profile.Profile, Report) {
 	}
 	l.finish()
 	return p, rep
+}
+
+// archOf is the architecture whose QEMU is bin, or nil.
+func archOf(bin string) arch.Arch {
+	for _, a := range archs.All() {
+		if a.QEMU().Binary == bin {
+			return a
+		}
+	}
+	return nil
 }
 
 // split groups words into options with their values; words that are no

@@ -7,9 +7,11 @@ package settings
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/boundary"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
@@ -24,12 +26,15 @@ type Settings struct {
 	// WorkDir is the default project root; empty means the working
 	// directory.
 	WorkDir string
-	// BuiltinKernel is the image booted when a boot names no kernel;
-	// BuiltinSymbols its ELF, the debugger's symbols for it.
+	// Platforms are what each architecture's guests boot with, by its
+	// name (package archs).
+	Platforms map[string]instance.Platform
+	// BuiltinKernel, BuiltinSymbols and QEMUBinary are the default
+	// architecture's Platform (the server's -qemu flag), where Platforms
+	// has none.
 	BuiltinKernel  []byte
 	BuiltinSymbols []byte
-	// QEMUBinary overrides qemu-system-riscv64.
-	QEMUBinary string
+	QEMUBinary     string
 	// Version, Transport ("stdio" or "http") and Address go into the
 	// server's record.
 	Version   string
@@ -83,8 +88,7 @@ func (s Settings) Guests() (instance.Config, error) {
 		Transport: s.Transport, Address: s.Address, Version: s.Version,
 		MaxInstances: s.MaxInstances, RingSize: s.RingSize, Logger: s.Logger,
 		Captures: s.Captures, KeepCap: s.KeepCap, GDBTCP: s.GDBTCP, Snapshots: s.Snapshots, Recordings: s.Recordings,
-		ProbeKernel: s.BuiltinKernel, CacheDir: s.CacheDir, QEMUBinary: s.QEMUBinary,
-		BuiltinKernel: s.BuiltinKernel, BuiltinSymbols: s.BuiltinSymbols}.Defaults()
+		CacheDir: s.CacheDir, Platforms: s.platforms()}.Defaults()
 	if err != nil {
 		return instance.Config{}, err
 	}
@@ -98,9 +102,24 @@ func (s Settings) Guests() (instance.Config, error) {
 	// name no host resource pass.
 	c.Boundary = boundary.Policy{AllowHostAccess: s.AllowHostAccess, CapturesDir: instance.QEMUFilesDir(c.Captures)}
 	if !s.AllowHostAccess {
-		c.Boundary.Props = caps.NewPropProber(caps.PropsConfig{Binary: s.QEMUBinary, CacheDir: c.CacheDir, Logger: s.Logger})
+		c.Boundary.Props = caps.NewPropProber(caps.PropsConfig{CacheDir: c.CacheDir, Logger: s.Logger,
+			Binary: c.Platforms[archs.Default().Name()].QEMU})
 	}
 	return c, nil
+}
+
+// platforms are s.Platforms with the default architecture's from the
+// shorthand fields.
+func (s Settings) platforms() map[string]instance.Platform {
+	out := maps.Clone(s.Platforms)
+	if out == nil {
+		out = map[string]instance.Platform{}
+	}
+	def := archs.Default().Name()
+	if _, ok := out[def]; !ok {
+		out[def] = instance.Platform{QEMU: s.QEMUBinary, Kernel: s.BuiltinKernel, Symbols: s.BuiltinSymbols}
+	}
+	return out
 }
 
 // Manager makes the guests' configuration and policies now, and returns

@@ -67,6 +67,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
@@ -116,7 +117,12 @@ type Drive struct {
 // and device tree are known by content, so a rebuilt kernel at the same
 // path is a different machine.
 type Machine struct {
+	// Arch is the guest's architecture, empty for the default's: its
+	// machines keep the identity (Hash) they had before the server knew
+	// other architectures.
+	Arch    string  `json:"arch,omitempty"`
 	Machine string  `json:"machine"`
+	CPU     string  `json:"cpu,omitempty"`
 	BIOS    File    `json:"bios"`
 	Kernel  *File   `json:"kernel,omitempty"`
 	Initrd  *File   `json:"initrd,omitempty"`
@@ -152,7 +158,10 @@ func Describe(cfg qemu.Config) (Machine, error) {
 	m := Machine{Machine: cfg.Machine, Memory: cfg.Memory, SMP: cfg.SMP, Append: cfg.Append,
 		GPU: cfg.GPU, VirtioModern: cfg.VirtioModern, ExtraArgs: cfg.ExtraArgs, BIOS: File{Path: cfg.BIOS}}
 	if m.Machine == "" {
-		m.Machine = "virt"
+		m.Machine = cfg.Platform().Machine
+	}
+	if a := cfg.Arch; a != nil && a.Name() != archs.Default().Name() {
+		m.Arch, m.CPU = a.Name(), cfg.CPU
 	}
 	if cfg.Network != "none" {
 		m.Network = cfg.Network

@@ -18,10 +18,11 @@ import (
 // BootInput is qemu_boot's arguments.
 type BootInput struct {
 	CommandLine  any          `json:"command_line,omitempty" anyof:"string,[]string" max:"16384" maxitems:"512" jsonschema:"the project's QEMU command (what make -n qemu prints), a string or its words; other fields override it; the result lists options kept, replaced, refused"`
+	Arch         string       `json:"arch,omitempty" jsonschema:"riscv64 or aarch64; default the kernel's, else riscv64"`
 	Kernel       string       `json:"kernel,omitempty" jsonschema:"kernel image, relative to project_root; default the built-in tiny kernel (prompt 'tiny> ')"`
 	Initrd       string       `json:"initrd,omitempty" jsonschema:"initramfs (-initrd)"`
 	DTB          string       `json:"dtb,omitempty" jsonschema:"device tree blob replacing QEMU's (-dtb)"`
-	BIOS         string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (OpenSBI), 'none' or a path"`
+	BIOS         string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (riscv64: OpenSBI), 'none' or a path"`
 	Memory       string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
 	SMP          int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
 	Append       string       `json:"append,omitempty" jsonschema:"kernel command line"`
@@ -72,6 +73,7 @@ type BootOutput struct {
 	PID      int        `json:"pid" jsonschema:"QEMU's process ID"`
 	Argv     []string   `json:"argv" jsonschema:"the exact QEMU command line"`
 	Paths    qemu.Paths `json:"paths" jsonschema:"the serial FIFOs and QMP socket in use"`
+	Arch     string     `json:"arch" jsonschema:"the guest's architecture"`
 	Kernel   string     `json:"kernel" jsonschema:"the kernel image booted"`
 	Lock     string     `json:"lock" jsonschema:"the repository lock file held while the guest runs"`
 	// Reaped reports what dead servers had left and this boot removed.
@@ -204,7 +206,7 @@ func (in *BootInput) network(args *instance.Args) error {
 // bootOutput is the result of a boot, before its wait.
 func bootOutput(inst *instance.Instance, booted instance.Booted, prof instance.Resolved) BootOutput {
 	m := inst.Process()
-	out := BootOutput{Instance: inst.Name(), PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Kernel: booted.QEMU.Kernel,
+	out := BootOutput{Instance: inst.Name(), PID: m.PID(), Argv: m.Argv(), Paths: m.Paths(), Arch: booted.QEMU.ArchName(), Kernel: booted.QEMU.Kernel,
 		Lock: inst.LockPath(), Profile: prof.Profile, Transcript: inst.Transcript(), Symbols: booted.Symbols, CommandLine: prof.Line}
 	if booted.Reaped != nil {
 		b := booted.Reaped.Bounded(10)
@@ -284,7 +286,7 @@ func (in *BootInput) machine() (profile.Profile, error) {
 	if err != nil {
 		return profile.Profile{}, err
 	}
-	p := profile.Profile{CommandLine: line, Kernel: in.Kernel, Initrd: in.Initrd, DTB: in.DTB, BIOS: in.BIOS, Memory: in.Memory, SMP: in.SMP,
+	p := profile.Profile{CommandLine: line, Arch: in.Arch, Kernel: in.Kernel, Initrd: in.Initrd, DTB: in.DTB, BIOS: in.BIOS, Memory: in.Memory, SMP: in.SMP,
 		Append: in.Append, Drives: in.Drives, Network: in.Network, GPU: in.GPU, VirtioModern: in.VirtioModern, ExtraArgs: in.ExtraArgs, GDB: in.GDB, Symbols: in.Symbols}
 	if in.Shares != nil {
 		p.Shares = make([]qemu.Share, 0, len(in.Shares))

@@ -31,8 +31,28 @@ type InfoOutput struct {
 	TAP         string        `json:"tap,omitempty" jsonschema:"the default instance's TAP device"`
 	PCAP        *CaptureState `json:"pcap,omitempty" jsonschema:"the default instance's running or last capture"`
 	QEMUCaps    QEMUCaps      `json:"qemu_capabilities" jsonschema:"what the QEMU binary was found to do with a guest's saved state, probed once per binary after its first boot"`
+	Arches      []ArchInfo    `json:"architectures" jsonschema:"each guest architecture and its QEMU here"`
 	Health      string        `json:"health" jsonschema:"ok, or degraded (see problems)"`
 	Problems    []string      `json:"problems,omitempty"`
+}
+
+// ArchInfo is one architecture in server_info's result.
+type ArchInfo = instance.ArchHealth
+
+// archText is the architectures in one line.
+func archText(as []ArchInfo) string {
+	var parts []string
+	for _, a := range as {
+		switch {
+		case !a.Found:
+			parts = append(parts, a.Name+" (no "+a.Binary+")")
+		case a.Builtin:
+			parts = append(parts, a.Name+" ("+a.Version+", built-in kernel)")
+		default:
+			parts = append(parts, a.Name+" ("+a.Version+")")
+		}
+	}
+	return "architectures: " + strings.Join(parts, "; ")
 }
 
 // QEMUCaps is server_info's view of what the QEMU binary was found to do.
@@ -71,6 +91,7 @@ func (s *Server) serverInfo(_ context.Context, _ *mcp.CallToolRequest, _ empty) 
 		LockHolder:  h.LockHolder,
 		LockIsOurs:  h.LockIsOurs,
 		QEMUCaps:    h.QEMU,
+		Arches:      h.Arches,
 		Problems:    s.problems(h),
 		Health:      "ok",
 	}
@@ -138,6 +159,7 @@ func infoText(out InfoOutput) string {
 	if len(out.Instances) > 0 {
 		fmt.Fprintf(&b, "guests: %s\n", strings.Join(out.Instances, ", "))
 	}
+	fmt.Fprintf(&b, "%s\n", archText(out.Arches))
 	fmt.Fprintf(&b, "%s\n", capsText(out.QEMUCaps))
 	fmt.Fprintf(&b, "health: %s\n", out.Health)
 	for _, p := range out.Problems {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/hostpath"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/kept"
@@ -69,7 +71,6 @@ func run(args []string, stderr io.Writer) int {
 		selfTest    = fs.Bool("selftest", false, "boot the built-in tiny kernel through the real MCP path, check cleanup, and exit")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 		logLevel    = fs.String("log-level", "warn", "log level on stderr: debug, info, warn, error (clients such as Claude Code show stderr as errors, so the default says only what is wrong)")
-		qemuBin     = fs.String("qemu", "", "qemu-system-riscv64 binary to run (default: from PATH)")
 		httpAddr    = fs.String("http", "", "serve MCP streamable HTTP on this address (e.g. 127.0.0.1:8765) instead of stdio; on loopback only your own user's connections are served (the kernel tells who connected), unless -token-file")
 		tokenFile   = fs.String("token-file", "", "file (mode 0600) holding the bearer token HTTP clients must send; required for a non-loopback -http address; on loopback it replaces the own-user check, so other users who have the token get in")
 		sessionIdle = fs.Duration("http-session-timeout", 30*time.Minute, "close an HTTP session after this long without a request")
@@ -79,7 +80,15 @@ func run(args []string, stderr io.Writer) int {
 		gdbTCP      = fs.String("gdb-tcp", "", "also serve the gdbstubs of guests booted with gdb: true on this loopback TCP address (127.0.0.1:0 for a free port each, shown as paths.gdb_address), for your own gdb while the server's debugger is idle; only your own user's connections reach the stub (the kernel tells who connected), other users' are closed")
 		wholeText   = fs.Bool("whole-text", false, "put every value of a result in its text content for every client; by default the clients known to show their model the structured content (Claude Code, Codex, Copilot CLI) get a one-line summary as text")
 		allowPaths  []string
+		qemus       = map[string]string{}
 	)
+	fs.Func("qemu", "the QEMU binary of riscv64 guests, or `[ARCH=]PATH` of ARCH's (repeatable; default: each architecture's qemu-system-* from PATH)", func(v string) error {
+		name, path, err := qemuFlag(v)
+		if err == nil {
+			qemus[name] = path
+		}
+		return err
+	})
 	fs.Func("allow-path", "let the tools read host files in `DIR` (repeatable; adds to "+hostpath.EnvAllowPaths+", colon-separated)", func(v string) error {
 		allowPaths = append(allowPaths, v)
 		return nil
@@ -135,15 +144,13 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	set := settings.Settings{
-		Captures:       kept.Captures(state),
-		KeepCap:        keepCap,
-		RuntimeDir:     dir,
-		BuiltinKernel:  qemumcp.TinyKernel,
-		BuiltinSymbols: qemumcp.TinyKernelELF,
-		QEMUBinary:     *qemuBin,
-		Version:        version,
-		Transport:      "stdio",
-		Logger:         log,
+		Captures:   kept.Captures(state),
+		KeepCap:    keepCap,
+		RuntimeDir: dir,
+		Platforms:  platforms(qemus),
+		Version:    version,
+		Transport:  "stdio",
+		Logger:     log,
 
 		AllowHostAccess: *allowHost,
 		MaxInstances:    *maxInst,
@@ -371,4 +378,28 @@ func newServer(set settings.Settings, cfg tools.Config) (*tools.Server, error) {
 	}
 	cfg.Guests = guests
 	return tools.New(cfg)
+}
+
+// qemuFlag reads one -qemu: PATH for the default architecture, or
+// ARCH=PATH.
+func qemuFlag(v string) (archName, path string, err error) {
+	if name, p, ok := strings.Cut(v, "="); ok && !strings.Contains(name, "/") {
+		a, err := archs.Lookup(name)
+		if err != nil {
+			return "", "", err
+		}
+		return a.Name(), p, nil
+	}
+	return archs.Default().Name(), v, nil
+}
+
+// platforms are the guests' platforms: each architecture's QEMU (qemus,
+// by name) and its built-in kernel.
+func platforms(qemus map[string]string) map[string]instance.Platform {
+	out := map[string]instance.Platform{}
+	for _, a := range archs.All() {
+		k := qemumcp.Tiny(a.Name())
+		out[a.Name()] = instance.Platform{QEMU: qemus[a.Name()], Kernel: k.Kernel, Symbols: k.ELF}
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,32 @@ type PropProber struct {
 
 	// started counts the QEMUs started (tests).
 	started atomic.Int64
+
+	// others are the probers of other binaries (For), sharing cfg.
+	othersMu sync.Mutex
+	others   map[string]*PropProber
+}
+
+// For is the prober of binary, another QEMU (another architecture's),
+// configured as p; p for p's own binary. The same binary gets the same
+// prober, so what it learnt is asked once.
+func (p *PropProber) For(binary string) *PropProber {
+	if binary == "" || binary == p.cfg.Binary || p.cfg.Binary == "" && binary == qemu.DefaultBinary {
+		return p
+	}
+	p.othersMu.Lock()
+	defer p.othersMu.Unlock()
+	if o, ok := p.others[binary]; ok {
+		return o
+	}
+	cfg := p.cfg
+	cfg.Binary = binary
+	o := NewPropProber(cfg)
+	if p.others == nil {
+		p.others = map[string]*PropProber{}
+	}
+	p.others[binary] = o
+	return o
 }
 
 type failure struct {

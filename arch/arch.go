@@ -1,0 +1,68 @@
+// Package arch says what differs between the guest architectures the server
+// boots: the QEMU that runs them, the board and its devices, and how to tell
+// a kernel of theirs. The rest of the server asks a guest's Arch and never
+// names an architecture itself; each architecture is a package below this
+// one, and package archs lists them.
+package arch
+
+// Arch is one guest architecture.
+type Arch interface {
+	// Name is the architecture as users name it ("riscv64", "aarch64").
+	Name() string
+	// Aliases are other names users give it ("arm64").
+	Aliases() []string
+	// QEMU is what a QEMU command line for its guests needs.
+	QEMU() QEMU
+	// Kernel reports whether a kernel image starting with head (at least
+	// HeadSize bytes, fewer if the file is shorter) is for this
+	// architecture, by its own headers only: an ELF's machine, a Linux
+	// Image header's magic.
+	Kernel(head []byte) bool
+}
+
+// HeadSize is how much of a kernel image Kernel is given: room for the
+// headers a loader looks for near the start (a multiboot header is within
+// the first 8 KiB).
+const HeadSize = 8192
+
+// QEMU is what one architecture's QEMU command lines need.
+type QEMU struct {
+	// Binary is the system emulator's name, looked up on PATH, and
+	// Package the Debian package that installs it.
+	Binary, Package string
+	// Machine is the -machine value a boot gets unless it names one.
+	Machine string
+	// Machines are the boards a boot may name with -machine.
+	Machines []string
+	// MachineProps are the -machine properties a boot may set besides
+	// the type: they change the guest's board, not the host.
+	MachineProps []string
+	// CPU is the -cpu value a boot gets unless it names one; empty leaves
+	// QEMU's default.
+	CPU string
+	// Firmware is the -bios a boot gets unless it names one, and
+	// FirmwareHelp what the user may give instead; empty Firmware gives no
+	// -bios (the board starts the kernel itself).
+	Firmware, FirmwareHelp string
+	// FirmwareDirs are where Debian's packages put this architecture's
+	// firmware (a boot may read them, besides QEMU's own ROMs).
+	FirmwareDirs []string
+	// Virtio is the suffix of the board's virtio devices' names: "device"
+	// (virtio-mmio: virtio-blk-device) or "pci".
+	Virtio string
+	// DriveBus is an example of a drive's bus as its transport names it,
+	// for the documentation of a drive's bus.
+	DriveBus string
+	// Console is the Linux console device of the board's first serial
+	// port ("ttyS0", "ttyAMA0"), for a kernel command line.
+	Console string
+	// Commands are the QMP and HMP commands of this architecture's QEMU
+	// that read its board's own devices (the GIC's capabilities, say):
+	// commands the server refuses for other architectures' boards, which
+	// never have those devices, and allows for this one.
+	Commands []string
+}
+
+// Device is the name of a virtio device of kind ("blk", "net", "9p",
+// "gpu", "keyboard", "tablet") on q's board.
+func (q QEMU) Device(kind string) string { return "virtio-" + kind + "-" + q.Virtio }

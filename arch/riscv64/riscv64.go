@@ -1,0 +1,55 @@
+// Package riscv64 is the RISC-V 64-bit guest architecture: QEMU's virt
+// board with OpenSBI, virtio-mmio devices and an ns16550 UART.
+package riscv64
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+
+	"github.com/qemu-mcp/qemu-mcp/arch"
+)
+
+// Arch is riscv64.
+var Arch arch.Arch = riscv64{}
+
+type riscv64 struct{}
+
+func (riscv64) Name() string      { return "riscv64" }
+func (riscv64) Aliases() []string { return []string{"riscv", "rv64"} }
+
+func (riscv64) QEMU() arch.QEMU {
+	return arch.QEMU{
+		Binary:       "qemu-system-riscv64",
+		Package:      "qemu-system-misc",
+		Machine:      "virt",
+		Machines:     []string{"virt", "spike", "sifive_u", "sifive_e", "microchip-icicle-kit", "shakti_c"},
+		MachineProps: []string{"aclint", "aia", "aia-guests"},
+		Firmware:     "default",
+		FirmwareHelp: "'default' (OpenSBI), 'none' or a path",
+		FirmwareDirs: []string{"/usr/lib/riscv64-linux-gnu/opensbi", "/usr/share/opensbi", "/usr/lib/u-boot"},
+		Virtio:       "device",
+		DriveBus:     "virtio-mmio-bus.0",
+		Console:      "ttyS0",
+	}
+}
+
+// Kernel knows a RISC-V ELF and a Linux riscv Image, whose header has
+// "RISCV\0\0\0" at 48 and "RSC\x05" at 56.
+func (riscv64) Kernel(head []byte) bool {
+	if m, ok := elfMachine(head); ok {
+		return m == elf.EM_RISCV
+	}
+	return len(head) >= 60 && bytes.Equal(head[56:60], []byte("RSC\x05"))
+}
+
+func elfMachine(head []byte) (elf.Machine, bool) {
+	if len(head) < 20 || !bytes.HasPrefix(head, []byte(elf.ELFMAG)) {
+		return 0, false
+	}
+	var bo binary.ByteOrder = binary.LittleEndian
+	if elf.Data(head[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		bo = binary.BigEndian
+	}
+	return elf.Machine(bo.Uint16(head[18:20])), true
+}
