@@ -56,11 +56,27 @@ type QEMU struct {
 	// Console is the Linux console device of the board's first serial
 	// port ("ttyS0", "ttyAMA0"), for a kernel command line.
 	Console string
+	// Timer is what a loaded state needs to find its timer again, where
+	// this architecture's QEMU may lose it; nil where it keeps it.
+	Timer *Timer
 	// Commands are the QMP and HMP commands of this architecture's QEMU
 	// that read its board's own devices (the GIC's capabilities, say):
 	// commands the server refuses for other architectures' boards, which
 	// never have those devices, and allows for this one.
 	Commands []string
+}
+
+// Timer is a board timer that a QEMU may not restore with a loaded state:
+// its count is saved with a snapshot and written back after a load, and
+// its interrupt raised through the gdbstub, so that the kernel programs
+// its next one.
+type Timer struct {
+	// Counter is the physical address of the timer's 64-bit count.
+	Counter uint64
+	// PendingReg is the gdbstub's register whose PendingBit raises the
+	// timer's interrupt.
+	PendingReg string
+	PendingBit uint64
 }
 
 // Device is the name of a virtio device of kind ("blk", "net", "9p",

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -367,7 +368,7 @@ func loadSnapshot(meta snapshot.Meta, then func()) func(ctx context.Context, mch
 		if err := snapshot.Load(ctx, mch.Monitor(), qemu.SnapshotNode, meta.Tag); err != nil {
 			return err
 		}
-		if err := resumeTimer(ctx, mch, meta.Mtime); err != nil {
+		if err := resumeTimer(ctx, mch, meta.Machine.Timer(), meta.Mtime); err != nil {
 			return err
 		}
 		then()
@@ -375,17 +376,12 @@ func loadSnapshot(meta snapshot.Meta, then func()) func(ctx context.Context, mch
 	}
 }
 
-// stipBit is mip.STIP, the supervisor timer interrupt pending bit.
-const stipBit = 1 << 5
-
-// resumeTimer works around QEMU's lost RISC-V timer (up to 10.1): a
-// loaded state does not re-arm the supervisor timer, and about half of all
-// restores leave a Linux guest whose sleeps never end. Raising mip.STIP
-// through the gdbstub before the guest runs makes the kernel take a timer
-// interrupt and program the next one.
-func resumeTimer(ctx context.Context, mch *qemu.Process, mtime uint64) error {
-	if caps.TimerKept(mch.Argv()[0]) {
-		return nil // probed: this QEMU saves and restores the timer
+// resumeTimer gives a loaded guest its board timer t back where its QEMU
+// may have lost it (arch.Timer): the count set back to what the save
+// read, and the timer's interrupt raised before the guest runs.
+func resumeTimer(ctx context.Context, mch *qemu.Process, t *arch.Timer, count uint64) error {
+	if t == nil || caps.TimerKept(mch.Argv()[0]) {
+		return nil // the QEMU saves and restores the timer (probed)
 	}
 	addr := mch.Paths().GDBSocket
 	if addr == "" {
@@ -396,15 +392,15 @@ func resumeTimer(ctx context.Context, mch *qemu.Process, mtime uint64) error {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)
 	}
 	defer c.Close()
-	if mtime != 0 {
-		// mtime counts from this QEMU's start, behind the saved guest's
-		// time: a write to it sets it back where the save left it.
+	if count != 0 {
+		// The count runs from this QEMU's start, behind the saved
+		// guest's time: a write sets it back where the save left it.
 		var b [8]byte
-		binary.LittleEndian.PutUint64(b[:], mtime)
+		binary.LittleEndian.PutUint64(b[:], count)
 		if err := c.SetPhysicalMemory(ctx, true); err != nil {
 			return fmt.Errorf("set the guest's timer: %w", err)
 		}
-		err := c.WriteMemory(ctx, snapshot.MtimeAddr, b[:])
+		err := c.WriteMemory(ctx, t.Counter, b[:])
 		if perr := c.SetPhysicalMemory(ctx, false); err == nil {
 			err = perr
 		}
@@ -412,11 +408,11 @@ func resumeTimer(ctx context.Context, mch *qemu.Process, mtime uint64) error {
 			return fmt.Errorf("set the guest's timer: %w", err)
 		}
 	}
-	mip, err := c.ReadRegister(ctx, "mip")
+	pending, err := c.ReadRegister(ctx, t.PendingReg)
 	if err != nil {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)
 	}
-	if err := c.WriteRegister(ctx, "mip", mip|stipBit); err != nil {
+	if err := c.WriteRegister(ctx, t.PendingReg, pending|t.PendingBit); err != nil {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
@@ -149,6 +150,7 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err != nil {
 		return Meta{}, err
 	}
+	sv.timer = m.Timer()
 	defer sv.undo()
 	defer sv.detach()
 	if err := sv.createImage(); err != nil {
@@ -177,7 +179,9 @@ type save struct {
 	// image the new image's path.
 	dir, record, image string
 	// nodes are the writable drives' nodes, which get the save's tag.
-	nodes      []string
+	nodes []string
+	// timer is the board timer whose count the snapshot keeps.
+	timer      *arch.Timer
 	intent     Intent
 	intentPath string
 	// attached are the nodes of the image attached to the guest.
@@ -330,7 +334,7 @@ func (sv *save) saveState() (uint64, error) {
 		}
 		defer resume()
 	}
-	mtime, err := ReadMtime(sv.ctx, sv.mon)
+	mtime, err := ReadTimer(sv.ctx, sv.mon, sv.timer)
 	if err != nil {
 		return 0, sv.fail("read the guest's timer", err)
 	}
@@ -454,12 +458,13 @@ func Load(ctx context.Context, mon *qmp.Monitor, node, tag string) error {
 	return nil
 }
 
-// MtimeAddr is the virt board's ACLINT mtime register.
-const MtimeAddr = 0x200bff8
-
-// ReadMtime reads the guest's mtime through HMP (xp), which QMP lacks.
-func ReadMtime(ctx context.Context, mon *qmp.Monitor) (uint64, error) {
-	raw, err := mon.Execute(ctx, "human-monitor-command", map[string]any{"command-line": fmt.Sprintf("xp /1gx %#x", MtimeAddr)})
+// ReadTimer reads the count of the guest's board timer t through HMP (xp),
+// which QMP lacks; 0 without one (its QEMU keeps the timer).
+func ReadTimer(ctx context.Context, mon *qmp.Monitor, t *arch.Timer) (uint64, error) {
+	if t == nil {
+		return 0, nil
+	}
+	raw, err := mon.Execute(ctx, "human-monitor-command", map[string]any{"command-line": fmt.Sprintf("xp /1gx %#x", t.Counter)})
 	if err != nil {
 		return 0, err
 	}

@@ -67,6 +67,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
@@ -140,6 +141,17 @@ type Machine struct {
 	// Shares are the guest's 9p devices: a restore exports the same
 	// directories under the same tags (their contents are the host's).
 	Shares []qemu.Share `json:"shares,omitempty"`
+}
+
+// Timer is the board timer of m's architecture that a snapshot keeps the
+// count of (arch.QEMU.Timer); nil for an architecture this server does
+// not know.
+func (m Machine) Timer() *arch.Timer {
+	a, err := archs.Lookup(m.Arch)
+	if err != nil {
+		return nil
+	}
+	return a.QEMU().Timer
 }
 
 // Describe reads the machine of cfg, hashing its files through the
@@ -349,8 +361,9 @@ type Meta struct {
 	// QEMU is the version that saved it; a snapshot loads into the same
 	// version only.
 	QEMU string `json:"qemu"`
-	// Mtime is the guest's ACLINT mtime at the save, which QEMU (up to
-	// 10.1) does not restore by itself.
+	// Mtime is the count of the guest's board timer at the save
+	// (Machine.Timer; riscv64's ACLINT mtime), which some QEMUs do not
+	// restore by themselves; 0 where the board's QEMU keeps its timer.
 	Mtime uint64 `json:"mtime,omitempty"`
 	// Drives are the writable qcow2 drives that hold their part of the
 	// snapshot under Tag.
