@@ -468,12 +468,19 @@ func (f *File) cuFor(addr uint64) (uint64, bool, error) {
 	return cu, ok, nil
 }
 
-func (f *File) dieRanges() (*rangeIndex, error) {
+// dwarfUnits is the DWARF data and its unit list, which every index
+// built over the units needs.
+func (f *File) dwarfUnits() (*dwarfData, []unitRef, error) {
 	dw, err := f.dwarf()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	units, err := f.unitList()
+	return dw, units, err
+}
+
+func (f *File) dieRanges() (*rangeIndex, error) {
+	dw, units, err := f.dwarfUnits()
 	if err != nil {
 		return nil, err
 	}

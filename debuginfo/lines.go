@@ -305,11 +305,7 @@ type fileIndex struct {
 }
 
 func (f *File) fileIndex() (*fileIndex, error) {
-	dw, err := f.dwarf()
-	if err != nil {
-		return nil, err
-	}
-	units, err := f.unitList()
+	dw, units, err := f.dwarfUnits()
 	if err != nil {
 		return nil, err
 	}
