@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Location says where an address is: in which symbol, how far into it, and
@@ -310,9 +309,9 @@ func (f *File) fileIndex() (*fileIndex, error) {
 		return nil, err
 	}
 	f.filesOnce.Do(func() {
-		start := time.Now()
-		f.files, f.filesErr = f.buildFileIndex(dw, units)
-		d := time.Since(start)
+		d := timed(func() {
+			f.files, f.filesErr = f.buildFileIndex(dw, units)
+		})
 		if f.filesErr == nil {
 			var held int64
 			for _, s := range f.files.files {
