@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/recording"
@@ -30,12 +31,7 @@ type rig struct {
 // newRig is a rig for t, and t's context.
 func newRig(t *testing.T) (context.Context, *rig) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return testContext(t), &rig{t: t, dir: dir, root: t.TempDir(), store: recording.Store{Dir: t.TempDir()}}
+	return testContext(t), &rig{t: t, dir: testfs.ShortDir(t), root: t.TempDir(), store: recording.Store{Dir: t.TempDir()}}
 }
 
 // tinyConfig is the built-in kernel on the virt board.
