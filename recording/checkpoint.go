@@ -2,9 +2,7 @@ package recording
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,13 +143,7 @@ func (s Store) CommitCheckpoint(ck Checkpoint) error {
 // DropCheckpoint removes a checkpoint: its record first, then its image.
 func (s Store) DropCheckpoint(ck Checkpoint) error {
 	base := strings.TrimSuffix(ck.Path, ".qcow2")
-	var errs []error
-	for _, p := range []string{base + ".json", ck.Path} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return store.Remove(base+".json", ck.Path)
 }
 
 // Evict removes checkpoints of every recording, the oldest first, until

@@ -475,10 +475,7 @@ func (s Store) Delete(m Meta) error {
 		if _, err := read(rec); err == nil {
 			return fmt.Errorf("delete snapshot %q: it was saved again meanwhile; list the snapshots and delete it again if you meant the new one", m.Name)
 		}
-		err := os.Remove(rec)
-		if errors.Is(err, fs.ErrNotExist) {
-			err = nil
-		}
+		err := store.Remove(rec)
 		durable.SyncDir(filepath.Dir(rec))
 		return err
 	}
@@ -486,14 +483,9 @@ func (s Store) Delete(m Meta) error {
 	if cur, err := read(rec); err == nil && cur.Image != m.Image {
 		return os.Remove(m.Path)
 	}
-	errs := []error{}
-	for _, p := range []string{rec, m.Path} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
+	err := store.Remove(rec, m.Path)
 	durable.SyncDir(filepath.Dir(m.Path))
-	return errors.Join(errs...)
+	return err
 }
 
 // Total is the disk space all complete snapshots take, every project's:
