@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -95,13 +96,7 @@ func (m Meta) Checkpoints(qemu string) []Checkpoint {
 		out = append(out, ck)
 	}
 	slices.SortFunc(out, func(a, b Checkpoint) int {
-		switch {
-		case a.ICount < b.ICount:
-			return -1
-		case a.ICount > b.ICount:
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(cmp.Compare(a.ICount, b.ICount), strings.Compare(a.ID, b.ID))
 	})
 	return out
 }
