@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/qcow2test"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/lock"
@@ -330,21 +330,7 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 	a, _ := bootAtPrompt(t, ctx, m, tinySpec(t, "a", root))
 	meta := save(t, ctx, a, "bad")
 	stop(t, ctx, a)
-	// The state's stream lies between the image's first tables and its
-	// snapshot table (the qcow2 header's snapshots_offset).
-	f, err := os.OpenFile(meta.Path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h [72]byte
-	f.ReadAt(h[:], 0)
-	table := int64(binary.BigEndian.Uint64(h[64:]))
-	junk := make([]byte, table-table/4)
-	for k := range junk {
-		junk[k] = byte(k*7 + 1)
-	}
-	f.WriteAt(junk, table/4)
-	f.Close()
+	qcow2test.DamageState(t, meta.Path)
 	if err := snapshot.Verify(meta); err != nil {
 		t.Fatalf("the damage shows before the load: %v", err)
 	}
