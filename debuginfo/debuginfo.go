@@ -139,6 +139,13 @@ func (f *File) Stats() Stats {
 	return s
 }
 
+// timed runs build and says how long it took, for the Stats of an index.
+func timed(build func()) time.Duration {
+	start := time.Now()
+	build()
+	return time.Since(start)
+}
+
 func (f *File) addStats(fn func(*Stats)) {
 	f.statsMu.Lock()
 	fn(&f.stats)

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 )
 
 // unitPrefixLen is how much of a compilation unit is read to decode its
@@ -91,10 +90,10 @@ func (f *File) dwarf() (*dwarfData, error) {
 		return nil, errClosed
 	}
 	f.dwOnce.Do(func() {
-		start := time.Now()
 		var held int64
-		f.dw, held, f.dwErr = f.loadDWARF()
-		d := time.Since(start)
+		d := timed(func() {
+			f.dw, held, f.dwErr = f.loadDWARF()
+		})
 		f.addStats(func(s *Stats) { s.UnitIndex += d; s.BytesHeld += held })
 	})
 	return f.dw, f.dwErr
@@ -250,20 +249,20 @@ func (f *File) unitList() ([]unitRef, error) {
 		return nil, err
 	}
 	f.unitsOnce.Do(func() {
-		start := time.Now()
 		var held int64
-		if dw.infoCompressed {
-			f.units, f.unitsErr = scanUnitsStream(dw)
-		} else {
-			f.units, f.unitsErr = scanUnitsAt(dw)
-		}
-		if f.unitsErr != nil {
-			f.unitsErr = fmt.Errorf("read the unit headers of %s (.debug_info looks corrupt): %w", f.name, f.unitsErr)
-		}
-		for _, u := range f.units {
-			held += int64(16+24) + int64(len(u.prefix))
-		}
-		d := time.Since(start)
+		d := timed(func() {
+			if dw.infoCompressed {
+				f.units, f.unitsErr = scanUnitsStream(dw)
+			} else {
+				f.units, f.unitsErr = scanUnitsAt(dw)
+			}
+			if f.unitsErr != nil {
+				f.unitsErr = fmt.Errorf("read the unit headers of %s (.debug_info looks corrupt): %w", f.name, f.unitsErr)
+			}
+			for _, u := range f.units {
+				held += int64(16+24) + int64(len(u.prefix))
+			}
+		})
 		f.addStats(func(s *Stats) { s.UnitIndex += d; s.Units = len(f.units); s.BytesHeld += held })
 	})
 	return f.units, f.unitsErr
@@ -468,19 +467,26 @@ func (f *File) cuFor(addr uint64) (uint64, bool, error) {
 	return cu, ok, nil
 }
 
-func (f *File) dieRanges() (*rangeIndex, error) {
+// dwarfUnits is the DWARF data and its unit list, which every index
+// built over the units needs.
+func (f *File) dwarfUnits() (*dwarfData, []unitRef, error) {
 	dw, err := f.dwarf()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	units, err := f.unitList()
+	return dw, units, err
+}
+
+func (f *File) dieRanges() (*rangeIndex, error) {
+	dw, units, err := f.dwarfUnits()
 	if err != nil {
 		return nil, err
 	}
 	f.cuRangesOnce.Do(func() {
-		start := time.Now()
-		f.cuRanges, f.cuRangesErr = f.buildDIERanges(dw, units)
-		d := time.Since(start)
+		d := timed(func() {
+			f.cuRanges, f.cuRangesErr = f.buildDIERanges(dw, units)
+		})
 		var held int64
 		if f.cuRanges != nil {
 			held = int64(len(f.cuRanges.r)) * 32

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Location says where an address is: in which symbol, how far into it, and
@@ -305,18 +304,14 @@ type fileIndex struct {
 }
 
 func (f *File) fileIndex() (*fileIndex, error) {
-	dw, err := f.dwarf()
-	if err != nil {
-		return nil, err
-	}
-	units, err := f.unitList()
+	dw, units, err := f.dwarfUnits()
 	if err != nil {
 		return nil, err
 	}
 	f.filesOnce.Do(func() {
-		start := time.Now()
-		f.files, f.filesErr = f.buildFileIndex(dw, units)
-		d := time.Since(start)
+		d := timed(func() {
+			f.files, f.filesErr = f.buildFileIndex(dw, units)
+		})
 		if f.filesErr == nil {
 			var held int64
 			for _, s := range f.files.files {

@@ -4,9 +4,9 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
-	"time"
 	"unsafe"
 )
 
@@ -50,9 +50,9 @@ func (f *File) symbols() (*symIndex, error) {
 		return nil, errClosed
 	}
 	f.symOnce.Do(func() {
-		start := time.Now()
-		f.syms, f.symErr = buildSymIndex(f.elf, f.name)
-		d := time.Since(start)
+		d := timed(func() {
+			f.syms, f.symErr = buildSymIndex(f.elf, f.name)
+		})
 		if f.symErr == nil {
 			f.addStats(func(s *Stats) {
 				s.Symbols = len(f.syms.syms)
@@ -263,35 +263,27 @@ func (ix *symIndex) at(addr uint64) int {
 	return -1
 }
 
+// rank is v's place in preferred, best first; anything else ranks last.
+func rank[T comparable](v T, preferred []T) int {
+	if i := slices.Index(preferred, v); i >= 0 {
+		return i
+	}
+	return len(preferred)
+}
+
 // betterName picks, among symbols at one address, the name a person expects:
 // a sized function over a label, global over local, and for aliases such as
 // sys_newuname / __se_sys_newuname the one with fewer leading underscores.
 func betterName(a, b *symbol) bool {
-	typeRank := func(s *symbol) int {
-		switch s.typ {
-		case elf.STT_FUNC:
-			return 0
-		case elf.STT_OBJECT:
-			return 1
-		}
-		return 2
-	}
-	if ra, rb := typeRank(a), typeRank(b); ra != rb {
+	types := []elf.SymType{elf.STT_FUNC, elf.STT_OBJECT}
+	if ra, rb := rank(a.typ, types), rank(b.typ, types); ra != rb {
 		return ra < rb
 	}
 	if (a.size == 0) != (b.size == 0) {
 		return a.size != 0
 	}
-	bindRank := func(s *symbol) int {
-		switch s.bind {
-		case elf.STB_GLOBAL:
-			return 0
-		case elf.STB_WEAK:
-			return 1
-		}
-		return 2
-	}
-	if ra, rb := bindRank(a), bindRank(b); ra != rb {
+	binds := []elf.SymBind{elf.STB_GLOBAL, elf.STB_WEAK}
+	if ra, rb := rank(a.bind, binds), rank(b.bind, binds); ra != rb {
 		return ra < rb
 	}
 	ua, ub := len(a.name)-len(strings.TrimLeft(a.name, "_")), len(b.name)-len(strings.TrimLeft(b.name, "_"))

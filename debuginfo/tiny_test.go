@@ -14,12 +14,28 @@ const tinyELF = "../testdata/images/tiny.elf"
 
 func openTiny(t *testing.T) *File {
 	t.Helper()
-	f, err := Open(tinyELF)
+	return openELF(t, tinyELF)
+}
+
+// openELF opens path for the test, and closes it when the test ends.
+func openELF(t testing.TB, path string) *File {
+	t.Helper()
+	f, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
 	return f
+}
+
+// lookup is f's symbol name, which the test needs to go on.
+func lookup(t testing.TB, f *File, name string) Symbol {
+	t.Helper()
+	s, err := f.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // elfSym is the reference: what debug/elf itself says.
@@ -70,10 +86,7 @@ func TestTinyMachine(t *testing.T) {
 func TestTinyLookup(t *testing.T) {
 	f := openTiny(t)
 	want := elfSym(t, tinyELF, "cmd_echo")
-	s, err := f.Lookup("cmd_echo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := lookup(t, f, "cmd_echo")
 	if s.Addr != want.Value || !s.Func {
 		t.Fatalf("Lookup(cmd_echo) = %+v, want Addr %#x Func", s, want.Value)
 	}
@@ -83,10 +96,7 @@ func TestTinyLookup(t *testing.T) {
 		t.Errorf("cmd_echo size %d, want %d (up to cmd_input)", s.Size, next.Value-want.Value)
 	}
 	// A sized C function keeps st_size.
-	p, err := f.Lookup("tk_probe")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := lookup(t, f, "tk_probe")
 	if ref := elfSym(t, tinyELF, "tk_probe"); p.Addr != ref.Value || p.Size != ref.Size || !p.Func {
 		t.Errorf("Lookup(tk_probe) = %+v, want %#x size %d", p, ref.Value, ref.Size)
 	}
@@ -114,10 +124,7 @@ func TestTinyLookupMissing(t *testing.T) {
 
 func TestTinySymbolizeAsm(t *testing.T) {
 	f := openTiny(t)
-	s, err := f.Lookup("cmd_echo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := lookup(t, f, "cmd_echo")
 	loc, ok := f.Symbolize(s.Addr + 4)
 	if !ok {
 		t.Fatal("Symbolize(cmd_echo+4) found nothing")
@@ -167,10 +174,7 @@ func TestTinyLineAddrsAsm(t *testing.T) {
 
 func TestTinyC(t *testing.T) {
 	f := openTiny(t)
-	s, err := f.Lookup("tk_probe")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := lookup(t, f, "tk_probe")
 	loc, ok := f.Symbolize(s.Addr + 8)
 	if !ok || loc.Function != "tk_probe" || loc.Offset != 8 || !strings.HasSuffix(loc.File, "virtio.c") || loc.Line <= 0 {
 		t.Fatalf("Symbolize(tk_probe+8) = %+v, %v; want tk_probe+8 in virtio.c", loc, ok)
@@ -185,10 +189,7 @@ func TestTinyC(t *testing.T) {
 		t.Errorf("LineAddrs(virtio.c:%d) = %+v, want %#x (tk_probe) among them", first.Line, m, s.Addr)
 	}
 	// A static function the compiler renamed keeps its table name.
-	q, err := f.Lookup("vio_queue.constprop.0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := lookup(t, f, "vio_queue.constprop.0")
 	if loc, _ := f.Symbolize(q.Addr + 2); loc.Function != "vio_queue.constprop.0" || !strings.HasSuffix(loc.File, "virtio.c") {
 		t.Errorf("Symbolize(vio_queue+2) = %+v", loc)
 	}
@@ -263,15 +264,8 @@ func TestNoDWARF(t *testing.T) {
 	dir := t.TempDir()
 	stripped := dir + "/tiny-nodebug.elf"
 	objcopy(t, "--strip-debug", tinyELF, stripped)
-	f, err := Open(stripped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s, err := f.Lookup("cmd_echo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := openELF(t, stripped)
+	s := lookup(t, f, "cmd_echo")
 	if loc, ok := f.Symbolize(s.Addr + 4); !ok || loc.Function != "cmd_echo" || loc.File != "" {
 		t.Errorf("Symbolize without DWARF = %+v, %v; want the symbol and no line", loc, ok)
 	}
@@ -315,16 +309,9 @@ func TestTinyConcurrent(t *testing.T) {
 func TestNoAranges(t *testing.T) {
 	dst := t.TempDir() + "/tiny-noaranges.elf"
 	objcopy(t, "--remove-section=.debug_aranges", tinyELF, dst)
-	f, err := Open(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, dst)
 	for _, name := range []string{"cmd_echo", "tk_probe"} {
-		s, err := f.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := lookup(t, f, name)
 		if loc, ok := f.Symbolize(s.Addr + 4); !ok || loc.Function != name || loc.Line == 0 {
 			t.Errorf("Symbolize(%s+4) without .debug_aranges = %+v, %v", name, loc, ok)
 		}

@@ -66,10 +66,7 @@ func checkVmlinux(t *testing.T, path string) {
 	}
 
 	t0 := time.Now()
-	sym, err := f.Lookup("sys_newuname")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sym := lookup(t, f, "sys_newuname")
 	lookupTime := time.Since(t0)
 	t0 = time.Now()
 	loc, ok := f.Symbolize(sym.Addr + 8)
@@ -91,18 +88,12 @@ func checkVmlinux(t *testing.T, path string) {
 
 	// The alias and the static helper SYSCALL_DEFINE1 generates.
 	for _, name := range []string{"__se_sys_newuname", "__do_sys_newuname"} {
-		s, err := f.Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := lookup(t, f, name)
 		if l, ok := f.Symbolize(s.Addr); !ok || !strings.HasSuffix(l.Function, "sys_newuname") || !strings.HasSuffix(l.File, "kernel/sys.c") {
 			t.Errorf("Symbolize(%s) = %+v", name, l)
 		}
 	}
-	banner, err := f.Lookup("linux_banner")
-	if err != nil {
-		t.Fatal(err)
-	}
+	banner := lookup(t, f, "linux_banner")
 	if banner.Func || banner.Size == 0 {
 		t.Errorf("linux_banner = %+v, want a sized object", banner)
 	}
@@ -185,11 +176,7 @@ func TestVmlinuxCompressed(t *testing.T) {
 
 // BenchmarkSymbolize measures a warm Symbolize over the whole kernel text.
 func BenchmarkSymbolize(b *testing.B) {
-	f, err := Open(vmlinuxPath(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(b, vmlinuxPath(b))
 	start, _ := f.Lookup("_stext")
 	end, _ := f.Lookup("_etext")
 	if end.Addr <= start.Addr {
@@ -210,11 +197,7 @@ func TestVmlinuxAgainstAddr2line(t *testing.T) {
 	if _, err := exec.LookPath(tool); err != nil {
 		t.Skipf("%s not installed", tool)
 	}
-	f, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openELF(t, path)
 	ix, err := f.symbols()
 	if err != nil {
 		t.Fatal(err)

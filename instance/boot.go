@@ -137,10 +137,7 @@ func (b *booting) lockRepository(_ context.Context) error {
 	if err != nil {
 		return err
 	}
-	i.mu.Lock()
-	i.lockPath = path
-	i.mu.Unlock()
-	i.push("repository lock", release)
+	i.hold("repository lock", func() { i.lockPath = path }, release)
 	m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = path })
 	i.push("lock in record", func() error {
 		m.recordInstance(i.name, func(r *registry.Instance) { r.Lock = "" })
@@ -225,10 +222,7 @@ func (b *booting) createConsole(_ context.Context) error {
 	if err != nil {
 		return fmt.Errorf("boot: %w", err)
 	}
-	i.mu.Lock()
-	i.console = con
-	i.mu.Unlock()
-	i.push("console", con.Close)
+	i.hold("console", func() { i.console = con }, con.Close)
 	return nil
 }
 
@@ -348,10 +342,7 @@ func (b *booting) attachDebugger(_ context.Context) error {
 		Timeline: i.tt.timeline(),
 		Logger:   log,
 	})
-	i.mu.Lock()
-	i.debugger = d
-	i.mu.Unlock()
-	i.push("debugger", d.Close)
+	i.hold("debugger", func() { i.debugger = d }, d.Close)
 	return nil
 }
 

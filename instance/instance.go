@@ -218,6 +218,15 @@ func (i *Instance) TAP() *tap.Device { return i.net.TAP() }
 // push adds the undo of a step that just succeeded.
 func (i *Instance) push(what string, do func() error) { i.undo.push(what, do) }
 
+// hold keeps a part the boot made (set stores it, under i.mu) and pushes
+// what releases it.
+func (i *Instance) hold(what string, set func(), release func() error) {
+	i.mu.Lock()
+	set()
+	i.mu.Unlock()
+	i.push(what, release)
+}
+
 // detachDebugger detaches the debugger from the stub, if there is one.
 func (i *Instance) detachDebugger() error {
 	if d := i.Debugger(); d != nil {

@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/qcow2test"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/lock"
@@ -77,6 +77,62 @@ func expect(t *testing.T, ctx context.Context, i *Instance, since *int64, re str
 	return res
 }
 
+// startTest is what a test of guests starts from: its context, a manager,
+// and a project root.
+func startTest(t *testing.T, lockFile string, opts ...func(*Config)) (context.Context, *Manager, string) {
+	t.Helper()
+	return testContext(t), newManager(t, lockFile, opts...), t.TempDir()
+}
+
+// bootAtPrompt boots spec and waits for the tiny kernel's prompt; since
+// is the console's cursor past it.
+func bootAtPrompt(t *testing.T, ctx context.Context, m *Manager, spec Spec) (i *Instance, since int64) {
+	t.Helper()
+	i, _, err := m.Boot(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, ctx, i, &since, tinyPrompt)
+	return i, since
+}
+
+// save saves i's guest as the snapshot name, which the test needs.
+func save(t *testing.T, ctx context.Context, i *Instance, name string) snapshot.Meta {
+	t.Helper()
+	meta, err := saveSnapshot(ctx, i, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta
+}
+
+// stop stops i's guest, which the test needs.
+func stop(t *testing.T, ctx context.Context, i *Instance) {
+	t.Helper()
+	if _, err := i.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unwound checks that m's guests left nothing behind: nothing in its
+// runtime directory, no instance in its record and, with a lockFile, no
+// repository lock. when says when, for the messages.
+func unwound(t *testing.T, m *Manager, lockFile, when string) {
+	t.Helper()
+	if left := runtimeLeft(t, m); len(left) > 0 {
+		t.Errorf("left in the runtime directory %s: %v", when, left)
+	}
+	if len(m.Record().Instances) != 0 {
+		t.Errorf("the record %s: %+v", when, m.Record().Instances)
+	}
+	if lockFile == "" {
+		return
+	}
+	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
+		t.Errorf("the repository lock %s: %v", when, st)
+	}
+}
+
 func typeLine(t *testing.T, ctx context.Context, i *Instance, line string) {
 	t.Helper()
 	if _, err := i.Console().Write(ctx, []byte(line+"\r")); err != nil {
@@ -92,10 +148,8 @@ func typeLine(t *testing.T, ctx context.Context, i *Instance, line string) {
 // again as soon as its exit is seen.
 func TestBootEchoStop(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
-	m := newManager(t, lockFile)
-	root := t.TempDir()
+	ctx, m, root := startTest(t, lockFile)
 	img := rawDisk(t, root)
 	drive := qemu.WithDrive(qemu.Drive{Path: img})
 
@@ -145,15 +199,7 @@ func TestBootEchoStop(t *testing.T) {
 	if _, err := i.Running(); err == nil || !strings.Contains(err.Error(), `guest "a"`) {
 		t.Errorf("Running after the stop: %v", err)
 	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left in the runtime directory: %v", left)
-	}
-	if len(m.Record().Instances) != 0 {
-		t.Errorf("the record after the stop: %+v", m.Record().Instances)
-	}
-	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
-		t.Errorf("the repository lock after the stop: %v", st)
-	}
+	unwound(t, m, lockFile, "after the stop")
 	if b, err := os.ReadFile(i.Transcript()); err != nil || !strings.Contains(string(b), "hello from a") {
 		t.Errorf("transcript %s: %v %q", i.Transcript(), err, b)
 	}
@@ -188,15 +234,8 @@ func TestBootEchoStop(t *testing.T) {
 	if _, err := b.Running(); !errors.Is(err, ErrExited) {
 		t.Errorf("Running after the poweroff: %v", err)
 	}
-	if _, err := again.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left in the runtime directory after the poweroff: %v", left)
-	}
-	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
-		t.Errorf("the repository lock after the poweroff: %v", st)
-	}
+	stop(t, ctx, again)
+	unwound(t, m, lockFile, "after the poweroff")
 }
 
 // A guest's cleanup stack holds the boot's steps in the order they were
@@ -205,9 +244,7 @@ func TestBootEchoStop(t *testing.T) {
 // and the repository lock only once QEMU is gone.
 func TestCleanupStackOrder(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	m := newManager(t, "")
-	root := t.TempDir()
+	ctx, m, root := startTest(t, "")
 	img := rawDisk(t, root)
 	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img}))
 	spec.Debug = &DebugSpec{}
@@ -230,9 +267,7 @@ func TestCleanupStackOrder(t *testing.T) {
 		}
 		at = k
 	}
-	if _, err := i.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	stop(t, ctx, i)
 	i.mu.Lock()
 	left := i.undo.len()
 	i.mu.Unlock()
@@ -247,17 +282,10 @@ func TestCleanupStackOrder(t *testing.T) {
 func TestConcurrentSavesOfAName(t *testing.T) {
 	t.Parallel()
 	testguest.QEMUImg(t)
-	ctx := testContext(t)
-	m := newManager(t, "")
-	root := t.TempDir()
+	ctx, m, root := startTest(t, "")
 	var guests []*Instance
 	for _, n := range []string{"a", "b"} {
-		i, _, err := m.Boot(ctx, tinySpec(t, n, root))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var since int64
-		expect(t, ctx, i, &since, tinyPrompt)
+		i, _ := bootAtPrompt(t, ctx, m, tinySpec(t, n, root))
 		guests = append(guests, i)
 	}
 	var mu sync.Mutex
@@ -297,38 +325,12 @@ func TestConcurrentSavesOfAName(t *testing.T) {
 func TestBootFromDamagedSnapshot(t *testing.T) {
 	t.Parallel()
 	testguest.QEMUImg(t)
-	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
-	m := newManager(t, lockFile)
-	root := t.TempDir()
-	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	expect(t, ctx, a, &since, tinyPrompt)
-	meta, err := saveSnapshot(ctx, a, "bad")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// The state's stream lies between the image's first tables and its
-	// snapshot table (the qcow2 header's snapshots_offset).
-	f, err := os.OpenFile(meta.Path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h [72]byte
-	f.ReadAt(h[:], 0)
-	table := int64(binary.BigEndian.Uint64(h[64:]))
-	junk := make([]byte, table-table/4)
-	for k := range junk {
-		junk[k] = byte(k*7 + 1)
-	}
-	f.WriteAt(junk, table/4)
-	f.Close()
+	ctx, m, root := startTest(t, lockFile)
+	a, _ := bootAtPrompt(t, ctx, m, tinySpec(t, "a", root))
+	meta := save(t, ctx, a, "bad")
+	stop(t, ctx, a)
+	qcow2test.DamageState(t, meta.Path)
 	if err := snapshot.Verify(meta); err != nil {
 		t.Fatalf("the damage shows before the load: %v", err)
 	}
@@ -343,15 +345,7 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 	if b == nil || b.State() != Stopped {
 		t.Fatalf("b after its failed boot: %v", b)
 	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left after a failed boot from a snapshot: %v", left)
-	}
-	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
-		t.Errorf("the repository lock: %v", st)
-	}
-	if len(m.Record().Instances) != 0 {
-		t.Errorf("the record: %+v", m.Record().Instances)
-	}
+	unwound(t, m, lockFile, "after a failed boot from a snapshot")
 }
 
 // A restore whose new QEMU could not start (the binary or a drive went
@@ -361,10 +355,8 @@ func TestBootFromDamagedSnapshot(t *testing.T) {
 func TestRestoreFailsToStart(t *testing.T) {
 	t.Parallel()
 	testguest.QEMUImg(t)
-	ctx := testContext(t)
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
-	m := newManager(t, lockFile)
-	root := t.TempDir()
+	ctx, m, root := startTest(t, lockFile)
 	bin := filepath.Join(t.TempDir(), "qemu-system-riscv64")
 	if err := os.Symlink(testguest.QEMU(t), bin); err != nil {
 		t.Fatal(err)
@@ -372,20 +364,12 @@ func TestRestoreFailsToStart(t *testing.T) {
 	img := rawDisk(t, root)
 	spec := tinySpec(t, "a", root, qemu.WithDrive(qemu.Drive{Path: img, ReadOnly: true}))
 	spec.QEMU.Binary = bin
-	i, _, err := m.Boot(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	expect(t, ctx, i, &since, tinyPrompt)
-	meta, err := saveSnapshot(ctx, i, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, since := bootAtPrompt(t, ctx, m, spec)
+	meta := save(t, ctx, i, "s")
 	pid := i.Process().PID()
 	for _, gone := range []string{bin, img} {
 		os.Rename(gone, gone+".away")
-		_, err = restoreSnapshot(ctx, i, meta)
+		_, err := restoreSnapshot(ctx, i, meta)
 		if err == nil || !strings.Contains(err.Error(), `restore snapshot "s": `) || !strings.Contains(err.Error(), gone) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
 			t.Errorf("a restore without %s: %v", gone, err)
 		}
@@ -400,7 +384,7 @@ func TestRestoreFailsToStart(t *testing.T) {
 	// The new QEMU fails to start after all: here it cannot take its
 	// gdbstub's socket path, which the test holds as a directory.
 	os.Mkdir(i.vm.runtime(true).GDBSocket, 0o700)
-	_, err = restoreSnapshot(ctx, i, meta)
+	_, err := restoreSnapshot(ctx, i, meta)
 	os.Remove(i.vm.runtime(true).GDBSocket)
 	if err == nil || !strings.Contains(err.Error(), `restore snapshot "s"`) || !strings.Contains(err.Error(), "the guest is stopped") {
 		t.Fatalf("a restore whose QEMU cannot start: %v", err)
@@ -414,12 +398,7 @@ func TestRestoreFailsToStart(t *testing.T) {
 	if end, _ := i.result(); i.State() != Stopped || end.How != "restore failed" {
 		t.Errorf("after the failed restore: %s, %+v", i.State(), end)
 	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left after a failed restore: %v", left)
-	}
-	if st, _ := lock.Inspect(lockFile); st.State != lock.Absent {
-		t.Errorf("the repository lock after a failed restore: %v", st)
-	}
+	unwound(t, m, lockFile, "after a failed restore")
 	if err := snapshot.Verify(meta); err != nil {
 		t.Errorf("the snapshot after a failed restore: %v", err)
 	}
@@ -437,19 +416,11 @@ func TestSnapshotWithFullRuntimeDir(t *testing.T) {
 	lockFile := filepath.Join(t.TempDir(), "qemu-mcp.lock")
 	m := newManager(t, lockFile, func(c *Config) { c.RuntimeDir, c.Captures = run, t.TempDir() })
 	root := t.TempDir()
-	i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	expect(t, ctx, i, &since, tinyPrompt)
-	meta, err := saveSnapshot(ctx, i, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	i, since := bootAtPrompt(t, ctx, m, tinySpec(t, "a", root))
+	meta := save(t, ctx, i, "s")
 	free := testfs.Fill(t, run, meta.ImageSize/2)
 	pid := i.Process().PID()
-	_, err = restoreSnapshot(ctx, i, meta)
+	_, err := restoreSnapshot(ctx, i, meta)
 	t.Logf("restore: %v", err)
 	if err == nil || !strings.Contains(err.Error(), `stage snapshot "s"`) || !strings.HasSuffix(err.Error(), "the guest was left as it was") {
 		t.Errorf("a restore into a full runtime directory: %v", err)
@@ -465,12 +436,8 @@ func TestSnapshotWithFullRuntimeDir(t *testing.T) {
 		t.Errorf("a boot from the snapshot into a full runtime directory: %v", err)
 	}
 	free()
-	if _, err := i.Stop(ctx, qemu.Quit, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left after the refused restore and boot: %v", left)
-	}
+	stop(t, ctx, i)
+	unwound(t, m, lockFile, "after the refused restore and boot")
 }
 
 // A stop that comes while an instance boots ends the boot at once, and
@@ -478,9 +445,7 @@ func TestSnapshotWithFullRuntimeDir(t *testing.T) {
 // boots the name again.
 func TestStopWhileBootingAndRestart(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	m := newManager(t, "")
-	root := t.TempDir()
+	ctx, m, root := startTest(t, "")
 	type booted struct {
 		i   *Instance
 		err error
@@ -515,9 +480,7 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 	if i.State() != Stopped {
 		t.Errorf("after the stop: %s", i.State())
 	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left after a stop while booting: %v", left)
-	}
+	unwound(t, m, "", "after a stop while booting")
 
 	first, _, err := m.Boot(ctx, tinySpec(t, "a", root))
 	if err != nil {
@@ -544,9 +507,7 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 	if _, _, err := m.Boot(ctx, tinySpec(t, "c", root)); !errors.Is(err, ErrClosed) {
 		t.Errorf("a boot after close: %v", err)
 	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left after close: %v", left)
-	}
+	unwound(t, m, "", "after close")
 }
 
 // A console wait ends early when the guest resets, with the event that
@@ -554,14 +515,8 @@ func TestStopWhileBootingAndRestart(t *testing.T) {
 // after it waits on.
 func TestWaitEndsOnReset(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	m := newManager(t, "")
-	i, _, err := m.Boot(ctx, tinySpec(t, "a", t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	expect(t, ctx, i, &since, tinyPrompt)
+	ctx, m, root := startTest(t, "")
+	i, since := bootAtPrompt(t, ctx, m, tinySpec(t, "a", root))
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		if _, err := i.Process().Monitor().Execute(ctx, "system_reset", nil); err != nil {
@@ -586,9 +541,7 @@ func TestWaitEndsOnReset(t *testing.T) {
 // progress at once, and concurrent stops report the same end.
 func TestLimitsAndStops(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	m := newManager(t, "", func(c *Config) { c.MaxInstances = 1 })
-	root := t.TempDir()
+	ctx, m, root := startTest(t, "", func(c *Config) { c.MaxInstances = 1 })
 	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
 	if err != nil {
 		t.Fatal(err)
@@ -639,9 +592,7 @@ func TestLimitsAndStops(t *testing.T) {
 // stopped: it runs on as it was.
 func TestRestartRefusedLeavesGuest(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	m := newManager(t, "")
-	root := t.TempDir()
+	ctx, m, root := startTest(t, "")
 	img := rawDisk(t, root)
 	a, _, err := m.Boot(ctx, tinySpec(t, "a", root))
 	if err != nil {
@@ -678,24 +629,14 @@ func TestRestartRefusedLeavesGuest(t *testing.T) {
 func TestSnapshotSaveRestore(t *testing.T) {
 	t.Parallel()
 	testguest.QEMUImg(t)
-	ctx := testContext(t)
-	m := newManager(t, "")
-	root := t.TempDir()
-	i, _, err := m.Boot(ctx, tinySpec(t, "a", root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	expect(t, ctx, i, &since, tinyPrompt)
+	ctx, m, root := startTest(t, "")
+	i, since := bootAtPrompt(t, ctx, m, tinySpec(t, "a", root))
 	// Half a line typed: it is in the guest's RAM, and in the snapshot.
 	if _, err := i.Console().Write(ctx, []byte("echo sav")); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, ctx, i, &since, "echo sav$")
-	meta, err := saveSnapshot(ctx, i, "s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	meta := save(t, ctx, i, "s")
 	if err := snapshot.Verify(meta); err != nil || meta.Name != "s" || meta.QEMU == "" {
 		t.Fatalf("saved %+v: %v", meta, err)
 	}
@@ -733,14 +674,8 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	// Snapshots that cannot load are refused before the guest is
 	// touched, with what is wrong: one whose image is gone, one whose
 	// record is damaged.
-	broken, err := saveSnapshot(ctx, i, "broken")
-	if err != nil {
-		t.Fatal(err)
-	}
-	damaged, err := saveSnapshot(ctx, i, "damaged")
-	if err != nil {
-		t.Fatal(err)
-	}
+	broken := save(t, ctx, i, "broken")
+	damaged := save(t, ctx, i, "damaged")
 	os.Remove(broken.Path)
 	os.WriteFile(filepath.Join(filepath.Dir(damaged.Path), "damaged.json"), []byte("{"), 0o600)
 	found, err := snapshots(m).Find(root, "damaged")
@@ -781,9 +716,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Errorf("stop %s: %v", x.Name(), err)
 		}
 	}
-	if left := runtimeLeft(t, m); len(left) > 0 {
-		t.Errorf("left after the restores: %v", left)
-	}
+	unwound(t, m, "", "after the restores")
 }
 
 // A command's waits begin after it was typed: a reset that comes before
@@ -792,14 +725,8 @@ func TestSnapshotSaveRestore(t *testing.T) {
 // it.
 func TestWaitSinceEventBefore(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	m := newManager(t, "")
-	i, _, err := m.Boot(ctx, tinySpec(t, "a", t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	expect(t, ctx, i, &since, tinyPrompt)
+	ctx, m, root := startTest(t, "")
+	i, since := bootAtPrompt(t, ctx, m, tinySpec(t, "a", root))
 	typed := time.Now().Truncate(time.Microsecond)
 	if _, err := i.Process().Monitor().Execute(ctx, "system_reset", nil); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
@@ -26,11 +27,7 @@ import (
 // repository lock every root maps to.
 func newManager(t *testing.T, lockFile string, opts ...func(*Config)) *Manager {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "inst")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testfs.ShortDir(t)
 	rec, err := registry.Self("stdio", "", "test")
 	if err != nil {
 		t.Fatal(err)

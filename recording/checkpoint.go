@@ -1,10 +1,9 @@
 package recording
 
 import (
+	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -97,13 +96,7 @@ func (m Meta) Checkpoints(qemu string) []Checkpoint {
 		out = append(out, ck)
 	}
 	slices.SortFunc(out, func(a, b Checkpoint) int {
-		switch {
-		case a.ICount < b.ICount:
-			return -1
-		case a.ICount > b.ICount:
-			return 1
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(cmp.Compare(a.ICount, b.ICount), strings.Compare(a.ID, b.ID))
 	})
 	return out
 }
@@ -145,13 +138,7 @@ func (s Store) CommitCheckpoint(ck Checkpoint) error {
 // DropCheckpoint removes a checkpoint: its record first, then its image.
 func (s Store) DropCheckpoint(ck Checkpoint) error {
 	base := strings.TrimSuffix(ck.Path, ".qcow2")
-	var errs []error
-	for _, p := range []string{base + ".json", ck.Path} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return store.Remove(base+".json", ck.Path)
 }
 
 // Evict removes checkpoints of every recording, the oldest first, until

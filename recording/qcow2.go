@@ -2,8 +2,8 @@ package recording
 
 import (
 	"encoding/binary"
-	"os"
-	"syscall"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 )
 
 // A qcow2 image of no disk content, for QEMU to save machine states into
@@ -37,21 +37,7 @@ func newImage(path string) error {
 	for k := range 4 {
 		be.PutUint16(b[2*clusterSize+2*k:], 1)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-	}
-	return err
+	return durable.CreateFile(path, b)
 }
 
 // NewImage creates the empty qcow2 a recording's QEMU saves the machine

@@ -294,7 +294,7 @@ func (s Store) Total() (total, checkpoints int64) {
 func (s Store) Delete(m Meta) error {
 	rec := filepath.Join(filepath.Dir(m.Dir), m.Name+".json")
 	if cur, err := read(rec); err == nil && cur.ID == m.ID {
-		if err := os.Remove(rec); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := store.Remove(rec); err != nil {
 			return fmt.Errorf("delete recording %q: %w", m.Name, err)
 		}
 		durable.SyncDir(filepath.Dir(rec))

@@ -47,6 +47,31 @@ func addState(t *testing.T, image, tag string) {
 	f.WriteAt([]byte{0, 0, 0x10, 0}, off+32)
 }
 
+// started is a recording of name that s began and whose QEMU saved its
+// first state, not yet committed.
+func started(t *testing.T, s Store, root, name string) *Begun {
+	t.Helper()
+	b, err := s.Begin(root, name, Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.NewImage(); err != nil {
+		t.Fatal(err)
+	}
+	addState(t, b.Meta.Image(), InitTag)
+	return b
+}
+
+// committed is a recording of name that s began and committed.
+func committed(t *testing.T, s Store, root, name string) Meta {
+	t.Helper()
+	m, err := started(t, s, root, name).Commit(Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func TestCommitReplaceDelete(t *testing.T) {
 	s := Store{Dir: t.TempDir()}
 	root := "/src/os"
@@ -72,12 +97,7 @@ func TestCommitReplaceDelete(t *testing.T) {
 		t.Errorf("a recording of this live server is %q", m.Status())
 	}
 	// A second recording of the name replaces it once committed.
-	b2, err := s.Begin(root, "run", Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b2.NewImage()
-	addState(t, b2.Meta.Image(), InitTag)
+	b2 := started(t, s, root, "run")
 	if ms, _ := s.List(root); len(ms) != 1 || ms[0].ID != m.ID {
 		t.Fatalf("before the commit the old recording is the name's: %+v", ms)
 	}
@@ -116,13 +136,7 @@ func TestCommitReplaceDelete(t *testing.T) {
 
 func TestAbortKeepsOld(t *testing.T) {
 	s := Store{Dir: t.TempDir()}
-	b, _ := s.Begin("/p", "run", Meta{})
-	b.NewImage()
-	addState(t, b.Meta.Image(), InitTag)
-	old, err := b.Commit(Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := committed(t, s, "/p", "run")
 	b2, _ := s.Begin("/p", "run", Meta{})
 	b2.NewImage()
 	b2.Abort()
@@ -216,24 +230,17 @@ func killRecordings(t *testing.T, killed Store) killedStarts {
 	b.NewImage()
 	k.intentA, k.dirA = b.intent, b.Meta.Dir
 	// Killed after committing (it recorded, then was cut).
-	c, _ := killed.Begin("/p", "b", Meta{})
-	c.NewImage()
-	addState(t, c.Meta.Image(), InitTag)
-	cm, err := c.Commit(Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cm := committed(t, killed, "/p", "b")
 	os.WriteFile(cm.Log(), make([]byte, 100), 0o600)
 	// A record being written.
 	k.tmp = filepath.Join(filepath.Dir(cm.Dir), ".b."+cm.ID+".json.tmp")
 	os.WriteFile(k.tmp, []byte("{"), 0o600)
 	// Killed while replacing b, after the new record: the old one's
 	// directory and the intent stay.
-	d, _ := killed.Begin("/p", "b", Meta{})
-	d.NewImage()
-	addState(t, d.Meta.Image(), InitTag)
+	d := started(t, killed, "/p", "b")
 	k.intentB = d.intent
 	raw, _ := os.ReadFile(k.intentB)
+	var err error
 	if k.b, err = d.Commit(Meta{}); err != nil {
 		t.Fatal(err)
 	}
@@ -249,13 +256,7 @@ func killRecordings(t *testing.T, killed Store) killedStarts {
 
 func TestCheckpointsAndEvict(t *testing.T) {
 	s := Store{Dir: t.TempDir()}
-	b, _ := s.Begin("/p", "a", Meta{})
-	b.NewImage()
-	addState(t, b.Meta.Image(), InitTag)
-	m, err := b.Commit(Meta{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := committed(t, s, "/p", "a")
 	for _, n := range []uint64{300, 100, 200} {
 		ck, err := s.NewCheckpoint(m, n)
 		if err != nil {

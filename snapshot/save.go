@@ -260,9 +260,7 @@ func (sv *save) undo() {
 		errs = append(errs, deleteTagIfPresent(dctx, sv.mon, sv.intent.Tag, sv.nodes))
 		cancel()
 	}
-	if err := os.Remove(sv.image); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
+	errs = append(errs, store.Remove(sv.image))
 	if err := errors.Join(errs...); err != nil {
 		sv.log.Warn("undo a failed snapshot save: the reaper finishes it", "id", sv.intent.ID, "err", err)
 		return
@@ -382,10 +380,7 @@ func (sv *save) commit(meta Meta) error {
 // cannot remove, the intent left names for the reaper.
 func (sv *save) finish() (Meta, error) {
 	if old := sv.intent.Replaces; old != nil {
-		var errs []error
-		if err := os.Remove(filepath.Join(sv.dir, old.Image)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
+		errs := []error{store.Remove(filepath.Join(sv.dir, old.Image))}
 		sv.step("old image removed")
 		if len(sv.nodes) > 0 && old.Tag != sv.intent.Tag {
 			errs = append(errs, deleteTagIfPresent(sv.ctx, sv.mon, old.Tag, sv.nodes))

@@ -22,6 +22,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
@@ -170,18 +171,6 @@ func newDisk(t *testing.T, dir string) string {
 	return disk
 }
 
-// shortDir is a private directory for sockets, whose paths a unix socket
-// bounds.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "snap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // assertWhole checks that the store holds exactly one snapshot "a", whole,
 // tagged tag, with nothing else in its directory, and that the drive
 // holds that tag alone.
@@ -230,7 +219,7 @@ func TestSaveTransaction(t *testing.T) {
 	needQEMUImg(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dir := shortDir(t)
+	dir := testfs.ShortDir(t)
 	disk := newDisk(t, dir)
 	g, err := startTiny(ctx, bin, dir, disk)
 	if err != nil {
@@ -363,7 +352,7 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 	for _, step := range kills {
 		t.Run(strings.ReplaceAll(step, " ", "_"), func(t *testing.T) {
 			t.Parallel() // two at a time (-parallel is GOMAXPROCS): each its own QEMU and store
-			dir := shortDir(t)
+			dir := testfs.ShortDir(t)
 			disk := newDisk(t, dir)
 			st := Store{Dir: filepath.Join(dir, "store")}
 			qemuID, oldTag := runKilledSave(t, step, strings.Join([]string{step, st.Dir, "/proj", disk, bin, dir}, "|"))

@@ -497,10 +497,7 @@ func (s Store) Delete(m Meta) error {
 		if _, err := read(rec); err == nil {
 			return fmt.Errorf("delete snapshot %q: it was saved again meanwhile; list the snapshots and delete it again if you meant the new one", m.Name)
 		}
-		err := os.Remove(rec)
-		if errors.Is(err, fs.ErrNotExist) {
-			err = nil
-		}
+		err := store.Remove(rec)
 		durable.SyncDir(filepath.Dir(rec))
 		return err
 	}
@@ -508,14 +505,9 @@ func (s Store) Delete(m Meta) error {
 	if cur, err := read(rec); err == nil && cur.Image != m.Image {
 		return os.Remove(m.Path)
 	}
-	errs := []error{}
-	for _, p := range []string{rec, m.Path} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
+	err := store.Remove(rec, m.Path)
 	durable.SyncDir(filepath.Dir(m.Path))
-	return errors.Join(errs...)
+	return err
 }
 
 // Total is the disk space all complete snapshots take, every project's:
@@ -534,31 +526,41 @@ func (s Store) Total() int64 {
 // CheckStage reports what would make Stage fail for a copy in dir, without
 // copying: the image unreadable, or too little room for it in dir.
 func (s Store) CheckStage(m Meta, dir string) error {
-	in, err := os.Open(m.Path)
+	in, size, err := openImage(m)
 	if err != nil {
-		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+		return err
 	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
-	}
+	in.Close()
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err == nil {
-		if free := int64(st.Bavail) * st.Bsize; free < fi.Size() {
-			return fmt.Errorf("stage snapshot %q: its image is %d bytes and %s has %d free: free some space there first", m.Name, fi.Size(), dir, free)
+		if free := int64(st.Bavail) * st.Bsize; free < size {
+			return fmt.Errorf("stage snapshot %q: its image is %d bytes and %s has %d free: free some space there first", m.Name, size, dir, free)
 		}
 	}
 	return nil
+}
+
+// openImage opens m's image to stage it, and says how large it is.
+func openImage(m Meta) (*os.File, int64, error) {
+	in, err := os.Open(m.Path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	fi, err := in.Stat()
+	if err != nil {
+		in.Close()
+		return nil, 0, fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+	}
+	return in, fi.Size(), nil
 }
 
 // Stage copies m's image to dst for a QEMU to load from: QEMU opens a
 // snapshot's image read-write, so each load gets a copy of its own and the
 // kept image stays as saved, however many guests load it at once.
 func (s Store) Stage(m Meta, dst string) error {
-	in, err := os.Open(m.Path)
+	in, _, err := openImage(m)
 	if err != nil {
-		return fmt.Errorf("stage snapshot %q: %w", m.Name, err)
+		return err
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

@@ -64,6 +64,29 @@ func (c *console) shows(want string) {
 	}
 }
 
+// printShows is QEMU printing s, after which the console shows want.
+func (c *console) printShows(s, want string) {
+	c.t.Helper()
+	c.print(s)
+	c.shows(want)
+}
+
+// syncHolds syncs the pump, after which the buffer holds exactly want
+// without waiting for the follower.
+func (c *console) syncHolds(want string) {
+	c.t.Helper()
+	c.p.sync()
+	c.holds(want)
+}
+
+// at checks that the pump's stream position is want.
+func (c *console) at(want int64) {
+	c.t.Helper()
+	if got := c.p.position(); got != want {
+		c.t.Errorf("position %d, want %d", got, want)
+	}
+}
+
 // holds checks that the buffer holds exactly want now.
 func (c *console) holds(want string) {
 	c.t.Helper()
@@ -77,14 +100,10 @@ func (c *console) holds(want string) {
 func TestPumpFollowsTheFile(t *testing.T) {
 	t.Parallel()
 	c := newConsole(t)
-	c.print("qemu-mcp tiny")
-	c.shows("qemu-mcp tiny")
+	c.printShows("qemu-mcp tiny", "qemu-mcp tiny")
 	c.print(" kernel 1.0\r\n")
-	c.print("tiny> ")
-	c.shows("qemu-mcp tiny kernel 1.0\r\ntiny> ")
-	if got := c.p.position(); got != int64(len("qemu-mcp tiny kernel 1.0\r\ntiny> ")) {
-		t.Errorf("position %d after %d bytes", got, len("qemu-mcp tiny kernel 1.0\r\ntiny> "))
-	}
+	c.printShows("tiny> ", "qemu-mcp tiny kernel 1.0\r\ntiny> ")
+	c.at(int64(len("qemu-mcp tiny kernel 1.0\r\ntiny> ")))
 }
 
 // A file larger than one read is copied whole.
@@ -96,8 +115,7 @@ func TestPumpCopiesMoreThanOneRead(t *testing.T) {
 		big[k] = 'a' + byte(k%26)
 	}
 	c.print(string(big))
-	c.p.sync()
-	c.holds(string(big))
+	c.syncHolds(string(big))
 }
 
 // sync copies at once what the file has: a caller that syncs sees what
@@ -121,24 +139,17 @@ func TestPumpSync(t *testing.T) {
 func TestPumpResetShowsReprintedBytesOnce(t *testing.T) {
 	t.Parallel()
 	c := newConsole(t)
-	c.print("boot\r\ntiny> ")
-	c.shows("boot\r\ntiny> ")
+	c.printShows("boot\r\ntiny> ", "boot\r\ntiny> ")
 
 	c.p.reset(0)
 	if fi, err := os.Stat(c.path); err != nil || fi.Size() != 0 {
 		t.Fatalf("the console file after a reset: %v %v, want it empty", fi, err)
 	}
-	if got := c.p.position(); got != 0 {
-		t.Errorf("position %d after a reset to 0", got)
-	}
+	c.at(0)
 	c.print("boot\r\n")
-	c.p.sync()
-	c.holds("boot\r\ntiny> ")
-	c.print("tiny> echo hi\r\n")
-	c.shows("boot\r\ntiny> echo hi\r\n")
-	if got := c.p.position(); got != int64(len("boot\r\ntiny> echo hi\r\n")) {
-		t.Errorf("position %d, want the stream's %d", got, len("boot\r\ntiny> echo hi\r\n"))
-	}
+	c.syncHolds("boot\r\ntiny> ")
+	c.printShows("tiny> echo hi\r\n", "boot\r\ntiny> echo hi\r\n")
+	c.at(int64(len("boot\r\ntiny> echo hi\r\n")))
 }
 
 // A reset to a start point within the stream (a checkpoint's console
@@ -146,14 +157,10 @@ func TestPumpResetShowsReprintedBytesOnce(t *testing.T) {
 func TestPumpResetToBase(t *testing.T) {
 	t.Parallel()
 	c := newConsole(t)
-	c.print("0123456789")
-	c.shows("0123456789")
+	c.printShows("0123456789", "0123456789")
 	c.p.reset(4)
-	c.print("456789ab")
-	c.shows("0123456789ab")
-	if got := c.p.position(); got != 12 {
-		t.Errorf("position %d, want 12", got)
-	}
+	c.printShows("456789ab", "0123456789ab")
+	c.at(12)
 }
 
 // What QEMU printed before a reset, and not yet copied, is kept: the reset
@@ -202,18 +209,13 @@ func TestPumpLoadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newConsoleOf(t, recorded{path: path, end: int64(len(all))})
-	c.print("0123")
-	c.shows("0123")
+	c.printShows("0123", "0123")
 	c.p.reset(10)
-	c.print("abc")
-	c.shows("0123456789abc")
-	if got := c.p.position(); got != 13 {
-		t.Errorf("position %d, want 13", got)
-	}
+	c.printShows("abc", "0123456789abc")
+	c.at(13)
 	// Back to the start, the same again adds nothing.
 	c.p.reset(0)
-	c.print("0123456789abcd")
-	c.shows("0123456789abcd")
+	c.printShows("0123456789abcd", "0123456789abcd")
 }
 
 // Without the recording's console (its server died while it recorded),
@@ -221,14 +223,11 @@ func TestPumpLoadAhead(t *testing.T) {
 func TestPumpLoadAheadWithoutTheRecordingsConsole(t *testing.T) {
 	t.Parallel()
 	c := newConsoleOf(t, recorded{path: filepath.Join(t.TempDir(), "console.log")})
-	c.print("0123")
-	c.shows("0123")
+	c.printShows("0123", "0123")
 	c.p.reset(10)
-	c.print("abc")
-	c.shows("0123abc")
+	c.printShows("abc", "0123abc")
 	c.p.reset(0)
-	c.print("0123456789abcd")
-	c.shows("0123abcd")
+	c.printShows("0123456789abcd", "0123abcd")
 }
 
 // A recording's console.log that lost its start (the console's ring
@@ -240,9 +239,7 @@ func TestPumpLoadAheadFromATruncatedConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newConsoleOf(t, recorded{path: path, end: 16})
-	c.print("0123")
-	c.shows("0123")
+	c.printShows("0123", "0123")
 	c.p.reset(12)
-	c.print("cd")
-	c.shows("012389abcd")
+	c.printShows("cd", "012389abcd")
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/recording"
@@ -27,14 +28,10 @@ type rig struct {
 	store recording.Store
 }
 
-func newRig(t *testing.T) *rig {
+// newRig is a rig for t, and t's context.
+func newRig(t *testing.T) (context.Context, *rig) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return &rig{t: t, dir: dir, root: t.TempDir(), store: recording.Store{Dir: t.TempDir()}}
+	return testContext(t), &rig{t: t, dir: testfs.ShortDir(t), root: t.TempDir(), store: recording.Store{Dir: t.TempDir()}}
 }
 
 // tinyConfig is the built-in kernel on the virt board.
@@ -97,6 +94,13 @@ func (g *recordingGuest) typeLine(t *testing.T, ctx context.Context, line string
 }
 
 // stop pauses the recording where it is and has QEMU quit, as a guest's
+// echo has the guest echo text, and waits for it and the prompt after it.
+func (g *recordingGuest) echo(t *testing.T, ctx context.Context, text string) {
+	t.Helper()
+	g.typeLine(t, ctx, "echo "+text)
+	g.expect(t, ctx, text+"\r\n"+tinyPrompt)
+}
+
 // stop does; then the recording is finished.
 func (g *recordingGuest) stop(t *testing.T, ctx context.Context) recording.Meta {
 	t.Helper()
@@ -147,12 +151,21 @@ func (r *rig) get(name string) recording.Meta {
 	return m
 }
 
+// stores checks that the store has the recording as its recorder finished
+// it.
+func (r *rig) stores(meta recording.Meta) {
+	r.t.Helper()
+	got := r.get(meta.Name)
+	if got.Status() != meta.State || got.State != meta.State || got.Ended != meta.Ended || got.Seen != meta.Seen || got.Instructions != meta.Instructions {
+		r.t.Errorf("the store has %+v, the recorder %+v", got, meta)
+	}
+}
+
 // A recording stopped by its guest's stop is complete up to the instruction
 // where the stop paused it, with what the guest printed.
 func TestRecordCompleteAfterPause(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	g := r.record(ctx, "run")
 	if g.rec.Name() != "run" {
 		t.Errorf("Name %q", g.rec.Name())
@@ -164,16 +177,13 @@ func TestRecordCompleteAfterPause(t *testing.T) {
 	if h, err := recording.ReadHeader(live.Log()); err != nil || h == 0 || h != live.LogVersion {
 		t.Errorf("the log's header while it records: %#x %v, want %#x", h, err, live.LogVersion)
 	}
-	g.typeLine(t, ctx, "echo recorded")
-	g.expect(t, ctx, "recorded\r\n"+tinyPrompt)
+	g.echo(t, ctx, "recorded")
 
 	meta := g.stop(t, ctx)
 	if meta.State != recording.Complete || meta.Ended != recording.EndedStopped || meta.Instructions == 0 || meta.Owner != nil || meta.Seconds <= 0 {
 		t.Fatalf("finished: %+v", meta)
 	}
-	if got := r.get("run"); got.State != meta.State || got.Instructions != meta.Instructions || got.Status() != recording.Complete {
-		t.Errorf("the store has %+v, the recorder %+v", got, meta)
-	}
+	r.stores(meta)
 	out, err := os.ReadFile(meta.Console())
 	if err != nil {
 		t.Fatal(err)
@@ -187,8 +197,7 @@ func TestRecordCompleteAfterPause(t *testing.T) {
 // replay finds.
 func TestRecordGuestShutDown(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	g := r.record(ctx, "off")
 	g.typeLine(t, ctx, "poweroff")
 	select {
@@ -200,17 +209,14 @@ func TestRecordGuestShutDown(t *testing.T) {
 	if meta.State != recording.Complete || meta.Ended != "the guest shut down" || meta.Instructions != 0 || meta.EndFound {
 		t.Fatalf("finished: %+v", meta)
 	}
-	if got := r.get("off"); got.Status() != recording.Complete || got.Ended != meta.Ended {
-		t.Errorf("the store has %+v", got)
-	}
+	r.stores(meta)
 }
 
 // A recording whose QEMU was killed is cut; how far it got was noted while
 // it ran.
 func TestRecordCutByKill(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	g := r.record(ctx, "cut")
 	// Progress is noted once a second.
 	deadline := time.Now().Add(5 * time.Second)
@@ -224,17 +230,14 @@ func TestRecordCutByKill(t *testing.T) {
 	if meta.State != recording.Cut || meta.Ended != "QEMU killed by SIGKILL" || meta.Instructions != 0 || meta.Seen == 0 {
 		t.Fatalf("finished: %+v", meta)
 	}
-	if got := r.get("cut"); got.Status() != recording.Cut || got.Seen != meta.Seen {
-		t.Errorf("the store has %+v", got)
-	}
+	r.stores(meta)
 }
 
 // A recording whose QEMU never started (or never saved its first state)
 // is removed, and the recording of that name made before stays.
 func TestRecordNeverCommittedIsAborted(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	before := r.record(ctx, "run").stop(t, ctx)
 
 	cfg := tinyConfig(t)
@@ -266,8 +269,7 @@ func TestRecordNeverCommittedIsAborted(t *testing.T) {
 // Begin refuses a bad name, and a drive it cannot read.
 func TestRecordBeginRefuses(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	cfg := tinyConfig(t)
 	if _, err := Begin(ctx, RecordConfig{Store: r.store, Root: r.root, Name: "../x", RuntimeDir: r.dir, Log: discard()}, &cfg); err == nil {
 		t.Error("Begin took the name ../x")
@@ -289,8 +291,7 @@ func TestRecordBeginRefuses(t *testing.T) {
 // server records for ever.
 func TestRecordCommitFailsAfterTheRecord(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	cfg := tinyConfig(t)
 	rec, err := Begin(ctx, RecordConfig{Store: r.store, Root: r.root, Name: "half", Instance: "a", RuntimeDir: r.dir, Log: discard()}, &cfg)
 	if err != nil {

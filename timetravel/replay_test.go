@@ -163,11 +163,9 @@ func (p *replaying) shows() []byte {
 // faithfully) its only start point is 0.
 func TestReplayTimeline(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	g := r.record(ctx, "run")
-	g.typeLine(t, ctx, "echo one")
-	g.expect(t, ctx, "one\r\n"+tinyPrompt)
+	g.echo(t, ctx, "one")
 	meta := g.stop(t, ctx)
 	printed, err := os.ReadFile(meta.Console())
 	if err != nil {
@@ -259,8 +257,7 @@ func TestReplayTimeline(t *testing.T) {
 // loading it: the kernel where OpenSBI left it.
 func TestReplayReadPhysical(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	meta := r.record(ctx, "mem").stop(t, ctx)
 	kernel, err := os.ReadFile(testguest.Tiny(t))
 	if err != nil {
@@ -293,11 +290,9 @@ func TestReplayReadPhysical(t *testing.T) {
 // printed up to there.
 func TestReplayFindsTheEndOfACutRecording(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
-	r := newRig(t)
+	ctx, r := newRig(t)
 	g := r.record(ctx, "cut")
-	g.typeLine(t, ctx, "echo before the kill")
-	g.expect(t, ctx, "before the kill\r\n"+tinyPrompt)
+	g.echo(t, ctx, "before the kill")
 	meta := g.kill(t, ctx)
 	if meta.State != recording.Cut {
 		t.Fatalf("killed: %+v", meta)

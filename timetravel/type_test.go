@@ -77,6 +77,38 @@ func (g *guestUART) reads() ([]string, string) {
 	return out, string(g.took)
 }
 
+// typeAll types in, all of which the guest must take.
+func typeAll(t *testing.T, ctx context.Context, con *serial.Console, in string) {
+	t.Helper()
+	n, err := TypePaced(ctx, con, []byte(in))
+	if err != nil || n != len(in) {
+		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
+	}
+}
+
+// typeUnechoed types in to a guest that takes only its first taken bytes
+// and then stops echoing; it is the NoEchoError that says so.
+func typeUnechoed(t *testing.T, ctx context.Context, con *serial.Console, in string, taken int) *NoEchoError {
+	t.Helper()
+	n, err := TypePaced(ctx, con, []byte(in))
+	var ne *NoEchoError
+	if n != taken || !errors.As(err, &ne) || !errors.Is(err, ErrNoEcho) {
+		t.Fatalf("TypePaced = %d, %v; want %d and a NoEchoError", n, err, taken)
+	}
+	return ne
+}
+
+// deafAfter answers as tinyEcho for the first n bytes the guest reads,
+// and echoes nothing after them.
+func deafAfter(n int) func(p, before []byte) []byte {
+	return func(p, before []byte) []byte {
+		if len(before) >= n {
+			return nil
+		}
+		return tinyEcho(p, before)
+	}
+}
+
 func newSerial(t *testing.T) *serial.Console {
 	t.Helper()
 	con, err := serial.Create(filepath.Join(t.TempDir(), "serial"))
@@ -109,50 +141,48 @@ func tinyEcho(p, before []byte) []byte {
 	return e
 }
 
-// A recording guest is given what is typed four bytes at a time, a line
-// ending alone, each after it echoed the last: all of it is taken.
-func TestTypePacedChunks(t *testing.T) {
-	t.Parallel()
-	ctx := testContext(t)
-	con := newSerial(t)
-	g := startGuest(t, con, tinyEcho)
-	in := "echo hello\rhelp\r"
-	n, err := TypePaced(ctx, con, []byte(in))
-	if err != nil || n != len(in) {
-		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
-	}
-	reads, took := g.reads()
-	want := []string{"echo", " hel", "lo", "\r", "help", "\r"}
-	if took != in || !slices.Equal(reads, want) {
-		t.Errorf("the guest read %q (%q), want %q", reads, took, want)
-	}
-	if out, _ := con.Buffer().Read(0, 1<<10); !bytes.Equal(out, []byte("echo hello\r\nhelp\r\n")) {
-		t.Errorf("the console shows %q", out)
-	}
-}
-
-// A line ending that starts a chunk goes alone, as does one after text:
-// its echo is a new line, which is all that is waited for. Control
-// characters are taken once the guest printed anything after them.
-func TestTypePacedLineEndingsAndControls(t *testing.T) {
-	t.Parallel()
-	ctx := testContext(t)
-	con := newSerial(t)
+// A guest that echoes what it is given takes all of it, chunk by chunk,
+// each after it echoed the last.
+func TestTypePacedTakesAll(t *testing.T) {
 	// A shell that answers Ctrl-C with "^C" and a new line.
-	g := startGuest(t, con, func(p, before []byte) []byte {
+	ctrlC := func(p, before []byte) []byte {
 		if bytes.Equal(p, []byte{3}) {
 			return []byte("^C\r\n")
 		}
 		return tinyEcho(p, before)
-	})
-	in := "\nab\n\x03"
-	n, err := TypePaced(ctx, con, []byte(in))
-	if err != nil || n != len(in) {
-		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
 	}
-	reads, _ := g.reads()
-	if want := []string{"\n", "ab", "\n", "\x03"}; !slices.Equal(reads, want) {
-		t.Errorf("the guest read %q, want %q", reads, want)
+	for _, c := range []struct {
+		name  string
+		echo  func(p, before []byte) []byte
+		in    string
+		reads []string
+		shows string // what the console shows, where the case says
+	}{
+		// Four bytes at a time, a line ending alone.
+		{"chunks", tinyEcho, "echo hello\rhelp\r", []string{"echo", " hel", "lo", "\r", "help", "\r"}, "echo hello\r\nhelp\r\n"},
+		// A line ending that starts a chunk goes alone, as does one after
+		// text: its echo is a new line, which is all that is waited for.
+		// Control characters are taken once the guest printed anything
+		// after them.
+		{"line endings and controls", ctrlC, "\nab\n\x03", []string{"\n", "ab", "\n", "\x03"}, ""},
+		// A CR LF pair is one line ending: a guest that ends the line at
+		// the CR and ignores the LF after it (the tiny kernel, many line
+		// editors) echoes one new line for both, and takes them.
+		{"CR LF", tinyEcho, "echo\r\nhelp\r\n", []string{"echo", "\r\n", "help", "\r\n"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			con := newSerial(t)
+			g := startGuest(t, con, c.echo)
+			typeAll(t, ctx, con, c.in)
+			if reads, took := g.reads(); took != c.in || !slices.Equal(reads, c.reads) {
+				t.Errorf("the guest read %q (%q), want %q", reads, took, c.reads)
+			}
+			if out, _ := con.Buffer().Read(0, 1<<10); c.shows != "" && string(out) != c.shows {
+				t.Errorf("the console shows %q, want %q", out, c.shows)
+			}
+		})
 	}
 }
 
@@ -163,11 +193,7 @@ func TestTypePacedNoEcho(t *testing.T) {
 	ctx := testContext(t)
 	con := newSerial(t)
 	g := startGuest(t, con, func(p, before []byte) []byte { return nil })
-	n, err := TypePaced(ctx, con, []byte("echo hi\r"))
-	var ne *NoEchoError
-	if n != 0 || !errors.As(err, &ne) || !errors.Is(err, ErrNoEcho) {
-		t.Fatalf("TypePaced = %d, %v; want 0 and a NoEchoError", n, err)
-	}
+	ne := typeUnechoed(t, ctx, con, "echo hi\r", 0)
 	if ne.From != 0 || string(ne.Chunk) != "echo" || ne.Within != echoWait {
 		t.Errorf("NoEchoError %+v, want bytes 0..4 (\"echo\") within %v", ne, echoWait)
 	}
@@ -182,19 +208,9 @@ func TestTypePacedPartialEcho(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	con := newSerial(t)
-	// It echoes its first eight bytes, then goes deaf.
-	g := startGuest(t, con, func(p, before []byte) []byte {
-		if len(before) >= 8 {
-			return nil
-		}
-		return tinyEcho(p, before)
-	})
+	g := startGuest(t, con, deafAfter(8))
 	in := "echo hello world\r"
-	n, err := TypePaced(ctx, con, []byte(in))
-	var ne *NoEchoError
-	if n != 8 || !errors.As(err, &ne) {
-		t.Fatalf("TypePaced = %d, %v; want 8 and a NoEchoError", n, err)
-	}
+	ne := typeUnechoed(t, ctx, con, in, 8)
 	if ne.From != 8 || string(ne.Chunk) != "lo w" {
 		t.Errorf("NoEchoError from %d chunk %q, want from 8 chunk \"lo w\"", ne.From, ne.Chunk)
 	}
@@ -208,12 +224,7 @@ func TestTypePacedPartialEcho(t *testing.T) {
 func TestTypePacedCancelled(t *testing.T) {
 	t.Parallel()
 	con := newSerial(t)
-	g := startGuest(t, con, func(p, before []byte) []byte {
-		if len(before) >= 4 {
-			return nil
-		}
-		return tinyEcho(p, before)
-	})
+	g := startGuest(t, con, deafAfter(4))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -245,24 +256,5 @@ func TestTypePacedNothing(t *testing.T) {
 	}
 	if reads, _ := g.reads(); len(reads) != 0 {
 		t.Errorf("the guest read %q", reads)
-	}
-}
-
-// A CR LF pair is one line ending: a guest that ends the line at the CR
-// and ignores the LF after it (the tiny kernel, many line editors) echoes
-// one new line for both, and takes them.
-func TestTypePacedCRLF(t *testing.T) {
-	t.Parallel()
-	ctx := testContext(t)
-	con := newSerial(t)
-	g := startGuest(t, con, tinyEcho)
-	in := "echo\r\nhelp\r\n"
-	n, err := TypePaced(ctx, con, []byte(in))
-	if err != nil || n != len(in) {
-		t.Fatalf("TypePaced = %d, %v; want %d, nil", n, err, len(in))
-	}
-	reads, _ := g.reads()
-	if want := []string{"echo", "\r\n", "help", "\r\n"}; !slices.Equal(reads, want) {
-		t.Errorf("the guest read %q, want %q", reads, want)
 	}
 }

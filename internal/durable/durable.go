@@ -14,11 +14,32 @@ import (
 // exist (a writer that owns its temporary name); otherwise a tmp left by a
 // killed writer is overwritten.
 func WriteFile(path, tmp string, b []byte, exclusive bool) error {
-	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC | syscall.O_NOFOLLOW
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
 	if exclusive {
-		flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL | syscall.O_NOFOLLOW
+		flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL
 	}
-	f, err := os.OpenFile(tmp, flag, 0o600)
+	if err := write(tmp, flag, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// CreateFile writes b to path, which must not exist, and fsyncs it: a
+// file written in place, which a record names only once it is whole. If
+// writing fails, the file is removed.
+func CreateFile(path string, b []byte) error {
+	return write(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, b)
+}
+
+// write writes b to the file path opened with flag (never through a
+// link) and fsyncs it. A file it opened but could not write whole is
+// removed; one it could not open is not its own, and stays.
+func write(path string, flag int, b []byte) error {
+	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -29,14 +50,10 @@ func WriteFile(path, tmp string, b []byte, exclusive bool) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
 	if err != nil {
-		os.Remove(tmp)
-		return err
+		os.Remove(path)
 	}
-	return SyncDir(filepath.Dir(path))
+	return err
 }
 
 // SyncDir makes a directory's entries (a rename, a new file) durable.

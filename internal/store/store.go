@@ -16,6 +16,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -180,6 +181,18 @@ func SyncFile(path string) error {
 		err = cerr
 	}
 	return err
+}
+
+// Remove removes the files at paths, in order: one already gone is not an
+// error, and the errors of the others are joined.
+func Remove(paths ...string) error {
+	var errs []error
+	for _, p := range paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Allocated is the disk space a file takes: images are sparse, so their

@@ -196,3 +196,26 @@ func TestSweep(t *testing.T) {
 		t.Errorf("a store that is a file: %v", err)
 	}
 }
+
+// Remove removes what is there, passes over what is gone already, and
+// reports what it could not remove without stopping at it.
+func TestRemove(t *testing.T) {
+	dir := t.TempDir()
+	a, gone, full, b := filepath.Join(dir, "a"), filepath.Join(dir, "gone"), filepath.Join(dir, "full"), filepath.Join(dir, "b")
+	for _, p := range []string{a, b, filepath.Join(full, "x")} {
+		os.MkdirAll(filepath.Dir(p), 0o700)
+		os.WriteFile(p, nil, 0o600)
+	}
+	if err := Remove(a, gone); err != nil {
+		t.Errorf("Remove of a file and of one gone: %v", err)
+	}
+	err := Remove(full, b)
+	if err == nil || !strings.Contains(err.Error(), full) {
+		t.Errorf("Remove of a full directory: %v, want it named", err)
+	}
+	for _, p := range []string{a, b} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after Remove: %v", p, err)
+		}
+	}
+}

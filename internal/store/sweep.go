@@ -112,7 +112,7 @@ func (sw *Sweep[L]) Found(l L) { sw.Removed = append(sw.Removed, l) }
 // l is not listed if that fails.
 func (sw *Sweep[L]) Remove(path string, l L) {
 	if sw.Act {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := Remove(path); err != nil {
 			sw.Fail(err)
 			return
 		}
