@@ -5,6 +5,12 @@
 // one, and package archs lists them.
 package arch
 
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+)
+
 // Arch is one guest architecture.
 type Arch interface {
 	// Name is the architecture as users name it ("riscv64", "aarch64").
@@ -82,3 +88,16 @@ type Timer struct {
 // Device is the name of a virtio device of kind ("blk", "net", "9p",
 // "gpu", "keyboard", "tablet") on q's board.
 func (q QEMU) Device(kind string) string { return "virtio-" + kind + "-" + q.Virtio }
+
+// ELFMachine is the machine an ELF header names; ok is false if head is
+// no ELF's start.
+func ELFMachine(head []byte) (m elf.Machine, ok bool) {
+	if len(head) < 20 || !bytes.HasPrefix(head, []byte(elf.ELFMAG)) {
+		return 0, false
+	}
+	var bo binary.ByteOrder = binary.LittleEndian
+	if elf.Data(head[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		bo = binary.BigEndian
+	}
+	return elf.Machine(bo.Uint16(head[18:20])), true
+}

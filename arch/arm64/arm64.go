@@ -6,7 +6,6 @@ package arm64
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
 )
@@ -45,12 +44,8 @@ func (arm64) QEMU() arch.QEMU {
 // Kernel knows an AArch64 ELF and a Linux arm64 Image, whose header has
 // "ARM\x64" at 56.
 func (arm64) Kernel(head []byte) bool {
-	if len(head) >= 20 && bytes.HasPrefix(head, []byte(elf.ELFMAG)) {
-		var bo binary.ByteOrder = binary.LittleEndian
-		if elf.Data(head[elf.EI_DATA]) == elf.ELFDATA2MSB {
-			bo = binary.BigEndian
-		}
-		return elf.Machine(bo.Uint16(head[18:20])) == elf.EM_AARCH64
+	if m, ok := arch.ELFMachine(head); ok {
+		return m == elf.EM_AARCH64
 	}
 	return len(head) >= 60 && bytes.Equal(head[56:60], []byte("ARM\x64"))
 }

@@ -5,7 +5,6 @@ package riscv64
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
 )
@@ -42,19 +41,8 @@ func (riscv64) QEMU() arch.QEMU {
 // Kernel knows a RISC-V ELF and a Linux riscv Image, whose header has
 // "RISCV\0\0\0" at 48 and "RSC\x05" at 56.
 func (riscv64) Kernel(head []byte) bool {
-	if m, ok := elfMachine(head); ok {
+	if m, ok := arch.ELFMachine(head); ok {
 		return m == elf.EM_RISCV
 	}
 	return len(head) >= 60 && bytes.Equal(head[56:60], []byte("RSC\x05"))
-}
-
-func elfMachine(head []byte) (elf.Machine, bool) {
-	if len(head) < 20 || !bytes.HasPrefix(head, []byte(elf.ELFMAG)) {
-		return 0, false
-	}
-	var bo binary.ByteOrder = binary.LittleEndian
-	if elf.Data(head[elf.EI_DATA]) == elf.ELFDATA2MSB {
-		bo = binary.BigEndian
-	}
-	return elf.Machine(bo.Uint16(head[18:20])), true
 }
