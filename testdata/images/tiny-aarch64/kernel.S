@@ -33,15 +33,11 @@
 	.equ	UART_BASE,	0x09000000	/* PL011 */
 	.equ	UART_DR,	0x000		/* data (32-bit access) */
 	.equ	UART_FR,	0x018		/* flags */
-	.equ	UART_IBRD,	0x024
-	.equ	UART_FBRD,	0x028
-	.equ	UART_LCR_H,	0x02c
 	.equ	UART_CR,	0x030
 	.equ	FR_BUSY_BIT,	3		/* transmitting */
 	.equ	FR_RXFE_BIT,	4		/* receive FIFO empty */
 	.equ	FR_TXFF_BIT,	5		/* transmit FIFO full */
 	.equ	FR_TXFE_BIT,	7		/* transmit FIFO empty */
-	.equ	LCR_H_8N1_FIFO,	0x70		/* WLEN 8 bits, FEN */
 	.equ	CR_ON,		0x301		/* UARTEN, TXE, RXE */
 
 	.equ	PSCI_SYSTEM_OFF, 0x84000008
@@ -124,11 +120,11 @@ _start:
 	mov	x29, #0				/* end of the frame chain */
 	mov	x30, #0
 
-	/* The UART: 8N1 with FIFOs, receiver and transmitter on (firmware
-	 * would have done it; QEMU may ignore a disabled UART's data). */
+	/* The UART: enabled, receiver and transmitter on, as firmware would
+	 * leave it. The FIFOs stay as they are (off after reset): turning
+	 * them on empties the receive FIFO, and QEMU 11.1 then stops handing
+	 * over input that arrived before (it resumes only on a DR read). */
 	mov	x9, #UART_BASE
-	mov	w10, #LCR_H_8N1_FIFO
-	str	w10, [x9, #UART_LCR_H]
 	mov	w10, #CR_ON
 	str	w10, [x9, #UART_CR]
 
