@@ -12,7 +12,7 @@
  * The code runs at whatever EL it is entered at, with the MMU and the
  * caches off; it only touches the registers of that EL, and the code is
  * position independent: every reference to its own symbols is PC-relative
- * (adr, adrp + :lo12:, b, bl). Only device addresses are absolute.
+ * (adrp + :lo12:, b, bl). Only device addresses are absolute.
  *
  * Entry: x0 = dtb (unused). Only CPU 0 (MPIDR affinity 0.0.0.0) runs the
  * shell; QEMU's virt board keeps the others powered off until a PSCI
@@ -20,7 +20,7 @@
  *
  * The behaviour (strings, line editing, flood pattern) is the riscv64
  * kernel's contract, which tests match on; see README.md next to this file
- * for where aarch64 differs (exit N).
+ * for where aarch64 differs (poweroff at EL3, exit N).
  *
  * The virtio drivers are the riscv64 kernel's own ../tiny/virtio.c,
  * compiled for aarch64 (-mgeneral-regs-only: FP/SIMD may trap at reset).
