@@ -9,9 +9,16 @@
  *   tk_cmd_input()         the "input" command
  *   tk_cmd_gfx()           the "gfx" command
  *
+ * The same file serves both tiny kernels: riscv64 (tiny/kernel.S) and
+ * aarch64 (tiny-aarch64/kernel.S). What differs between the two virt boards
+ * (console UART, where the virtio-mmio transports are and how many, the
+ * memory barrier) is in the one architecture block below; the drivers
+ * themselves are the same code.
+ *
  * Everything is polled: interrupts are never enabled, the drivers watch the
- * used rings. The MMU is off (satp = 0), so the address of a buffer as the
- * code computes it (PC-relative, -mcmodel=medany) is its physical address.
+ * used rings. The MMU is off (riscv64: satp = 0; aarch64: SCTLR_ELx.M = 0),
+ * so the address of a buffer as the code computes it (PC-relative:
+ * -mcmodel=medany on riscv64, adrp/add on aarch64) is its physical address.
  * The code must stay position independent: no absolute addresses of our
  * own symbols (no pointer tables, no jump tables); scripts/build-tiny-kernel
  * rejects absolute relocations. Only device addresses are absolute.
@@ -32,16 +39,42 @@ typedef int s32;
 
 #define NULL ((void *)0)
 
-/* ns16550 UART, polled */
+/*
+ * The architecture block: the board's console UART (polled; CON_TX_READY
+ * and CON_TX), its virtio-mmio transports (VIO_BASE + i * VIO_STRIDE,
+ * i < VIO_SLOTS, scanned in address order) and the barrier that orders
+ * guest RAM against device registers (FENCE).
+ */
+#if defined(__riscv)
+/* riscv64 virt: ns16550 UART, eight transports from 0x10001000. */
 #define UART_BASE	0x10000000UL
 #define UART_THR	0
 #define UART_LSR	5
 #define LSR_THRE	0x20
-
-/* virtio-mmio transports of the virt board */
+#define CON_TX_READY()	(rd8(UART_BASE, UART_LSR) & LSR_THRE)
+#define CON_TX(c)	wr8(UART_BASE, UART_THR, (c))
 #define VIO_BASE	0x10001000UL
 #define VIO_STRIDE	0x1000UL
 #define VIO_SLOTS	8
+#define FENCE		"fence iorw, iorw"
+#elif defined(__aarch64__)
+/* aarch64 virt: PL011 UART (32-bit registers), 32 transports from
+ * 0x0a000000, 0x200 apart. dsb sy: RAM writes complete before the
+ * register write that hands them to the device, and the other way round. */
+#define UART_BASE	0x09000000UL
+#define UART_DR		0x000
+#define UART_FR		0x018
+#define FR_TXFF		0x20
+#define CON_TX_READY()	(!(rd32(UART_BASE, UART_FR) & FR_TXFF))
+#define CON_TX(c)	wr32(UART_BASE, UART_DR, (c))
+#define VIO_BASE	0x0a000000UL
+#define VIO_STRIDE	0x200UL
+#define VIO_SLOTS	32
+#define FENCE		"dsb sy"
+#else
+#error "tiny kernel: unsupported architecture (riscv64 or aarch64)"
+#endif
+
 #define VIO_MAGIC	0x74726976		/* "virt" */
 
 #define R_MAGIC			0x000
@@ -246,7 +279,7 @@ static int gpu_ready;
 
 static inline void fence(void)
 {
-	__asm__ volatile("fence iorw, iorw" ::: "memory");
+	__asm__ volatile(FENCE ::: "memory");
 }
 
 static inline u32 rd32(u64 base, u32 off)
@@ -281,9 +314,9 @@ static void zero(void *p, u64 n)
 
 static void con_putc(char c)
 {
-	while (!(rd8(UART_BASE, UART_LSR) & LSR_THRE))
+	while (!CON_TX_READY())
 		;
-	wr8(UART_BASE, UART_THR, (u8)c);
+	CON_TX((u8)c);
 }
 
 static void con_puts(const char *s)
@@ -780,7 +813,7 @@ fail:
 /* ---- boot probe ---- */
 
 /*
- * Scan the eight virtio-mmio slots in address order and print one line per
+ * Scan the board's virtio-mmio slots in address order and print one line per
  * virtio-input or virtio-gpu device found. Input devices are started right
  * away (event buffers queued); the GPU is only brought up by "gfx".
  */
