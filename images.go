@@ -17,6 +17,16 @@ var TinyKernel []byte
 //go:embed testdata/images/tiny.elf
 var TinyKernelELF []byte
 
+// TinyKernelAarch64 and TinyKernelAarch64ELF are the tiny kernel for
+// aarch64 (testdata/images/tiny-aarch64/): the same shell on the virt
+// board's PL011, loaded by QEMU at EL1 (no firmware).
+//
+//go:embed testdata/images/tiny-aarch64.bin
+var TinyKernelAarch64 []byte
+
+//go:embed testdata/images/tiny-aarch64.elf
+var TinyKernelAarch64ELF []byte
+
 // Image is a built-in kernel: what QEMU boots, and its ELF with symbols.
 type Image struct{ Kernel, ELF []byte }
 
@@ -26,4 +36,5 @@ func Tiny(arch string) Image { return tiny[arch] }
 
 var tiny = map[string]Image{
 	"riscv64": {TinyKernel, TinyKernelELF},
+	"aarch64": {TinyKernelAarch64, TinyKernelAarch64ELF},
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
@@ -25,27 +27,15 @@ import (
 const (
 	tinyAarch64     = "testdata/images/tiny-aarch64.bin"
 	tinyAarch64ELF  = "testdata/images/tiny-aarch64.elf"
-	tinyAarch64Env  = "QEMU_MCP_QEMU_AARCH64"
 	tinyBanner      = "qemu-mcp tiny kernel 1.0 (hart 0)\r\ntype 'help' for commands\r\n"
 	tinyPrompt      = "tiny> "
 	tinyHelpHeader  = "commands: help echo panic flood poweroff exit\r\n"
 	tinyPoweroffMsg = "Powering off\r\n"
 )
 
-// qemuAarch64 is $QEMU_MCP_QEMU_AARCH64 (scripts/qemu11 --arch aarch64
-// prints QEMU 11's), else qemu-system-aarch64 on PATH; the test skips
-// without one.
-func qemuAarch64(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv(tinyAarch64Env); p != "" {
-		return p
-	}
-	p, err := exec.LookPath("qemu-system-aarch64")
-	if err != nil {
-		t.Skip("qemu-system-aarch64 not found: run scripts/deps (installs qemu-system-arm), or set " + tinyAarch64Env)
-	}
-	return p
-}
+// qemuAarch64 is the tests' aarch64 QEMU (testguest.ArchQEMU): the test
+// is QEMU-facing, and skips without one.
+func qemuAarch64(t *testing.T) string { return testguest.ArchQEMU(t, arm64.Arch) }
 
 // aarch64Guest is a running qemu-system-aarch64 whose serial console is
 // its stdin and stdout.

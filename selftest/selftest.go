@@ -114,6 +114,7 @@ func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Conf
 		} `json:"paths"`
 	}
 	var qemuID proc.Identity
+	var others []proc.Identity // the other architectures' QEMUs
 	steps := []struct {
 		name string
 		f    func() (string, error)
@@ -209,6 +210,33 @@ func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Conf
 			}
 			return "status " + out.Return.Status, nil
 		}},
+		{"other architectures", func() (string, error) {
+			var info struct {
+				Arches []struct {
+					Name    string `json:"name"`
+					Binary  string `json:"binary"`
+					Found   bool   `json:"found"`
+					Builtin bool   `json:"builtin_kernel"`
+				} `json:"architectures"`
+			}
+			if err := call("server_info", nil, &info); err != nil {
+				return "", err
+			}
+			var done []string
+			for _, a := range info.Arches[1:] {
+				if !a.Found || !a.Builtin {
+					done = append(done, a.Name+": skipped (no "+a.Binary+")")
+					continue
+				}
+				id, err := otherArch(call, a.Name)
+				if err != nil {
+					return "", fmt.Errorf("%s: %w", a.Name, err)
+				}
+				others = append(others, id)
+				done = append(done, a.Name+": booted, echoed, shut down")
+			}
+			return strings.Join(done, "; "), nil
+		}},
 		{"shutdown", func() (string, error) {
 			var out struct {
 				How        string `json:"how"`
@@ -223,8 +251,10 @@ func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Conf
 			return "registry record removed", closeServer()
 		}},
 		{"nothing left behind", func() (string, error) {
-			if live, _, _ := proc.Check(qemuID); live == proc.Alive {
-				return "", fmt.Errorf("qemu pid %d still running", qemuID.PID)
+			for _, id := range append([]proc.Identity{qemuID}, others...) {
+				if live, _, _ := proc.Check(id); live == proc.Alive {
+					return "", fmt.Errorf("qemu pid %d still running", id.PID)
+				}
 			}
 			left, err := leftovers(set.RuntimeDir, os.Getpid())
 			if err != nil {
@@ -243,6 +273,43 @@ func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Conf
 	}
 	fmt.Fprintf(w, "selftest passed in %.1f ms\n", float64(time.Since(start).Microseconds())/1000)
 	return nil
+}
+
+// otherArch boots the built-in tiny kernel of architecture arch as a guest
+// of its own, checks an echo round trip and shuts it down; id is its QEMU.
+func otherArch(call func(name string, args, out any) error, arch string) (id proc.Identity, err error) {
+	name := "selftest-" + arch
+	var boot struct {
+		PID     int    `json:"pid"`
+		Matched bool   `json:"matched"`
+		Output  string `json:"output"`
+	}
+	if err := call("qemu_boot", map[string]any{"instance": name, "arch": arch, "wait_for": `tiny> $`, "timeout": 30}, &boot); err != nil {
+		return id, err
+	}
+	if info, err := proc.Stat(boot.PID); err == nil {
+		id = proc.Identity{PID: info.PID, StartTime: info.StartTime}
+	}
+	defer func() {
+		if serr := call("qemu_shutdown", map[string]any{"instance": name}, nil); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	if !boot.Matched {
+		return id, fmt.Errorf("prompt not seen; output: %q", tail(boot.Output))
+	}
+	token := randomToken()
+	var out struct {
+		Matched bool   `json:"matched"`
+		Output  string `json:"output"`
+	}
+	if err := call("serial_send", map[string]any{"instance": name, "data": "echo " + token, "wait_for": token + `\r?\n`, "timeout": 10}, &out); err != nil {
+		return id, err
+	}
+	if !out.Matched {
+		return id, fmt.Errorf("echo of %s not seen; output: %q", token, out.Output)
+	}
+	return id, nil
 }
 
 // leftovers lists entries of dir that carry pid in their name.

@@ -1,0 +1,122 @@
+package tools_test
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/instance"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
+)
+
+// aarch64Session is a session whose server boots aarch64 guests with the
+// tests' aarch64 QEMU and the built-in aarch64 tiny kernel, beside
+// riscv64's.
+func aarch64Session(t *testing.T, adjust func(*testConfig)) (*session, string) {
+	t.Helper()
+	kernel, elf, q := testguest.ArchTiny(t, arm64.Arch)
+	k, err := os.ReadFile(kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := os.ReadFile(elf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSessionWith(t, func(c *testConfig) {
+		c.Platforms = map[string]instance.Platform{"aarch64": {QEMU: q, Kernel: k, Symbols: e}}
+		if adjust != nil {
+			adjust(c)
+		}
+	}, nil)
+	return s, q
+}
+
+// qemu_boot {arch: "aarch64"} with no kernel boots the built-in aarch64
+// tiny kernel on the aarch64 QEMU: the console, QMP (with the GIC's own
+// query, which riscv64 guests are refused), a snapshot restored three
+// times with its state, and poweroff all work as on riscv64; server_info
+// lists the architecture.
+func TestAarch64TinyKernel(t *testing.T) {
+	snaps := t.TempDir()
+	s, q := aarch64Session(t, func(c *testConfig) { c.Snapshots = snaps })
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"arch": "aarch64", "wait_for": prompt, "timeout": 30}, &b)
+	if !b.Matched || !strings.Contains(b.Output, "qemu-mcp tiny kernel") {
+		t.Fatalf("boot: %+v", b)
+	}
+	var st struct {
+		Arch string   `json:"arch"`
+		Argv []string `json:"argv"`
+	}
+	s.mustCall("qemu_status", nil, &st)
+	if len(st.Argv) == 0 || st.Argv[0] != q || !slices.Contains(st.Argv, "virt,gic-version=3") || slices.Contains(st.Argv, "-bios") {
+		t.Errorf("command line %q: want %s, the GICv3 virt board and no -bios", st.Argv, q)
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo on", "newline": "none", "match_echo": true, "wait_for": "echo on"}, &w)
+	var gic struct {
+		Return []struct {
+			Version  int  `json:"version"`
+			Emulated bool `json:"emulated"`
+		} `json:"return"`
+	}
+	s.mustCall("qmp_command", map[string]any{"command": "query-gic-capabilities"}, &gic)
+	if !slices.ContainsFunc(gic.Return, func(g struct {
+		Version  int  `json:"version"`
+		Emulated bool `json:"emulated"`
+	}) bool {
+		return g.Version == 3 && g.Emulated
+	}) {
+		t.Errorf("query-gic-capabilities: %+v, want an emulated GICv3", gic)
+	}
+	var si snapInfo
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "base"}, &si)
+	s.mustCall("serial_send", map[string]any{"data": "x", "wait_for": "onx\r\ntiny> $"}, &w)
+	for k := range 3 {
+		var lo loadFull
+		s.mustCall("qemu_snapshot_load", map[string]any{"name": "base"}, &lo)
+		s.mustCall("serial_send", map[string]any{"data": "e", "wait_for": `\r\n(on\w+)\r\ntiny> $`}, &w)
+		if !w.Matched || !strings.Contains(w.Output, "\none\n") {
+			t.Fatalf("restore %d: %+v", k, w)
+		}
+	}
+	var info struct {
+		Arches []instance.ArchHealth `json:"architectures"`
+	}
+	s.mustCall("server_info", nil, &info)
+	if i := slices.IndexFunc(info.Arches, func(a instance.ArchHealth) bool { return a.Name == "aarch64" }); i < 0 ||
+		!info.Arches[i].Found || !info.Arches[i].Builtin || info.Arches[i].Binary != q || !strings.Contains(info.Arches[i].Version, "QEMU emulator version") {
+		t.Errorf("server_info architectures: %+v", info.Arches)
+	}
+	s.mustCall("serial_send", map[string]any{"data": "poweroff", "wait_for": prompt, "timeout": 20}, &w)
+	if !w.Exited {
+		t.Errorf("poweroff: %+v, want QEMU to exit", w)
+	}
+	var after struct {
+		State      string `json:"state"`
+		ExitStatus *int   `json:"exit_status"`
+	}
+	s.mustCall("qemu_status", nil, &after)
+	if after.State != "stopped" || after.ExitStatus == nil || *after.ExitStatus != 0 {
+		t.Errorf("after poweroff: %+v", after)
+	}
+}
+
+// A riscv64 guest is refused the aarch64 board's GIC query, and an arm64
+// kernel named as riscv64 is refused before QEMU starts.
+func TestArchRefusals(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := aarch64Session(t, func(c *testConfig) { c.WorkDir = dir })
+	s.bootTiny()
+	s.wantError("qmp_command", map[string]any{"command": "query-gic-capabilities"}, "other-machines")
+	img := make([]byte, 4096)
+	copy(img[56:], "ARM\x64")
+	if err := os.WriteFile(dir+"/Image", img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.wantError("qemu_boot", map[string]any{"instance": "b", "kernel": "Image", "arch": "riscv64"},
+		"is a aarch64 kernel, but arch riscv64 was asked")
+}
