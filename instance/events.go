@@ -9,6 +9,7 @@ import (
 	goqmp "github.com/digitalocean/go-qemu/qmp"
 
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/serial"
 )
 
 // Event is a QMP event that says what happened to the guest.
@@ -205,10 +206,30 @@ func (l *eventLog) follow(mch *qemu.Process, log *slog.Logger) <-chan struct{} {
 			if !guestEvents[ev.Event] {
 				continue
 			}
-			l.add(Event{Event: ev.Event, Time: eventTime(ev), Data: ev.Data, Cursor: mch.Console().Buffer().End()})
+			l.record(mch.Console(), Event{Event: ev.Event, Time: eventTime(ev), Data: ev.Data})
 		}
 	}()
 	return done
+}
+
+// eventSync bounds how long recording an event waits for the console to
+// take in the output before it.
+const eventSync = time.Second
+
+// record adds ev once con holds all that QEMU wrote to it before it sent
+// ev, and stamps ev with con's end then. QEMU writes the guest's output
+// (the power-off message) before it sends the event that follows it
+// (SHUTDOWN), but on other channels: the console's reader may not have
+// read the output yet when the event arrives. A wait the event ends looks
+// at the console a last time, and must find that output there.
+func (l *eventLog) record(con *serial.Console, ev Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), eventSync)
+	// On an error (a reader slower than eventSync) the event is stamped
+	// with the end as it is.
+	con.Sync(ctx)
+	cancel()
+	ev.Cursor = con.Buffer().End()
+	l.add(ev)
 }
 
 // exited records QEMU's own exit (not a stop) as a SHUTDOWN event when

@@ -3,6 +3,8 @@ package instance
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -66,6 +68,49 @@ func TestReadDone(t *testing.T) {
 	}
 	close(read)
 	<-l.readDone(a)
+}
+
+// An event is recorded after the output QEMU wrote before it sent the
+// event, however late the console's reader is to that output: the event's
+// cursor is past it, and a wait the event ends has it.
+func TestEventAfterItsOutput(t *testing.T) {
+	ctx := testContext(t)
+	con, err := serial.Create(filepath.Join(t.TempDir(), "serial-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer con.Close()
+	out, err := os.OpenFile(con.OutPath(), os.O_WRONLY, 0) // as QEMU does
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	var l eventLog
+	never := []*regexp.Regexp{regexp.MustCompile("never")}
+	for k := range 20 {
+		from := con.Buffer().End()
+		waited := make(chan serial.Result, 1)
+		stop := l.waker()
+		go func() {
+			res, err := con.Buffer().WaitFor(ctx, from, serial.Spec{Patterns: never, Timeout: 10 * time.Second, Stop: stop})
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- res
+		}()
+		line := fmt.Sprintf("Powering off %d\r\n", k)
+		if _, err := out.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		l.record(con, Event{Event: "SHUTDOWN", Time: time.Now(), Data: map[string]any{"reason": "guest-shutdown"}})
+		evs, _ := l.recent(1)
+		if want := from + int64(len(line)); evs[0].Cursor != want {
+			t.Errorf("event %d after %q at cursor %d: cursor %d", k, line, want, evs[0].Cursor)
+		}
+		if res := <-waited; !res.Stopped || string(res.Output) != line {
+			t.Fatalf("the wait the event %d ended: stopped %v, output %q, want %q", k, res.Stopped, res.Output, line)
+		}
+	}
 }
 
 // bootTiny boots the tiny kernel as name and waits for its prompt; since

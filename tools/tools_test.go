@@ -478,6 +478,11 @@ func TestGuestExitIsReported(t *testing.T) {
 		if !w.Exited || w.ExitStatus == nil || *w.ExitStatus != tc.want || w.TimedOut || w.Running {
 			t.Errorf("%s: %+v", tc.cmd, w)
 		}
+		// What the guest printed before it powered off is in the
+		// call's output, though QEMU announced the power-off first.
+		if tc.cmd == "poweroff" && !strings.Contains(w.Output, "Powering off") {
+			t.Errorf("poweroff: output %q", w.Output)
+		}
 		// The call that reported the end returned once the guest was
 		// torn down: nothing of it is left.
 		assertEmptyRuntimeDir(t, s.dir)

@@ -237,6 +237,38 @@ func TestTutorShell(t *testing.T) {
 	}
 }
 
+// A hart that comes late (on a loaded host, QEMU's thread for it may not
+// run for a while) still says it started before the shell's first
+// prompt: the kernel waits for every hart the machine has, not only for
+// those that reached it by the time hart 0 was ready.
+func TestTutorLateHart(t *testing.T) {
+	dir := Tutor(t, func(dir string) error {
+		p := filepath.Join(dir, "kernel", "start.c")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		const line = "\tcsr_write(mepc, main);\n"
+		if n := bytes.Count(b, []byte(line)); n != 1 {
+			t.Fatalf("kernel/start.c has %d lines %q, want 1", n, line)
+		}
+		// Hart 2 spends a second in start(), longer than a boot to
+		// the prompt takes.
+		delay := "\tif (hart == 2) {\n" +
+			"\t\tuint64 t0 = *(volatile uint64 *)CLINT_MTIME;\n" +
+			"\t\twhile (*(volatile uint64 *)CLINT_MTIME - t0 < 10000000)\n" +
+			"\t\t\t;\n" +
+			"\t}\n"
+		b = bytes.Replace(b, []byte(line), []byte(delay+line), 1)
+		return os.WriteFile(p, b, 0o644)
+	})
+	c := bootTutor(t, dir, tutorArgs(t, TutorQEMULine(t, dir), nil))
+	if next := c.expect(`hart 1 starting\n(\$ |hart 2 starting\n)`)[1]; next != "hart 2 starting\n" {
+		t.Fatalf("after hart 1 the console showed %q, want hart 2's line before the prompt", next)
+	}
+	c.expect(`^\$ $`)
+}
+
 // The driver wants the modern virtio-mmio transport, in the first slot.
 func TestTutorDiskErrors(t *testing.T) {
 	dir := Tutor(t, nil)

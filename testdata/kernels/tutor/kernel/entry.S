@@ -1,5 +1,6 @@
 # entry.S: where every hart starts, in M-mode at 0x80000000 (QEMU's
-# -bios none jumps here with a0 = the hart's id).
+# -bios none jumps here with a0 = the hart's id, a1 = the device tree's
+# address; start() takes both).
 # Part of the tutor kernel, written for qemu-mcp's tests (see README.md).
 
         .section .text.entry

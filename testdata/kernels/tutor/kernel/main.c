@@ -8,6 +8,7 @@
 char stacks[NCPU * KSTACK] __attribute__((aligned(16)));
 
 extern volatile int harts; // start.c
+extern int nharts;         // start.c
 
 // The hart whose turn it is to turn paging on and say it started: the
 // harts go in order 0, 1, 2, ..., so the console shows their lines in
@@ -45,7 +46,11 @@ void main(void)
 		for (;;)
 			asm volatile("wfi");
 	}
-	while (turn != harts)
+	// Every hart the machine has, not only those that reached start()
+	// by now: QEMU may run a hart's first instruction late (its thread
+	// waits for a loaded host), and its line still comes before the
+	// prompt. Without a device tree, the harts that came.
+	while (turn != (nharts > 0 ? nharts : harts))
 		;
 	userinit();
 }
