@@ -295,15 +295,28 @@ func (m *Process) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	if err := m.mon.ConnectContext(cctx); err != nil {
 		return m.startError("connect to QMP", err)
 	}
+	// What runs before the guest does (a snapshot's load, a capture's
+	// start) has a minute, not what is left of the connect's bound: a
+	// large state loads for seconds on a busy host. A QEMU that dies
+	// under it still ends it at once.
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
+	go func() {
+		select {
+		case <-m.done:
+			rcancel()
+		case <-rctx.Done():
+		}
+	}()
 	if rt.BeforeCont != nil {
-		if err := rt.BeforeCont(cctx, m); err != nil {
+		if err := rt.BeforeCont(rctx, m); err != nil {
 			return m.startError("prepare the guest", err)
 		}
 	}
 	if rt.Paused {
 		return nil
 	}
-	if _, err := m.mon.Execute(cctx, "cont", nil); err != nil {
+	if _, err := m.mon.Execute(rctx, "cont", nil); err != nil {
 		return m.startError("resume guest", err)
 	}
 	return nil
