@@ -57,3 +57,9 @@ func ArchTiny(t testing.TB, a arch.Arch) (kernel, elf, qemu string) {
 	dir := filepath.Join(Repo(), "testdata", "images")
 	return filepath.Join(dir, name+".bin"), filepath.Join(dir, name+".elf"), qemu
 }
+
+// StartArchQEMU is StartQEMU for a's QEMU (see ArchQEMU).
+func StartArchQEMU(t testing.TB, a arch.Arch, dir string, args ...string) *Process {
+	t.Helper()
+	return startBinary(t, ArchQEMU(t, a), dir, args...)
+}

@@ -110,7 +110,12 @@ func (p *Process) Kill() {
 // stderr is logged if the test failed.
 func StartQEMU(t testing.TB, dir string, args ...string) *Process {
 	t.Helper()
-	cmd := exec.Command(QEMU(t), args...)
+	return startBinary(t, QEMU(t), dir, args...)
+}
+
+func startBinary(t testing.TB, bin, dir string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	p := &Process{Cmd: cmd}
 	cmd.Stderr = p
