@@ -225,7 +225,11 @@ func Run(ctx context.Context, w io.Writer, set settings.Settings, cfg tools.Conf
 			var done []string
 			for _, a := range info.Arches[1:] {
 				if !a.Found || !a.Builtin {
-					done = append(done, a.Name+": skipped (no "+a.Binary+")")
+					why := "no " + a.Binary
+					if a.Found {
+						why = "no built-in kernel"
+					}
+					done = append(done, a.Name+": skipped ("+why+")")
 					continue
 				}
 				id, err := otherArch(call, a.Name)

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	qemumcp "github.com/qemu-mcp/qemu-mcp"
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/selftest"
 	"github.com/qemu-mcp/qemu-mcp/settings"
@@ -547,8 +550,10 @@ func checkSelftest(t *testing.T, e docExample) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	arm := qemumcp.Tiny("aarch64")
 	set := settings.Settings{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test",
-		Logger: slog.New(slog.DiscardHandler), QEMUBinary: testguest.QEMU(t)}
+		Logger: slog.New(slog.DiscardHandler), QEMUBinary: testguest.QEMU(t),
+		Platforms: map[string]instance.Platform{"aarch64": {QEMU: testguest.ArchQEMU(t, arm64.Arch), Kernel: arm.Kernel, Symbols: arm.ELF}}}
 	if err := selftest.Run(ctx, &out, set, tools.Config{Version: "test", Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatalf("selftest: %v\n%s", err, out.String())
 	}
