@@ -149,12 +149,10 @@ func (s *ttServer) lastWrite(ctx context.Context, runs int) ([]time.Duration, tt
 // Linux guest, each beside what raw QEMU and a gdb client do on the same
 // recording.
 func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
-	out, err := exec.Command("scripts/build-linux", "--print-dir").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: no Linux guest (run scripts/build-linux): time-travel figures skipped")
+	dir := linuxGuestDir("time-travel figures")
+	if dir == "" {
 		return nil, nil
 	}
-	dir := strings.TrimSpace(string(out))
 	srv, err := startServer(ctx, "-allow-path", dir)
 	if err != nil {
 		return nil, err
