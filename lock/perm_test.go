@@ -6,9 +6,16 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 )
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
+}
 
 // Lock and guard files are private to their user whatever the umask, and
 // group-writable only in a repository shared with a group.
@@ -41,7 +48,7 @@ func TestLockFileModes(t *testing.T) {
 			}
 			defer l.Release()
 			for _, p := range []string{path, path + guardSuffix} {
-				if got := testfs.Perm(t, p); got != c.want {
+				if got := mode(t, p); got != c.want {
 					t.Errorf("%s: mode %v, want %v", filepath.Base(p), got, c.want)
 				}
 			}
@@ -103,7 +110,7 @@ func TestLooseFreeFilesReplaced(t *testing.T) {
 		t.Error("a loose lock or guard file was kept (chmod-ed?) instead of replaced")
 	}
 	for _, p := range []string{path, path + guardSuffix} {
-		if got := testfs.Perm(t, p); got != 0o600 {
+		if got := mode(t, p); got != 0o600 {
 			t.Errorf("%s: mode %v after the replacement", filepath.Base(p), got)
 		}
 	}
@@ -130,7 +137,7 @@ func TestStaleGuardTempRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release()
-	if got := testfs.Perm(t, path+guardSuffix); got != 0o600 {
+	if got := mode(t, path+guardSuffix); got != 0o600 {
 		t.Errorf("guard mode %v", got)
 	}
 	if _, err := os.Lstat(path + guardSuffix + newSuffix); !os.IsNotExist(err) {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
@@ -84,7 +83,7 @@ func TestOtherUserHoldingLooseFiles(t *testing.T) {
 				t.Error("a loose file was kept")
 			}
 			for _, p := range []string{path, path + guardSuffix} {
-				if m := testfs.Perm(t, p); m != 0o600 {
+				if m := mode(t, p); m != 0o600 {
 					t.Errorf("%s: mode %v", filepath.Base(p), m)
 				}
 			}
@@ -123,7 +122,7 @@ func TestRaceReplacingLooseFiles(t *testing.T) {
 				t.Errorf("lock file names %d, winner is %d", got.PID, winner.pid)
 			}
 			for _, p := range []string{path, path + guardSuffix} {
-				if m := testfs.Perm(t, p); m != 0o600 {
+				if m := mode(t, p); m != 0o600 {
 					t.Errorf("%s: mode %v", filepath.Base(p), m)
 				}
 			}
@@ -155,7 +154,7 @@ func TestHeldByOtherUser(t *testing.T) {
 	path := filepath.Join(dir, FileName)
 	holder := startHelperAs(t, runAs{bin: bin, attr: b.Attr()}, "describe", []string{helperPathEnv + "=" + path})
 	holder.expect("locked")
-	if m := testfs.Perm(t, path); m != 0o660 {
+	if m := mode(t, path); m != 0o660 {
 		t.Errorf("lock of a group-shared repository: mode %v, want 0660", m)
 	}
 	asA := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(a.UID), Gid: uint32(a.GID), Groups: []uint32{uint32(b.GID)}}}

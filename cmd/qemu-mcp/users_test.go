@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
@@ -272,7 +271,7 @@ func TestLockFilesHeldByOtherUser(t *testing.T) {
 			t.Errorf("lock %q, want %q", b.Lock, lockFile)
 		}
 		for _, p := range []string{lockFile, lockFile + ".guard"} {
-			if m := testfs.Perm(t, p); m != 0o600 {
+			if m := mode(t, p); m != 0o600 {
 				t.Errorf("%s: mode %v while the guest runs", filepath.Base(p), m)
 			}
 		}
@@ -285,6 +284,15 @@ func TestLockFilesHeldByOtherUser(t *testing.T) {
 	if held-base > time.Second {
 		t.Errorf("the other user's flocks delayed the boot by %v", held-base)
 	}
+}
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Mode().Perm()
 }
 
 // Two projects of one user that are not git checkouts boot at once: each
