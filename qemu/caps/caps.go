@@ -339,18 +339,28 @@ func cachePath(dir string, k Key, suffix string) string {
 }
 
 func (p *Prober) readCache(k Key) *Caps {
-	if p.cfg.CacheDir == "" {
+	c := readJSON[Caps](p.cfg.CacheDir, p.cacheFile(k))
+	if c == nil || !k.matches(c) {
 		return nil
 	}
-	b, err := os.ReadFile(p.cacheFile(k))
+	return c
+}
+
+// readJSON decodes the JSON file f of the cache directory dir: nil without
+// a cache directory, or if f cannot be read or decoded.
+func readJSON[T any](dir, f string) *T {
+	if dir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f)
 	if err != nil {
 		return nil
 	}
-	var c Caps
-	if json.Unmarshal(b, &c) != nil || !k.matches(&c) {
+	var v T
+	if json.Unmarshal(b, &v) != nil {
 		return nil
 	}
-	return &c
+	return &v
 }
 
 // writeCache writes c atomically: a reader sees the old file or the new.

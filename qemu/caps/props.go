@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -204,15 +203,8 @@ func (p *PropProber) binary() (string, error) {
 func (p *PropProber) cacheFile(k Key) string { return cachePath(p.cfg.CacheDir, k, ".props.json") }
 
 func (p *PropProber) readCache(k Key) *propTable {
-	if p.cfg.CacheDir == "" {
-		return nil
-	}
-	b, err := os.ReadFile(p.cacheFile(k))
-	if err != nil {
-		return nil
-	}
-	var t propTable
-	if json.Unmarshal(b, &t) != nil || !t.matches(k) || t.Enums == nil {
+	t := readJSON[propTable](p.cfg.CacheDir, p.cacheFile(k))
+	if t == nil || !t.matches(k) || t.Enums == nil {
 		return nil
 	}
 	return t.index()
