@@ -362,6 +362,18 @@ func linuxGuestDir(skipped string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// linuxServer starts a server allowed the Linux guest's directory, and
+// returns it with the directory; no server (and no error) if there is no
+// Linux guest, after saying that the figures named by skipped are left out.
+func linuxServer(ctx context.Context, skipped string) (*server, string, error) {
+	dir := linuxGuestDir(skipped)
+	if dir == "" {
+		return nil, "", nil
+	}
+	s, err := startServer(ctx, "-allow-path", dir)
+	return s, dir, err
+}
+
 func startServer(ctx context.Context, args ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "qmb")
 	if err != nil {

@@ -19,12 +19,8 @@ var snapRuns = flag.Int("snapshot-runs", 5, "cold boots, restores and boots from
 // a cold boot, a restore of a snapshot saved at the prompt, and a boot of
 // a new instance from that snapshot; with the snapshots' sizes.
 func snapshotRows(ctx context.Context, n int) ([]row, error) {
-	dir := linuxGuestDir("snapshot times")
-	if dir == "" {
-		return nil, nil
-	}
-	s, err := startServer(ctx, "-allow-path", dir)
-	if err != nil {
+	s, dir, err := linuxServer(ctx, "snapshot times")
+	if s == nil {
 		return nil, err
 	}
 	defer s.close()

@@ -149,12 +149,8 @@ func (s *ttServer) lastWrite(ctx context.Context, runs int) ([]time.Duration, tt
 // Linux guest, each beside what raw QEMU and a gdb client do on the same
 // recording.
 func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
-	dir := linuxGuestDir("time-travel figures")
-	if dir == "" {
-		return nil, nil
-	}
-	srv, err := startServer(ctx, "-allow-path", dir)
-	if err != nil {
+	srv, dir, err := linuxServer(ctx, "time-travel figures")
+	if srv == nil {
 		return nil, err
 	}
 	defer srv.close()

@@ -41,11 +41,10 @@ func startServerIn(t *testing.T, ns, dir string, args ...string) *server {
 	return s
 }
 
-func linkExists(ns, name string) bool {
-	return exec.Command("ip", "-n", ns, "link", "show", name).Run() == nil
-}
-
-func TestTAPAndCapture(t *testing.T) {
+// needUBootAndTcpdump skips a test that boots U-Boot to ping and reads
+// its capture with tcpdump unless QEMU, U-Boot and tcpdump are all here.
+func needUBootAndTcpdump(t *testing.T) {
+	t.Helper()
 	needQEMU(t)
 	if _, err := os.Stat(testguest.UBoot); err != nil {
 		t.Skip("U-Boot missing: run scripts/deps (installs u-boot-qemu)")
@@ -53,6 +52,14 @@ func TestTAPAndCapture(t *testing.T) {
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		t.Skip("tcpdump missing: run scripts/deps")
 	}
+}
+
+func linkExists(ns, name string) bool {
+	return exec.Command("ip", "-n", ns, "link", "show", name).Run() == nil
+}
+
+func TestTAPAndCapture(t *testing.T) {
+	needUBootAndTcpdump(t)
 	ns := netns(t)
 	dir := runtimeDir(t)
 	a := startServerIn(t, ns, dir)

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // A restart that would fail leaves the running guest as it was: its QEMU,
@@ -126,13 +124,7 @@ func tuntap(t *testing.T, ns, name string, a account) {
 // as the user may not open a packet socket), and left as it was after the
 // guest stops.
 func TestUserTAPByName(t *testing.T) {
-	needQEMU(t)
-	if _, err := os.Stat(testguest.UBoot); err != nil {
-		t.Skip("U-Boot missing: run scripts/deps (installs u-boot-qemu)")
-	}
-	if _, err := exec.LookPath("tcpdump"); err != nil {
-		t.Skip("tcpdump missing: run scripts/deps")
-	}
+	needUBootAndTcpdump(t)
 	owner := accounts(t, 1)[0]
 	ns := netns(t)
 	tuntap(t, ns, "qmtapa", owner)
