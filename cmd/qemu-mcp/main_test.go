@@ -131,18 +131,7 @@ func callInto(ctx context.Context, t *testing.T, cs *mcp.ClientSession, name str
 // theirs is left in the runtime directory.
 func assertClean(t *testing.T, dir string, qemu proc.Identity) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		live, _, _ := proc.Check(qemu)
-		if live == proc.Gone {
-			break
-		}
-		if time.Now().After(deadline) {
-			proc.Signal(qemu, unix.SIGKILL)
-			t.Fatalf("qemu %d still %v", qemu.PID, live)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testguest.AwaitGone(t, qemu, 2*time.Second, false, "the server ended")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
