@@ -22,13 +22,7 @@ func WriteFile(path, tmp string, b []byte, exclusive bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = WriteClose(f, b)
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
@@ -37,6 +31,19 @@ func WriteFile(path, tmp string, b []byte, exclusive bool) error {
 		return err
 	}
 	return SyncDir(filepath.Dir(path))
+}
+
+// WriteClose writes b to f, fsyncs f and closes it, returning the first
+// error. f is closed whatever happens.
+func WriteClose(f *os.File, b []byte) error {
+	_, err := f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // SyncDir makes a directory's entries (a rename, a new file) durable.

@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 )
@@ -385,13 +386,7 @@ func writeJSONAtomic(f string, v any) error {
 	if err != nil {
 		return err
 	}
-	_, err = tmp.Write(append(b, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	err = durable.WriteClose(tmp, append(b, '\n'))
 	if err == nil {
 		err = os.Rename(tmp.Name(), f)
 	}
