@@ -11,6 +11,7 @@
 package caps
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -203,10 +204,7 @@ func New(cfg Config) *Prober {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Prober{cfg: cfg, log: log, ctx: ctx, cancel: cancel, inflight: map[Key]chan struct{}{}, errs: map[Key]error{}, known: map[Key]*Caps{}}
 }

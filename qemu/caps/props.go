@@ -1,6 +1,7 @@
 package caps
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,10 +85,7 @@ func NewPropProber(cfg PropsConfig) *PropProber {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
 	return &PropProber{cfg: cfg, log: log, sem: make(chan struct{}, 1), failed: map[string]failure{}}
 }
 
