@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"golang.org/x/sys/unix"
 )
 
@@ -213,17 +214,7 @@ func startHelperAs(t *testing.T, as runAs, mode string, env []string, extra ...*
 	cmd.Env = append(cmd.Env, env...)
 	cmd.ExtraFiles = extra
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start helper %s: %v", mode, err)
-	}
+	stdin, stdout := testguest.StartPiped(t, cmd, "helper "+mode)
 	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{}), pid: cmd.Process.Pid}
 	go func() {
 		defer close(c.lines)

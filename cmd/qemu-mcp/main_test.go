@@ -161,11 +161,7 @@ func startPiped(t *testing.T, dir string) (*exec.Cmd, io.WriteCloser, io.ReadClo
 	t.Helper()
 	cmd := serverCmd(dir)
 	cmd.Stderr = &logWriter{t: t}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testguest.StartPiped(t, cmd, "server")
 	t.Cleanup(func() { cmd.Process.Kill() })
 	return cmd, stdin, stdout
 }

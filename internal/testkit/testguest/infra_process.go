@@ -1,7 +1,9 @@
 package testguest
 
 import (
+	"io"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -42,4 +44,22 @@ func AwaitGone(t testing.TB, id proc.Identity, within time.Duration, zombieOK bo
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// StartPiped starts cmd with a pipe to its stdin and one from its stdout,
+// failing the test if it cannot; what names the process in the failure.
+func StartPiped(t testing.TB, cmd *exec.Cmd, what string) (io.WriteCloser, io.ReadCloser) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", what, err)
+	}
+	return stdin, stdout
 }
