@@ -184,16 +184,25 @@ func (s *Scope) Resolve(path string) string {
 	return filepath.Join(s.project, path)
 }
 
+// checkArg refuses a path argument no file can have: empty, or with a
+// NUL byte. what names the argument.
+func checkArg(what, path string) error {
+	if path == "" {
+		return fmt.Errorf("%s: empty path", what)
+	}
+	if strings.ContainsRune(path, 0) {
+		return fmt.Errorf("%s: the path contains a NUL byte", what)
+	}
+	return nil
+}
+
 // Open opens a regular file for reading (write false) or reading and
 // writing, and checks the opened file's real path against the roots (a
 // root must be writable for write). what names the argument in errors.
 // The caller owns the returned file.
 func (s *Scope) Open(what, path string, write bool) (*os.File, error) {
-	if path == "" {
-		return nil, fmt.Errorf("%s: empty path", what)
-	}
-	if strings.ContainsRune(path, 0) {
-		return nil, fmt.Errorf("%s: the path contains a NUL byte", what)
+	if err := checkArg(what, path); err != nil {
+		return nil, err
 	}
 	full := s.Resolve(path)
 	flags := unix.O_RDONLY
@@ -377,11 +386,8 @@ const maxShareEntries = 500000
 // and lie in none: hooks and config there run code on the host when git
 // runs. The caller owns the returned directory.
 func (s *Scope) OpenDir(what, path string, write bool) (*os.File, error) {
-	if path == "" {
-		return nil, fmt.Errorf("%s: empty path", what)
-	}
-	if strings.ContainsRune(path, 0) {
-		return nil, fmt.Errorf("%s: the path contains a NUL byte", what)
+	if err := checkArg(what, path); err != nil {
+		return nil, err
 	}
 	full := s.Resolve(path)
 	fd, err := unix.Open(full, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)

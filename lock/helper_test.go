@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,21 +121,10 @@ func helperHoldReadOnly() int {
 // "msg <message>", or "locked <pid>" (holding it until stdin closes), or
 // "error <message>".
 func helperDescribe() int {
-	l, err := Acquire(os.Getenv(helperPathEnv), Record{Target: "helper"})
-	var held *HeldError
-	switch {
-	case errors.As(err, &held):
+	return acquireAndHold(os.Getenv(helperPathEnv), func(held *HeldError, err error) {
 		fmt.Println("held", held.UID, held.Hidden)
 		fmt.Println("msg", oneLine(err.Error()))
-		return 0
-	case err != nil:
-		fmt.Println("error", oneLine(err.Error()))
-		return 1
-	}
-	fmt.Println("locked", os.Getpid())
-	io.Copy(io.Discard, os.Stdin)
-	l.Release()
-	return 0
+	})
 }
 
 // helperAcquire runs Acquire and reports "locked <pid>", "held <holder pid>"
@@ -155,11 +145,20 @@ func helperAcquire() int {
 		io.Copy(io.Discard, gate)
 		gate.Close()
 	}
+	return acquireAndHold(path, func(held *HeldError, _ error) {
+		fmt.Println("held", held.Holder.PID)
+	})
+}
+
+// acquireAndHold runs Acquire on path: if the lock is held, it has report
+// say so; on another error it reports "error <message>"; a winner reports
+// "locked <pid>" and holds the lock until stdin closes.
+func acquireAndHold(path string, report func(held *HeldError, err error)) int {
 	l, err := Acquire(path, Record{Target: "helper"})
 	var held *HeldError
 	switch {
 	case errors.As(err, &held):
-		fmt.Println("held", held.Holder.PID)
+		report(held, err)
 		return 0
 	case err != nil:
 		fmt.Println("error", oneLine(err.Error()))
@@ -215,17 +214,7 @@ func startHelperAs(t *testing.T, as runAs, mode string, env []string, extra ...*
 	cmd.Env = append(cmd.Env, env...)
 	cmd.ExtraFiles = extra
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start helper %s: %v", mode, err)
-	}
+	stdin, stdout := testguest.StartPiped(t, cmd, "helper "+mode)
 	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{}), pid: cmd.Process.Pid}
 	go func() {
 		defer close(c.lines)
@@ -311,6 +300,25 @@ func inode(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// replacedPrivate notes the inodes of the lock and guard files at path and
+// returns a check, for after an Acquire, that both were replaced by new
+// files (not kept and chmod-ed) private to their user.
+func replacedPrivate(t *testing.T, path string) func() {
+	t.Helper()
+	oldLock, oldGuard := inode(t, path), inode(t, path+guardSuffix)
+	return func() {
+		t.Helper()
+		if inode(t, path) == oldLock || inode(t, path+guardSuffix) == oldGuard {
+			t.Error("a loose lock or guard file was kept (chmod-ed?) instead of replaced")
+		}
+		for _, p := range []string{path, path + guardSuffix} {
+			if got := mode(t, p); got != 0o600 {
+				t.Errorf("%s: mode %v after the replacement", filepath.Base(p), got)
+			}
+		}
+	}
 }
 
 func readRecordFile(t *testing.T, path string) Record {

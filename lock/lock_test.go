@@ -38,18 +38,24 @@ func TestAcquireReleaseFree(t *testing.T) {
 	if err := l.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("lock file still there after Release: %v", err)
-	}
 	if err := l.Release(); err != nil {
 		t.Errorf("second Release: %v", err)
 	}
-	// Free again: another acquisition works.
-	l2, err := Acquire(path, Record{})
+	wantFreed(t, path, "Release")
+}
+
+// wantFreed checks that the lock file at path is gone after by, and that
+// the lock is free again: another acquisition works.
+func wantFreed(t *testing.T, path, by string) {
+	t.Helper()
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file still there after %s: %v", by, err)
+	}
+	l, err := Acquire(path, Record{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2.Release()
+	l.Release()
 }
 
 // The same process asking twice (a second qemu_boot) is refused too: a flock
@@ -94,14 +100,7 @@ func TestHeldByLiveHelper(t *testing.T) {
 	}
 	// When the holder releases, the lock is free.
 	h.stop()
-	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("helper's Release left the file: %v", err)
-	}
-	l, err := Acquire(path, Record{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Release()
+	wantFreed(t, path, "the helper's Release")
 }
 
 // A holder killed with SIGKILL leaves its record; the kernel drops its

@@ -94,32 +94,40 @@ func attach(t *testing.T, name string) *os.File {
 	return f
 }
 
-func TestCaptureInjected(t *testing.T) {
-	taptest.Require(t)
+// hostTAP creates a TAP with the host's end at 192.0.2.1/24, closed when
+// the test ends.
+func hostTAP(t *testing.T) *tap.Device {
+	t.Helper()
 	dev, err := tap.Create(tap.Options{CIDR: "192.0.2.1/24"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// startCapture starts a capture on ifname, stopped when the test ends if
+// the test has not stopped it.
+func startCapture(t *testing.T, ifname string, opts pcap.Options) *pcap.Capture {
+	t.Helper()
+	c, err := pcap.Start(ifname, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	return c
+}
+
+func TestCaptureInjected(t *testing.T) {
+	taptest.Require(t)
+	dev := hostTAP(t)
 	guest := attach(t, dev.Name)
 
 	dir := filepath.Join(t.TempDir(), "captures")
-	all, err := pcap.Start(dev.Name, pcap.Options{Dir: dir, Boot: 3, Snaplen: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { all.Stop() })
+	all := startCapture(t, dev.Name, pcap.Options{Dir: dir, Boot: 3, Snaplen: 128})
 	udpPath := filepath.Join(t.TempDir(), "udp.pcap")
-	udp, err := pcap.Start(dev.Name, pcap.Options{Path: udpPath, Filter: "udp and port 9"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { udp.Stop() })
-	arp, err := pcap.Start(dev.Name, pcap.Options{Dir: dir, Prefix: "arp", Filter: "arp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { arp.Stop() })
+	udp := startCapture(t, dev.Name, pcap.Options{Path: udpPath, Filter: "udp and port 9"})
+	arp := startCapture(t, dev.Name, pcap.Options{Dir: dir, Prefix: "arp", Filter: "arp"})
 
 	if !regexp.MustCompile(`^`+dev.Name+`-3-\d{8}T\d{6}\.\d{6}Z\.pcap$`).MatchString(filepath.Base(all.Path())) || filepath.Dir(all.Path()) != dir {
 		t.Errorf("capture file %s", all.Path())

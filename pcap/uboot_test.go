@@ -16,7 +16,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/taptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
-	"github.com/qemu-mcp/qemu-mcp/tap"
 )
 
 const ubootImage = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"
@@ -80,28 +79,12 @@ func TestCaptureUBootPing(t *testing.T) {
 		t.Skipf("no U-Boot image (apt-get install u-boot-qemu): %v", err)
 	}
 
-	dev, err := tap.Create(tap.Options{CIDR: "192.0.2.1/24"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
+	dev := hostTAP(t)
 
 	dir := filepath.Join(t.TempDir(), "captures")
-	all, err := pcap.Start(dev.Name, pcap.Options{Dir: dir, Boot: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { all.Stop() })
-	icmp, err := pcap.Start(dev.Name, pcap.Options{Dir: dir, Prefix: "icmp", Filter: "icmp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { icmp.Stop() })
-	arp, err := pcap.Start(dev.Name, pcap.Options{Dir: dir, Prefix: "arp", Filter: "arp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { arp.Stop() })
+	all := startCapture(t, dev.Name, pcap.Options{Dir: dir, Boot: 1})
+	icmp := startCapture(t, dev.Name, pcap.Options{Dir: dir, Prefix: "icmp", Filter: "icmp"})
+	arp := startCapture(t, dev.Name, pcap.Options{Dir: dir, Prefix: "arp", Filter: "arp"})
 
 	// The whole test process is in the namespace, so QEMU is too.
 	cmd := exec.Command(qemu, "-M", "virt", "-m", "256M", "-display", "none", "-nodefaults",
@@ -110,19 +93,9 @@ func TestCaptureUBootPing(t *testing.T) {
 		"-device", "virtio-net-device,netdev=n0,mac="+dev.GuestMAC.String(),
 		"-serial", "stdio")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testguest.StartPiped(t, cmd, "QEMU")
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
@@ -141,21 +114,16 @@ func TestCaptureUBootPing(t *testing.T) {
 	con.waitFor("host 192.0.2.1 is alive", 20*time.Second)
 	t.Logf("U-Boot pinged the host %v after QEMU started", time.Since(start).Round(time.Millisecond))
 
-	stAll, err := all.Stop()
-	if err != nil {
-		t.Fatal(err)
+	stop := func(name string, c *pcap.Capture) pcap.Stats {
+		t.Helper()
+		st, err := c.Stop()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %+v", name, st)
+		return st
 	}
-	stICMP, err := icmp.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stARP, err := arp.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("all: %+v", stAll)
-	t.Logf("icmp: %+v", stICMP)
-	t.Logf("arp: %+v", stARP)
+	stAll, stICMP, stARP := stop("all", all), stop("icmp", icmp), stop("arp", arp)
 
 	sums, next, err := pcap.ReadSummaries(all.Path(), 1, 0)
 	if err != nil {

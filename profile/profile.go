@@ -9,10 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -147,7 +148,7 @@ func Parse(path string, b []byte) (*File, error) {
 	f := &File{Path: path, Default: raw.Default, Profiles: map[string]Profile{}}
 	// Decode each profile on its own first: Go's decoder names the exact
 	// profile and field, which is a better message than the schema's.
-	for _, name := range sortedKeys(raw.Profiles) {
+	for _, name := range slices.Sorted(maps.Keys(raw.Profiles)) {
 		dec := json.NewDecoder(bytes.NewReader(raw.Profiles[name]))
 		dec.DisallowUnknownFields()
 		var p Profile
@@ -168,7 +169,7 @@ func Parse(path string, b []byte) (*File, error) {
 	}
 	if f.Default != "" {
 		if _, ok := f.Profiles[f.Default]; !ok {
-			return nil, fmt.Errorf("%s: default names profile %q, which is not defined (profiles: %s)", path, f.Default, strings.Join(sortedKeys(raw.Profiles), ", "))
+			return nil, fmt.Errorf("%s: default names profile %q, which is not defined (profiles: %s)", path, f.Default, strings.Join(slices.Sorted(maps.Keys(raw.Profiles)), ", "))
 		}
 	}
 	return f, nil
@@ -218,18 +219,9 @@ func (f *File) Pick(name string) (p Profile, ok bool, err error) {
 	}
 	p, ok = f.Profiles[name]
 	if !ok {
-		return Profile{}, false, fmt.Errorf("%s: no profile %q (profiles: %s)", f.Path, name, strings.Join(sortedKeys(f.Profiles), ", "))
+		return Profile{}, false, fmt.Errorf("%s: no profile %q (profiles: %s)", f.Path, name, strings.Join(slices.Sorted(maps.Keys(f.Profiles)), ", "))
 	}
 	return p, true, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // Under fills what args leave empty from p: arguments a boot gives win

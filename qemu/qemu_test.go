@@ -89,16 +89,7 @@ func needQEMU(t *testing.T) string {
 	return k
 }
 
-func shortDir(t *testing.T) string {
-	t.Helper()
-	// Unix socket paths are limited to 108 bytes.
-	d, err := os.MkdirTemp("", "qm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+func shortDir(t *testing.T) string { t.Helper(); return testguest.SocketDir(t, "qm") }
 
 // A QEMU that refuses its command line fails the start with QEMU's own
 // words, at once, and leaves nothing behind.
@@ -182,18 +173,7 @@ func TestQEMUDiesWithKilledParent(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		live, _, _ := proc.Check(id)
-		if live == proc.Gone {
-			return
-		}
-		if time.Now().After(deadline) {
-			proc.Signal(id, 9)
-			t.Fatalf("qemu %d is %v 2 s after its server was killed", pid, live)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testguest.AwaitGone(t, id, 2*time.Second, false, "its server was killed")
 }
 
 func TestHelperServer(t *testing.T) {

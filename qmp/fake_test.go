@@ -136,12 +136,8 @@ func TestFakeHugeLine(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ret, err := m.Execute(testContext(t), "big", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var s string
-	if err := json.Unmarshal(ret, &s); err != nil {
+	if err := executeInto(testContext(t), m, "big", &s); err != nil {
 		t.Fatal(err)
 	}
 	if s != big {
@@ -154,48 +150,42 @@ func TestFakeConnectRetry(t *testing.T) {
 	t.Parallel()
 	serve := serveCommands(func(fc *fakeConn, cmd fakeCmd) { fc.reply(cmd, struct{}{}) })
 
-	t.Run("missing socket", func(t *testing.T) {
-		t.Parallel()
-		path := socketPath(t)
-		m, rec := newMonitor(t, path)
-		time.AfterFunc(50*time.Millisecond, func() {
-			if err := listenFake(t, path, serve); err != nil {
-				t.Error(err)
+	// The monitor retries until QEMU listens, after a missing socket and
+	// after a stale one (a socket file nobody listens on, as left behind
+	// by a killed QEMU), and logs why.
+	for _, c := range []struct {
+		name, logged, retried string
+		stale                 bool
+	}{
+		{"missing socket", "no such file", "a missing socket", false},
+		{"stale socket", "connection refused", "a refused connection", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			path := socketPath(t)
+			if c.stale {
+				ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ln.SetUnlinkOnClose(false)
+				ln.Close()
+			}
+			m, rec := newMonitor(t, path)
+			time.AfterFunc(50*time.Millisecond, func() {
+				os.Remove(path)
+				if err := listenFake(t, path, serve); err != nil {
+					t.Error(err)
+				}
+			})
+			if err := m.ConnectContext(testContext(t)); err != nil {
+				t.Fatal(err)
+			}
+			if rec.count(c.logged) == 0 {
+				t.Errorf("no retry on %s was logged", c.retried)
 			}
 		})
-		if err := m.ConnectContext(testContext(t)); err != nil {
-			t.Fatal(err)
-		}
-		if rec.count("no such file") == 0 {
-			t.Error("no retry on a missing socket was logged")
-		}
-	})
-
-	t.Run("stale socket", func(t *testing.T) {
-		t.Parallel()
-		path := socketPath(t)
-		// A socket file nobody listens on, as left behind by a killed QEMU.
-		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln.SetUnlinkOnClose(false)
-		ln.Close()
-
-		m, rec := newMonitor(t, path)
-		time.AfterFunc(50*time.Millisecond, func() {
-			os.Remove(path)
-			if err := listenFake(t, path, serve); err != nil {
-				t.Error(err)
-			}
-		})
-		if err := m.ConnectContext(testContext(t)); err != nil {
-			t.Fatal(err)
-		}
-		if rec.count("connection refused") == 0 {
-			t.Error("no retry on a refused connection was logged")
-		}
-	})
+	}
 
 	t.Run("gives up", func(t *testing.T) {
 		t.Parallel()

@@ -305,3 +305,13 @@ func listenFake(t *testing.T, path string, serve func(*fakeConn)) error {
 	})
 	return nil
 }
+
+// executeInto runs command without arguments and decodes what it returns
+// into v.
+func executeInto(ctx context.Context, m *Monitor, command string, v any) error {
+	ret, err := m.Execute(ctx, command, nil)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(ret, v)
+}

@@ -186,11 +186,7 @@ func TestQEMUConcurrentRuns(t *testing.T) {
 			for j := range 10 {
 				if (i+j)%2 == 0 {
 					var v goqmp.Version
-					ret, err := m.Execute(ctx, "query-version", nil)
-					if err == nil {
-						err = json.Unmarshal(ret, &v)
-					}
-					if err != nil {
+					if err := executeInto(ctx, m, "query-version", &v); err != nil {
 						t.Errorf("query-version: %v", err)
 						return
 					}
@@ -199,11 +195,7 @@ func TestQEMUConcurrentRuns(t *testing.T) {
 					}
 				} else {
 					var st struct{ Status string }
-					ret, err := m.Execute(ctx, "query-status", nil)
-					if err == nil {
-						err = json.Unmarshal(ret, &st)
-					}
-					if err != nil {
+					if err := executeInto(ctx, m, "query-status", &st); err != nil {
 						t.Errorf("query-status: %v", err)
 						return
 					}

@@ -111,12 +111,20 @@ func waitAsync(ctx context.Context, b *Buffer, since int64, re string, timeout t
 
 func recv(t *testing.T, ch <-chan waitResult) waitResult {
 	t.Helper()
+	return within10s(t, ch, "Wait")
+}
+
+// within10s returns what ch delivers, failing the test if the call named
+// what has not delivered it within 10 s.
+func within10s[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
 	select {
 	case r := <-ch:
 		return r
 	case <-time.After(10 * time.Second):
-		t.Fatal("Wait did not return")
-		return waitResult{}
+		t.Fatal(what + " did not return")
+		var zero T
+		return zero
 	}
 }
 

@@ -232,21 +232,8 @@ func escapeLen(b []byte) (int, bool) {
 		return len(b), false
 	}
 	switch c := b[1]; {
-	case c == '[': // CSI
-		j := 2
-		for j < len(b) && b[j] >= 0x30 && b[j] <= 0x3f {
-			j++
-		}
-		for j < len(b) && b[j] >= 0x20 && b[j] <= 0x2f {
-			j++
-		}
-		switch {
-		case j == len(b):
-			return j, false
-		case b[j] >= 0x40 && b[j] <= 0x7e:
-			return j + 1, true
-		}
-		return j, true // interrupted
+	case c == '[': // CSI: parameters, intermediates, then a final byte
+		return finalByte(b, skipBytes(b, skipBytes(b, 2, 0x30, 0x3f), 0x20, 0x2f), 0x40, 0x7e)
 	case c == ']' || c == 'P' || c == 'X' || c == '^' || c == '_': // OSC, DCS, SOS, PM, APC
 		for j := 2; j < len(b); j++ {
 			switch b[j] {
@@ -266,21 +253,33 @@ func escapeLen(b []byte) (int, bool) {
 		}
 		return len(b), false
 	case c >= 0x20 && c <= 0x2f: // intermediates, then a final byte
-		j := 2
-		for j < len(b) && b[j] >= 0x20 && b[j] <= 0x2f {
-			j++
-		}
-		switch {
-		case j == len(b):
-			return j, false
-		case b[j] >= 0x30 && b[j] <= 0x7e:
-			return j + 1, true
-		}
-		return j, true
+		return finalByte(b, skipBytes(b, 2, 0x20, 0x2f), 0x30, 0x7e)
 	case c >= 0x30 && c <= 0x7e:
 		return 2, true
 	}
 	return 1, true // a lone ESC
+}
+
+// skipBytes returns the index of the first byte of b from j on that is not
+// in lo..hi.
+func skipBytes(b []byte, j int, lo, hi byte) int {
+	for j < len(b) && b[j] >= lo && b[j] <= hi {
+		j++
+	}
+	return j
+}
+
+// finalByte ends an escape sequence whose final byte, in lo..hi, is due at
+// b[j]: the sequence is incomplete if b ends first, and interrupted (ends
+// before b[j]) if another byte stands there.
+func finalByte(b []byte, j int, lo, hi byte) (int, bool) {
+	switch {
+	case j == len(b):
+		return j, false
+	case b[j] >= lo && b[j] <= hi:
+		return j + 1, true
+	}
+	return j, true
 }
 
 // maxMove bounds how far past the end of a line escape sequences can move

@@ -43,13 +43,7 @@ func waitForAsync(ctx context.Context, b *Buffer, since int64, spec Spec) <-chan
 
 func recvFor(t *testing.T, ch <-chan waitForResult) waitForResult {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitFor did not return")
-		return waitForResult{}
-	}
+	return within10s(t, ch, "WaitFor")
 }
 
 // flags returns which of the exclusive outcome flags are set.
@@ -580,27 +574,15 @@ func TestWaitForStop(t *testing.T) {
 // the guest's echo of the typed line too). Written a byte at a time, as
 // QEMU's UART writes it.
 func TestWaitWokenRarely(t *testing.T) {
-	var woken atomic.Int32
-	wokenHook = func() { woken.Add(1) }
-	t.Cleanup(func() { wokenHook = nil })
+	woken := countWakes(t)
 	b := NewBuffer()
 	b.Write([]byte("tiny> "))
 	since := b.End()
-	done := make(chan Result, 1)
-	go func() {
-		r, err := b.WaitFor(context.Background(), since, Spec{
-			Patterns: []*regexp.Regexp{regexp.MustCompile(`e12\r\ntiny> $`)},
-			Echo:     []byte("echo e12"),
-			Timeout:  10 * time.Second,
-		})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- r
-	}()
-	for !b.sleeping() {
-		time.Sleep(time.Millisecond)
-	}
+	done := sleepingWait(t, b, since, Spec{
+		Patterns: []*regexp.Regexp{regexp.MustCompile(`e12\r\ntiny> $`)},
+		Echo:     []byte("echo e12"),
+		Timeout:  10 * time.Second,
+	})
 	out := "echo e12\r\ne12\r\ntiny> "
 	for i := range len(out) {
 		b.Write([]byte{out[i]})
@@ -621,14 +603,7 @@ func TestWaitWokenRarely(t *testing.T) {
 // filter may only err towards waking.
 func TestWaitWithoutPrefixWokenByEveryWrite(t *testing.T) {
 	b := NewBuffer()
-	done := make(chan Result, 1)
-	go func() {
-		r, _ := b.WaitFor(context.Background(), 0, Spec{Patterns: []*regexp.Regexp{regexp.MustCompile(`[a-c]{3}`)}, Timeout: 10 * time.Second})
-		done <- r
-	}()
-	for !b.sleeping() {
-		time.Sleep(time.Millisecond)
-	}
+	done := sleepingWait(t, b, 0, Spec{Patterns: []*regexp.Regexp{regexp.MustCompile(`[a-c]{3}`)}, Timeout: 10 * time.Second})
 	for _, c := range "xxabc" {
 		b.Write([]byte{byte(c)})
 	}
@@ -642,29 +617,16 @@ func TestWaitWithoutPrefixWokenByEveryWrite(t *testing.T) {
 // answer arriving in one write wake it once, and output that is not the
 // echo at all wakes it at once so the wait can decide.
 func TestWaitWokenAfterEcho(t *testing.T) {
-	var woken atomic.Int32
-	wokenHook = func() { woken.Add(1) }
-	t.Cleanup(func() { wokenHook = nil })
+	woken := countWakes(t)
 	run := func(echo, pattern string, writes []string) (Result, int32) {
 		t.Helper()
 		woken.Store(0)
 		b := NewBuffer()
-		since := b.End()
-		done := make(chan Result, 1)
-		go func() {
-			r, err := b.WaitFor(context.Background(), since, Spec{
-				Patterns: []*regexp.Regexp{regexp.MustCompile(pattern)},
-				Echo:     []byte(echo),
-				Timeout:  2 * time.Second,
-			})
-			if err != nil {
-				t.Error(err)
-			}
-			done <- r
-		}()
-		for !b.sleeping() {
-			time.Sleep(time.Millisecond)
-		}
+		done := sleepingWait(t, b, b.End(), Spec{
+			Patterns: []*regexp.Regexp{regexp.MustCompile(pattern)},
+			Echo:     []byte(echo),
+			Timeout:  2 * time.Second,
+		})
 		for _, w := range writes {
 			b.Write([]byte(w))
 			time.Sleep(time.Millisecond)
@@ -686,4 +648,31 @@ func TestWaitWokenAfterEcho(t *testing.T) {
 	if !r.Matched || r.Start != 0 || r.EchoEnd != 0 {
 		t.Fatalf("no echo: %+v", r)
 	}
+}
+
+// countWakes counts, until the test ends, how often a sleeping wait is
+// woken.
+func countWakes(t *testing.T) *atomic.Int32 {
+	var woken atomic.Int32
+	wokenHook = func() { woken.Add(1) }
+	t.Cleanup(func() { wokenHook = nil })
+	return &woken
+}
+
+// sleepingWait starts b.WaitFor(since, spec) and, once the wait is asleep,
+// returns the channel its result will come on.
+func sleepingWait(t *testing.T, b *Buffer, since int64, spec Spec) <-chan Result {
+	t.Helper()
+	done := make(chan Result, 1)
+	go func() {
+		r, err := b.WaitFor(context.Background(), since, spec)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	for !b.sleeping() {
+		time.Sleep(time.Millisecond)
+	}
+	return done
 }

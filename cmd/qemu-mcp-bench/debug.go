@@ -147,7 +147,8 @@ func debugServer(ctx context.Context) (*server, error) {
 }
 
 // rawStub is QEMU alone with the built-in kernel at its prompt and a gdb
-// client on its stub; addr is the address of symbol.
+// client on its stub, with a breakpoint or watchpoint of kind and length
+// set at addr, the address of symbol.
 type rawStub struct {
 	q    *rawQEMU
 	c    *gdb.Client
@@ -155,7 +156,7 @@ type rawStub struct {
 	dir  string
 }
 
-func startRawStub(ctx context.Context, symbol string) (*rawStub, error) {
+func startRawStub(ctx context.Context, symbol string, kind gdb.BreakKind, length int) (*rawStub, error) {
 	syms, err := debuginfo.Open(*symbols)
 	if err != nil {
 		return nil, err
@@ -180,6 +181,10 @@ func startRawStub(ctx context.Context, symbol string) (*rawStub, error) {
 		return nil, err
 	}
 	if r.c, err = gdb.Dial(ctx, "unix", sock); err != nil {
+		r.close()
+		return nil, err
+	}
+	if err := r.c.SetBreakpoint(ctx, kind, r.addr, length); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -250,14 +255,11 @@ func mcpDebug(ctx context.Context, n int) (stops, regs []time.Duration, err erro
 }
 
 func rawDebug(ctx context.Context, n int) (stops, regs []time.Duration, err error) {
-	r, err := startRawStub(ctx, "cmd_echo")
+	r, err := startRawStub(ctx, "cmd_echo", gdb.Software, 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer r.close()
-	if err := r.c.SetBreakpoint(ctx, gdb.Software, r.addr, 0); err != nil {
-		return nil, nil, err
-	}
 	if stops, err = r.stops(ctx, n); err != nil {
 		return nil, nil, err
 	}
@@ -299,14 +301,11 @@ func watchStops(ctx context.Context, n int) (ours, raw []time.Duration, err erro
 	}); err != nil {
 		return nil, nil, err
 	}
-	r, err := startRawStub(ctx, "line_buf")
+	r, err := startRawStub(ctx, "line_buf", gdb.WatchWrite, 1)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer r.close()
-	if err := r.c.SetBreakpoint(ctx, gdb.WatchWrite, r.addr, 1); err != nil {
-		return nil, nil, err
-	}
 	raw, err = r.stops(ctx, n)
 	return ours, raw, err
 }

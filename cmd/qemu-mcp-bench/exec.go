@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -23,12 +21,10 @@ var (
 // word and the prompt), and a 9p share's read throughput against the guest
 // reading the same file from its own RAM (tmpfs).
 func execRows(ctx context.Context, n, reads int) ([]row, error) {
-	out, err := exec.Command("scripts/build-linux", "--print-dir").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: no Linux guest (run scripts/build-linux): guest_exec and share figures skipped")
+	dir := linuxGuestDir("guest_exec and share figures")
+	if dir == "" {
 		return nil, nil
 	}
-	dir := strings.TrimSpace(string(out))
 	share, err := os.MkdirTemp("", "qmb-share")
 	if err != nil {
 		return nil, err

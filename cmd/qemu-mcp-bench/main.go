@@ -62,35 +62,31 @@ func main() {
 		runtime.GOMAXPROCS(1)
 	}
 	ctx := context.Background()
-	if *execOnly {
-		rows, err := execRows(ctx, *execRuns, *shareRuns)
+	fail := func(what string, err error) {
+		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
+		os.Exit(1)
+	}
+	// only prints the table of one -X-only measurement, or fails with its error.
+	only := func(rows []row, err error) {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			os.Exit(1)
 		}
 		printTable(rows)
+	}
+	if *execOnly {
+		only(execRows(ctx, *execRuns, *shareRuns))
 		return
 	}
 	if *snapOnly {
 		if err := learnServerOptions(ctx); err != nil {
-			fmt.Fprintf(os.Stderr, "bench: the server's QEMU options: %v\n", err)
-			os.Exit(1)
+			fail("the server's QEMU options", err)
 		}
-		rows, err := snapshotRows(ctx, *snapRuns)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-			os.Exit(1)
-		}
-		printTable(rows)
+		only(snapshotRows(ctx, *snapRuns))
 		return
 	}
 	if *ttOnly {
-		rows, err := timeTravelRows(ctx, *ttRuns)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-			os.Exit(1)
-		}
-		printTable(rows)
+		only(timeTravelRows(ctx, *ttRuns))
 		return
 	}
 	if *startOnly {
@@ -104,8 +100,7 @@ func main() {
 	}
 	sizes, err := resultSizes(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: result sizes: %v\n", err)
-		os.Exit(1)
+		fail("result sizes", err)
 	}
 	if *sizesOnly {
 		printSizes(sizes)
@@ -113,10 +108,6 @@ func main() {
 	}
 	defer printSizes(sizes)
 	var rows []row
-	fail := func(what string, err error) {
-		fmt.Fprintf(os.Stderr, "bench: %s: %v\n", what, err)
-		os.Exit(1)
-	}
 
 	start, refStart, list, refList, rss, err := measureStart(ctx, *starts)
 	if err != nil {
@@ -359,6 +350,30 @@ type server struct {
 	dir string
 }
 
+// linuxGuestDir returns the directory of the Linux guest scripts/build-linux
+// caches, or "" after saying on stderr that the figures named by skipped
+// are left out because there is none.
+func linuxGuestDir(skipped string) string {
+	out, err := exec.Command("scripts/build-linux", "--print-dir").Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no Linux guest (run scripts/build-linux): %s skipped\n", skipped)
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// linuxServer starts a server allowed the Linux guest's directory, and
+// returns it with the directory; no server (and no error) if there is no
+// Linux guest, after saying that the figures named by skipped are left out.
+func linuxServer(ctx context.Context, skipped string) (*server, string, error) {
+	dir := linuxGuestDir(skipped)
+	if dir == "" {
+		return nil, "", nil
+	}
+	s, err := startServer(ctx, "-allow-path", dir)
+	return s, dir, err
+}
+
 func startServer(ctx context.Context, args ...string) (*server, error) {
 	dir, err := os.MkdirTemp("", "qmb")
 	if err != nil {
@@ -558,25 +573,12 @@ func (s *server) echoesFrom(ctx context.Context, instance string, seq, n int) ([
 // echoes times n echo round trips on one instance's console, after ten
 // for warm-up.
 func (s *server) echoes(ctx context.Context, instance string, n int) ([]time.Duration, error) {
-	var ds []time.Duration
-	for i := 0; i < n+10; i++ {
-		tok := "e" + strconv.Itoa(i)
-		var w struct {
-			Matched bool `json:"matched"`
-		}
-		t := time.Now()
-		if err := s.call(ctx, "serial_send", map[string]any{"instance": instance, "data": "echo " + tok, "wait_for": tok + `\r\ntiny> $`, "timeout": 10}, &w); err != nil {
-			return nil, err
-		}
-		d := time.Since(t)
-		if !w.Matched {
-			return nil, fmt.Errorf("echo %s not seen", tok)
-		}
-		if i >= 10 { // warm-up
-			ds = append(ds, d)
-		}
+	const warmUp = 10
+	ds, err := s.echoesFrom(ctx, instance, 0, warmUp+n)
+	if err != nil {
+		return nil, err
 	}
-	return ds, nil
+	return ds[warmUp:], nil
 }
 
 // mcpInstances boots n instances of the tiny kernel in one server: all at

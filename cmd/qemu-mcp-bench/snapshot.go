@@ -19,14 +19,8 @@ var snapRuns = flag.Int("snapshot-runs", 5, "cold boots, restores and boots from
 // a cold boot, a restore of a snapshot saved at the prompt, and a boot of
 // a new instance from that snapshot; with the snapshots' sizes.
 func snapshotRows(ctx context.Context, n int) ([]row, error) {
-	out, err := exec.Command("scripts/build-linux", "--print-dir").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: no Linux guest (run scripts/build-linux): snapshot times skipped")
-		return nil, nil
-	}
-	dir := strings.TrimSpace(string(out))
-	s, err := startServer(ctx, "-allow-path", dir)
-	if err != nil {
+	s, dir, err := linuxServer(ctx, "snapshot times")
+	if s == nil {
 		return nil, err
 	}
 	defer s.close()

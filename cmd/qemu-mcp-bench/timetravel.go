@@ -149,14 +149,8 @@ func (s *ttServer) lastWrite(ctx context.Context, runs int) ([]time.Duration, tt
 // Linux guest, each beside what raw QEMU and a gdb client do on the same
 // recording.
 func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
-	out, err := exec.Command("scripts/build-linux", "--print-dir").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: no Linux guest (run scripts/build-linux): time-travel figures skipped")
-		return nil, nil
-	}
-	dir := strings.TrimSpace(string(out))
-	srv, err := startServer(ctx, "-allow-path", dir)
-	if err != nil {
+	srv, dir, err := linuxServer(ctx, "time-travel figures")
+	if srv == nil {
 		return nil, err
 	}
 	defer srv.close()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,18 +17,14 @@ import (
 // ones left. It never looks for processes by name: only registry records,
 // verified by PID, start time and executable, are acted upon.
 func doctorCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("qemu-mcp doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("qemu-mcp doctor", stderr,
+		"usage: qemu-mcp doctor [flags]\n\nLists qemu-mcp servers of this user, their QEMU, leftovers of dead servers and the repository lock.\n")
 	var (
 		cleanup   = fs.Bool("cleanup", false, "reap what dead servers left: their FIFOs, sockets, records and surviving QEMU")
 		terminate = fs.Bool("terminate-orphans", false, "send SIGTERM to live stdio servers whose client is gone (verified records only)")
 		asJSON    = fs.Bool("json", false, "print one JSON document instead of text")
 		root      = fs.String("project-root", ".", "project whose repository lock to show")
 	)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: qemu-mcp doctor [flags]\n\nLists qemu-mcp servers of this user, their QEMU, leftovers of dead servers and the repository lock.\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -142,22 +142,14 @@ func TestHTTPTokenAndHost(t *testing.T) {
 	url = strings.Replace(url, "[::]", "127.0.0.1", 1)
 
 	post := func(host, auth string) int {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if host != "" {
-			req.Host = host
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
+		return postInitialize(t, url, func(req *http.Request) {
+			if host != "" {
+				req.Host = host
+			}
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+		})
 	}
 	if code := post("", ""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
@@ -198,19 +190,11 @@ func TestHTTPHygiene(t *testing.T) {
 	_, base := httpServer(t, dir, "-http", "127.0.0.1:0", "-http-session-timeout", "1s")
 	url := base + "/mcp"
 	post := func(origin string) int {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if origin != "" {
-			req.Header.Set("Origin", origin)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		return res.StatusCode
+		return postInitialize(t, url, func(req *http.Request) {
+			if origin != "" {
+				req.Header.Set("Origin", origin)
+			}
+		})
 	}
 	for origin, want := range map[string]int{"": http.StatusOK, base: http.StatusOK, "https://evil.example": http.StatusForbidden,
 		"http://127.0.0.1:1": http.StatusForbidden, "null": http.StatusForbidden} {
@@ -301,4 +285,21 @@ func TestHTTPAbandonedSessions(t *testing.T) {
 	if res := (&server{cs: cs}).call(t, "qemu_list", nil, nil); res.IsError {
 		t.Errorf("qemu_list after the flood of sessions: %s", resultText(res))
 	}
+}
+
+// postInitialize posts an MCP initialize request to url, shaped by set,
+// and returns the HTTP status it is answered with.
+func postInitialize(t *testing.T, url string, set func(*http.Request)) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	set(req)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode
 }

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
@@ -251,20 +251,8 @@ func TestKilledServerWithTwoInstances(t *testing.T) {
 // zombie has exited: only its parent (init, after reparenting) can reap it.
 func waitGone(t *testing.T, id proc.Identity, d time.Duration) {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(d)
-	for {
-		live, _, _ := proc.Check(id)
-		if live == proc.Gone || live == proc.Zombie {
-			t.Logf("qemu %d %v %v after its server was killed", id.PID, live, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			proc.Signal(id, unix.SIGKILL)
-			t.Fatalf("qemu %d still %v %v after its server was killed", id.PID, live, d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	live, took := testguest.AwaitGone(t, id, d, true, "its server was killed")
+	t.Logf("qemu %d %v %v after its server was killed", id.PID, live, took.Round(time.Millisecond))
 }
 
 // A second server in the same repository, or in another worktree of it,

@@ -65,8 +65,8 @@ func run(args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "profile" {
 		return profileCmd(args[1:], os.Stdin, os.Stdout, stderr)
 	}
-	fs := flag.NewFlagSet("qemu-mcp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("qemu-mcp", stderr,
+		"usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n       qemu-mcp probe [-qemu PATH] [--json]\n\nServes MCP over stdio. Flags:\n")
 	var (
 		selfTest    = fs.Bool("selftest", false, "boot the built-in tiny kernel through the real MCP path, check cleanup, and exit")
 		showVersion = fs.Bool("version", false, "print the version and exit")
@@ -93,10 +93,6 @@ func run(args []string, stderr io.Writer) int {
 		allowPaths = append(allowPaths, v)
 		return nil
 	})
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: qemu-mcp [flags]\n       qemu-mcp doctor [--cleanup] [--terminate-orphans] [--json]\n       qemu-mcp probe [-qemu PATH] [--json]\n\nServes MCP over stdio. Flags:\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -402,4 +398,16 @@ func platforms(qemus map[string]string) map[string]instance.Platform {
 		out[a.Name()] = instance.Platform{QEMU: qemus[a.Name()], Kernel: k.Kernel, Symbols: k.ELF}
 	}
 	return out
+}
+
+// newFlagSet is the flag set of the command or subcommand name: its errors
+// and its usage (the text, then the flags' defaults) go to stderr.
+func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
 }

@@ -131,18 +131,7 @@ func callInto(ctx context.Context, t *testing.T, cs *mcp.ClientSession, name str
 // theirs is left in the runtime directory.
 func assertClean(t *testing.T, dir string, qemu proc.Identity) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		live, _, _ := proc.Check(qemu)
-		if live == proc.Gone {
-			break
-		}
-		if time.Now().After(deadline) {
-			proc.Signal(qemu, unix.SIGKILL)
-			t.Fatalf("qemu %d still %v", qemu.PID, live)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testguest.AwaitGone(t, qemu, 2*time.Second, false, "the server ended")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -172,11 +161,7 @@ func startPiped(t *testing.T, dir string) (*exec.Cmd, io.WriteCloser, io.ReadClo
 	t.Helper()
 	cmd := serverCmd(dir)
 	cmd.Stderr = &logWriter{t: t}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testguest.StartPiped(t, cmd, "server")
 	t.Cleanup(func() { cmd.Process.Kill() })
 	return cmd, stdin, stdout
 }
@@ -332,14 +317,7 @@ var _ io.Writer = (*logWriter)(nil)
 func TestStdoutClosed(t *testing.T) {
 	needQEMU(t)
 	dir := runtimeDir(t)
-	cmd, stdin, stdout := startPiped(t, dir)
-	// The client's end of stdin stays open when the client goes: the
-	// server must notice its stdout, not its stdin.
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: keepOpen{stdin}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := bootAndEcho(t, cs)
+	cmd, stdin, stdout, q := startBootedKeepingStdin(t, dir)
 	stdout.Close()
 	time.Sleep(100 * time.Millisecond)
 	start := time.Now()
@@ -350,6 +328,19 @@ func TestStdoutClosed(t *testing.T) {
 	}
 	t.Logf("server exited %v after stdout was closed", waitExit(t, cmd, start).Round(time.Millisecond))
 	assertClean(t, dir, q)
+}
+
+// startBootedKeepingStdin starts the server on pipes, connects a client
+// that leaves the server's stdin open when it goes (so that the server must
+// notice its stdout, not its stdin), and boots and echoes on a guest.
+func startBootedKeepingStdin(t *testing.T, dir string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, proc.Identity) {
+	t.Helper()
+	cmd, stdin, stdout := startPiped(t, dir)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: keepOpen{stdin}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, stdout, bootAndEcho(t, cs)
 }
 
 // waitExit waits up to 10 s for a server whose stdout was closed at start
@@ -375,12 +366,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, start time.Time) time.Duration {
 func TestStdoutClosedMidWait(t *testing.T) {
 	needQEMU(t)
 	dir := runtimeDir(t)
-	cmd, stdin, stdout := startPiped(t, dir)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(context.Background(), &mcp.IOTransport{Reader: stdout, Writer: keepOpen{stdin}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := bootAndEcho(t, cs)
+	cmd, stdin, stdout, q := startBootedKeepingStdin(t, dir)
 	// A wait that would last 30 s, its request written raw.
 	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":98,"method":"tools/call","params":{"name":"serial_read","arguments":{"wait_for":"never-printed","timeout":30}}}`+"\n"); err != nil {
 		t.Fatalf("write request: %v", err)

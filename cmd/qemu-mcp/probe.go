@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,16 +18,12 @@ import (
 // probeCmd is `qemu-mcp probe`: what the QEMU binary can do with a guest's
 // saved state (package qemu/caps), from the cache or probed now.
 func probeCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("qemu-mcp probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("qemu-mcp probe", stderr,
+		fmt.Sprintf("usage: qemu-mcp probe [flags]\n\nSays what the QEMU binary does with a RISC-V guest's saved state (probed on the built-in kernel once per binary, then cached in %s).\n", caps.DefaultCacheDir()))
 	var (
 		bin    = fs.String("qemu", qemu.DefaultBinary, "qemu-system-riscv64 binary to probe")
 		asJSON = fs.Bool("json", false, "print JSON")
 	)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: qemu-mcp probe [flags]\n\nSays what the QEMU binary does with a RISC-V guest's saved state (probed on the built-in kernel once per binary, then cached in %s).\n", caps.DefaultCacheDir())
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,8 +18,9 @@ import (
 // QEMU command a project runs, so that its next boot is a boot with no
 // arguments.
 func profileCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("qemu-mcp profile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("qemu-mcp profile", stderr, fmt.Sprintf("usage: qemu-mcp profile [flags] [--] QEMU-COMMAND...\n       make -n qemu | qemu-mcp profile [flags] -\n\n"+
+		"Writes a profile of %s from the QEMU command the project runs: what the server keeps, replaces\n"+
+		"and refuses of it is printed, and nothing is written while anything is refused.\n", profile.FileName))
 	var (
 		name      = fs.String("name", "default", "the profile's name")
 		dir       = fs.String("dir", ".", "the project root, where .qemu-mcp.json is written (the line's paths are relative to it)")
@@ -30,12 +30,6 @@ func profileCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		allowHost = fs.Bool("allow-host-access", false, "pass on options the host-access boundary refuses (as the server's flag of that name)")
 		qemuBin   = fs.String("qemu", "", "the qemu-system-riscv64 the server runs (default: from PATH), whose device properties decide what -global and -device may set")
 	)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: qemu-mcp profile [flags] [--] QEMU-COMMAND...\n       make -n qemu | qemu-mcp profile [flags] -\n\n"+
-			"Writes a profile of %s from the QEMU command the project runs: what the server keeps, replaces\n"+
-			"and refuses of it is printed, and nothing is written while anything is refused.\n", profile.FileName)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

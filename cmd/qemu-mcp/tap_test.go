@@ -41,11 +41,10 @@ func startServerIn(t *testing.T, ns, dir string, args ...string) *server {
 	return s
 }
 
-func linkExists(ns, name string) bool {
-	return exec.Command("ip", "-n", ns, "link", "show", name).Run() == nil
-}
-
-func TestTAPAndCapture(t *testing.T) {
+// needUBootAndTcpdump skips a test that boots U-Boot to ping and reads
+// its capture with tcpdump unless QEMU, U-Boot and tcpdump are all here.
+func needUBootAndTcpdump(t *testing.T) {
+	t.Helper()
 	needQEMU(t)
 	if _, err := os.Stat(testguest.UBoot); err != nil {
 		t.Skip("U-Boot missing: run scripts/deps (installs u-boot-qemu)")
@@ -53,6 +52,14 @@ func TestTAPAndCapture(t *testing.T) {
 	if _, err := exec.LookPath("tcpdump"); err != nil {
 		t.Skip("tcpdump missing: run scripts/deps")
 	}
+}
+
+func linkExists(ns, name string) bool {
+	return exec.Command("ip", "-n", ns, "link", "show", name).Run() == nil
+}
+
+func TestTAPAndCapture(t *testing.T) {
+	needUBootAndTcpdump(t)
 	ns := netns(t)
 	dir := runtimeDir(t)
 	a := startServerIn(t, ns, dir)
@@ -79,25 +86,9 @@ func TestTAPAndCapture(t *testing.T) {
 	if !w.Matched || !linkExists(ns, b.TAP) {
 		t.Fatalf("ping after the restore: %q", w.Output)
 	}
-	var stop struct {
-		Path    string `json:"path"`
-		Packets int64  `json:"packets"`
-	}
-	a.call(t, "qemu_pcap_stop", nil, &stop)
-	if stop.Path != b.PCAP || stop.Packets < 6 {
-		t.Errorf("pcap stop %+v", stop)
-	}
-	// An outside reader agrees.
-	out, err := exec.Command("tcpdump", "-nn", "-r", stop.Path).Output()
-	if err != nil {
-		t.Fatalf("tcpdump -r: %v", err)
-	}
-	tdLines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if int64(len(tdLines)) != stop.Packets {
-		t.Errorf("tcpdump reads %d packets, the capture says %d:\n%s", len(tdLines), stop.Packets, out)
-	}
+	out := stopCapture(t, a, b.PCAP, 6)
 	for _, w := range []string{"Request who-has 192.0.2.1 tell 192.0.2.15", "Reply 192.0.2.1 is-at", "192.0.2.15 > 192.0.2.1: ICMP echo request", "192.0.2.1 > 192.0.2.15: ICMP echo reply"} {
-		if !strings.Contains(string(out), w) {
+		if !strings.Contains(out, w) {
 			t.Errorf("tcpdump output lacks %q", w)
 		}
 	}
@@ -106,7 +97,7 @@ func TestTAPAndCapture(t *testing.T) {
 	if linkExists(ns, b.TAP) {
 		t.Errorf("TAP %s still exists after shutdown", b.TAP)
 	}
-	if _, err := os.Stat(stop.Path); err != nil {
+	if _, err := os.Stat(b.PCAP); err != nil {
 		t.Errorf("capture file gone: %v", err)
 	}
 
@@ -120,6 +111,38 @@ func TestTAPAndCapture(t *testing.T) {
 	if !linkExists(ns, b.TAP) {
 		t.Fatalf("TAP %s vanished with the server: the reaper test would prove nothing", b.TAP)
 	}
+	if deleted := reapedTAPs(t, ns, dir); len(deleted) != 1 || deleted[0] != b.TAP || linkExists(ns, b.TAP) {
+		t.Errorf("reaper: deleted %v, link exists %v; want %s deleted", deleted, linkExists(ns, b.TAP), b.TAP)
+	}
+}
+
+// stopCapture stops s's capture, which must be the file wantPath holding at
+// least min packets, and returns what an outside reader (tcpdump) reads of
+// it: as many packets as the capture says.
+func stopCapture(t *testing.T, s *server, wantPath string, min int64) string {
+	t.Helper()
+	var stop struct {
+		Path    string `json:"path"`
+		Packets int64  `json:"packets"`
+	}
+	s.call(t, "qemu_pcap_stop", nil, &stop)
+	if stop.Path != wantPath || stop.Packets < min {
+		t.Errorf("pcap stop %+v", stop)
+	}
+	out, err := exec.Command("tcpdump", "-nn", "-r", stop.Path).Output()
+	if err != nil {
+		t.Fatalf("tcpdump -r: %v", err)
+	}
+	if n := len(strings.Split(strings.TrimSpace(string(out)), "\n")); int64(n) != stop.Packets {
+		t.Errorf("tcpdump reads %d packets, the capture says %d:\n%s", n, stop.Packets, out)
+	}
+	return string(out)
+}
+
+// reapedTAPs starts a server in ns on dir (after a server there was
+// killed), boots a guest, and returns the TAPs its reaper says it deleted.
+func reapedTAPs(t *testing.T, ns, dir string) []string {
+	t.Helper()
 	next := startServerIn(t, ns, dir)
 	var nb struct {
 		Reaped struct {
@@ -127,11 +150,9 @@ func TestTAPAndCapture(t *testing.T) {
 		} `json:"reaped"`
 	}
 	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &nb); res.IsError {
-		t.Fatalf("boot after kill: %s", resultText(res))
+		t.Fatalf("boot after the kill: %s", resultText(res))
 	}
-	if len(nb.Reaped.DeletedTAPs) != 1 || nb.Reaped.DeletedTAPs[0] != b.TAP || linkExists(ns, b.TAP) {
-		t.Errorf("reaper: deleted %v, link exists %v; want %s deleted", nb.Reaped.DeletedTAPs, linkExists(ns, b.TAP), b.TAP)
-	}
+	return nb.Reaped.DeletedTAPs
 }
 
 func containsAll(lines, want []string) bool {
@@ -321,17 +342,8 @@ func TestExistingTAPAsRoot(t *testing.T) {
 	}
 	a.cmd.Process.Kill()
 	<-a.done
-	next := startServerIn(t, ns, dir)
-	var nb struct {
-		Reaped struct {
-			DeletedTAPs []string `json:"deleted_taps"`
-		} `json:"reaped"`
-	}
-	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &nb); res.IsError {
-		t.Fatalf("boot after the kill: %s", resultText(res))
-	}
-	if len(nb.Reaped.DeletedTAPs) != 0 || !linkExists(ns, "qmtapr") {
-		t.Errorf("the reaper deleted %v; TAP there: %v", nb.Reaped.DeletedTAPs, linkExists(ns, "qmtapr"))
+	if deleted := reapedTAPs(t, ns, dir); len(deleted) != 0 || !linkExists(ns, "qmtapr") {
+		t.Errorf("the reaper deleted %v; TAP there: %v", deleted, linkExists(ns, "qmtapr"))
 	}
 }
 

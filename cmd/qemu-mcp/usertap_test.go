@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // A restart that would fail leaves the running guest as it was: its QEMU,
@@ -126,13 +124,7 @@ func tuntap(t *testing.T, ns, name string, a account) {
 // as the user may not open a packet socket), and left as it was after the
 // guest stops.
 func TestUserTAPByName(t *testing.T) {
-	needQEMU(t)
-	if _, err := os.Stat(testguest.UBoot); err != nil {
-		t.Skip("U-Boot missing: run scripts/deps (installs u-boot-qemu)")
-	}
-	if _, err := exec.LookPath("tcpdump"); err != nil {
-		t.Skip("tcpdump missing: run scripts/deps")
-	}
+	needUBootAndTcpdump(t)
 	owner := accounts(t, 1)[0]
 	ns := netns(t)
 	tuntap(t, ns, "qmtapa", owner)
@@ -159,29 +151,18 @@ func TestUserTAPByName(t *testing.T) {
 		Matched bool   `json:"matched"`
 		Output  string `json:"output"`
 	}
-	var stop struct {
-		Path    string `json:"path"`
-		Packets int64  `json:"packets"`
-	}
-	s.call(t, "qemu_pcap_stop", nil, &stop)
-	if stop.Path != b.PCAP || stop.Packets < 4 {
-		t.Errorf("pcap stop %+v", stop)
-	}
-	out, err := exec.Command("tcpdump", "-nn", "-r", stop.Path).Output()
-	if err != nil {
-		t.Fatalf("tcpdump -r: %v", err)
-	}
-	if n := len(strings.Split(strings.TrimSpace(string(out)), "\n")); int64(n) != stop.Packets {
-		t.Errorf("tcpdump reads %d packets, the capture says %d:\n%s", n, stop.Packets, out)
-	}
+	out := stopCapture(t, s, b.PCAP, 4)
 	for _, w := range want {
-		if !strings.Contains(string(out), strings.TrimPrefix(strings.TrimPrefix(w, "ARP, "), "IP ")) {
+		if !strings.Contains(out, strings.TrimPrefix(strings.TrimPrefix(w, "ARP, "), "IP ")) {
 			t.Errorf("tcpdump output lacks %q:\n%s", w, out)
 		}
 	}
 	// A second capture, started while the guest runs, works the same way.
 	var st struct {
 		Path string `json:"path"`
+	}
+	var stop struct {
+		Packets int64 `json:"packets"`
 	}
 	if res := s.call(t, "qemu_pcap_start", map[string]any{"filter": "icmp"}, &st); res.IsError {
 		t.Fatalf("pcap start: %s", resultText(res))

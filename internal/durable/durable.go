@@ -43,15 +43,22 @@ func write(path string, flag int, b []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	err = WriteClose(f, b)
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
+// WriteClose writes b to f, fsyncs f and closes it, returning the first
+// error. f is closed whatever happens.
+func WriteClose(f *os.File, b []byte) error {
+	_, err := f.Write(b)
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
 	}
 	return err
 }

@@ -165,51 +165,40 @@ const (
 // (instance is ignored for records, and for a legacy owner, whose names had
 // none). RecordTemp and Unknown have no fixed name: "".
 func Name(k Kind, o Owner, instance string) string {
-	t := o.Tag()
-	if !o.Legacy() && k != Record {
-		t += "-" + instance
-	}
-	switch k {
-	case SerialIn:
-		return "serial-" + t + ".in"
-	case SerialOut:
-		return "serial-" + t + ".out"
-	case QMPSocket:
-		return "qmp-" + t + ".sock"
-	case GDBSocket:
-		if o.Legacy() {
-			return ""
-		}
-		return "gdb-" + t + ".sock"
-	case SnapshotStage:
-		if o.Legacy() {
-			return ""
-		}
-		return "snapload-" + t + ".qcow2"
-	case VNCSocket:
-		if o.Legacy() {
-			return ""
-		}
-		return "vnc-" + t + ".sock"
-	case CaptureFIFO:
-		if o.Legacy() {
-			return ""
-		}
-		return "pcap-" + t + ".fifo"
-	case ReplayStage:
-		if o.Legacy() {
-			return ""
-		}
-		return "rrinit-" + t + ".qcow2"
-	case ReplayConsole:
-		if o.Legacy() {
-			return ""
-		}
-		return "rrcon-" + t + ".log"
-	case Record:
+	if k == Record {
 		return "server-" + o.Tag() + ".json"
 	}
+	for _, n := range instanceNames {
+		if n.kind != k {
+			continue
+		}
+		if o.Legacy() {
+			if !n.legacy {
+				return ""
+			}
+			return n.prefix + o.Tag() + n.suffix
+		}
+		return n.prefix + o.Tag() + "-" + instance + n.suffix
+	}
 	return ""
+}
+
+// instanceNames are the kinds whose names are <prefix><tag>-<instance><suffix>;
+// legacy marks those older versions named <prefix><pid><suffix>.
+var instanceNames = []struct {
+	kind           Kind
+	prefix, suffix string
+	legacy         bool
+}{
+	{SerialIn, "serial-", ".in", true},
+	{SerialOut, "serial-", ".out", true},
+	{QMPSocket, "qmp-", ".sock", true},
+	{GDBSocket, "gdb-", ".sock", false},
+	{VNCSocket, "vnc-", ".sock", false},
+	{CaptureFIFO, "pcap-", ".fifo", false},
+	{SnapshotStage, "snapload-", ".qcow2", false},
+	{ReplayStage, "rrinit-", ".qcow2", false},
+	{ReplayConsole, "rrcon-", ".log", false},
 }
 
 // SerialBase is the FIFOs' common name without ".in"/".out", as QEMU's
@@ -279,55 +268,18 @@ type Entry struct {
 // no leading zero, a PID in 1..MaxPID, a valid instance name). Anything
 // else is not ours.
 func Classify(name string) (Entry, bool) {
+	for _, n := range instanceNames {
+		rest, ok := strings.CutPrefix(name, n.prefix)
+		if !ok {
+			continue
+		}
+		if rest, ok := strings.CutSuffix(rest, n.suffix); ok {
+			if e, ok := instanceEntry(rest, n.kind); ok && (n.legacy || !e.Owner.Legacy()) {
+				return e, true
+			}
+		}
+	}
 	switch {
-	case strings.HasPrefix(name, "serial-"):
-		rest := name[len("serial-"):]
-		if s, ok := strings.CutSuffix(rest, ".in"); ok {
-			return instanceEntry(s, SerialIn)
-		}
-		if s, ok := strings.CutSuffix(rest, ".out"); ok {
-			return instanceEntry(s, SerialOut)
-		}
-	case strings.HasPrefix(name, "qmp-"):
-		if s, ok := strings.CutSuffix(name[len("qmp-"):], ".sock"); ok {
-			return instanceEntry(s, QMPSocket)
-		}
-	case strings.HasPrefix(name, "gdb-"):
-		if s, ok := strings.CutSuffix(name[len("gdb-"):], ".sock"); ok {
-			if e, ok := instanceEntry(s, GDBSocket); ok && !e.Owner.Legacy() {
-				return e, true
-			}
-		}
-	case strings.HasPrefix(name, "vnc-"):
-		if s, ok := strings.CutSuffix(name[len("vnc-"):], ".sock"); ok {
-			if e, ok := instanceEntry(s, VNCSocket); ok && !e.Owner.Legacy() {
-				return e, true
-			}
-		}
-	case strings.HasPrefix(name, "pcap-"):
-		if s, ok := strings.CutSuffix(name[len("pcap-"):], ".fifo"); ok {
-			if e, ok := instanceEntry(s, CaptureFIFO); ok && !e.Owner.Legacy() {
-				return e, true
-			}
-		}
-	case strings.HasPrefix(name, "snapload-"):
-		if s, ok := strings.CutSuffix(name[len("snapload-"):], ".qcow2"); ok {
-			if e, ok := instanceEntry(s, SnapshotStage); ok && !e.Owner.Legacy() {
-				return e, true
-			}
-		}
-	case strings.HasPrefix(name, "rrinit-"):
-		if s, ok := strings.CutSuffix(name[len("rrinit-"):], ".qcow2"); ok {
-			if e, ok := instanceEntry(s, ReplayStage); ok && !e.Owner.Legacy() {
-				return e, true
-			}
-		}
-	case strings.HasPrefix(name, "rrcon-"):
-		if s, ok := strings.CutSuffix(name[len("rrcon-"):], ".log"); ok {
-			if e, ok := instanceEntry(s, ReplayConsole); ok && !e.Owner.Legacy() {
-				return e, true
-			}
-		}
 	case strings.HasPrefix(name, ProbePrefix):
 		// probe-<pid>-<start>-<digits>, as os.MkdirTemp makes it.
 		pidS, rest, _ := strings.Cut(name[len(ProbePrefix):], "-")

@@ -45,21 +45,31 @@ var ErrNotFound = errors.New("no such process")
 
 // Stat reads /proc/<pid>/stat.
 func Stat(pid int) (Info, error) {
-	if pid <= 0 {
-		return Info{}, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := readProcFile(pid, "stat")
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			return Info{}, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
-		}
-		return Info{}, fmt.Errorf("read process %d: %w", pid, err)
+		return Info{}, err
 	}
 	info, err := ParseStat(b)
 	if err != nil {
 		return Info{}, fmt.Errorf("read process %d: %w", pid, err)
 	}
 	return info, nil
+}
+
+// readProcFile reads /proc/<pid>/<name>; no process with that PID is
+// ErrNotFound.
+func readProcFile(pid int, name string) ([]byte, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + name)
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+		return nil, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read process %d: %w", pid, err)
+	}
+	return b, nil
 }
 
 // ParseStat parses the contents of /proc/<pid>/stat. The command name is in
@@ -237,18 +247,12 @@ var ErrHidden = errors.New("process exists but /proc hides it (another user's, w
 // A process that /proc hides from us (hidepid) gives ErrHidden: the kernel
 // still answers kill(pid, 0), with EPERM, for another user's process.
 func ReadCreds(pid int) (Creds, error) {
-	if pid <= 0 {
-		return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
+	b, err := readProcFile(pid, "status")
+	if errors.Is(err, ErrNotFound) && pid > 0 && errors.Is(unix.Kill(pid, 0), unix.EPERM) {
+		return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrHidden)
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			if kerr := unix.Kill(pid, 0); errors.Is(kerr, unix.EPERM) {
-				return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrHidden)
-			}
-			return Creds{}, fmt.Errorf("read process %d: %w", pid, ErrNotFound)
-		}
-		return Creds{}, fmt.Errorf("read process %d: %w", pid, err)
+		return Creds{}, err
 	}
 	return ParseCreds(b)
 }

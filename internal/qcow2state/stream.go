@@ -110,6 +110,16 @@ func (r *reader) peek() (byte, error) {
 	return r.buf[r.pos], nil
 }
 
+// skipIf consumes the next byte if it is b, and says whether it did.
+func (r *reader) skipIf(b byte) (bool, error) {
+	next, err := r.peek()
+	if err != nil || next != b {
+		return false, err
+	}
+	r.pos++
+	return true, nil
+}
+
 func (r *reader) u32() (uint32, error) {
 	b, err := r.bytes(4)
 	if err != nil {
@@ -311,11 +321,9 @@ func footer(r *reader, id uint32) error {
 	if r.offset() == r.m.size {
 		return nil // RAM's end ends the stream: nothing more is read
 	}
-	b, err := r.peek()
-	if err != nil || b != secFooter {
+	if ok, err := r.skipIf(secFooter); !ok {
 		return err
 	}
-	r.pos++
 	got, err := r.u32()
 	if err != nil {
 		return err
@@ -340,11 +348,9 @@ func (ix *index) configuration(r *reader) error {
 		return err
 	}
 	for {
-		b, err := r.peek()
-		if err != nil || b != secSubsection {
+		if ok, err := r.skipIf(secSubsection); !ok {
 			return err
 		}
-		r.pos++
 		name, err := r.str()
 		if err != nil {
 			return err

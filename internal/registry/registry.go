@@ -143,17 +143,10 @@ func Path(dir string, o names.Owner) string { return filepath.Join(dir, FileName
 // time, and the start time as wall time. QEMU, TAP and Lock are left empty.
 func Self(transport, address, version string) (Record, error) {
 	pid := os.Getpid()
-	info, err := proc.Stat(pid)
+	info, exe, err := statExe(pid)
 	if err != nil {
-		return Record{}, fmt.Errorf("registry: %w", err)
+		return Record{}, err
 	}
-	exe, err := proc.Exe(pid)
-	if err != nil {
-		return Record{}, fmt.Errorf("registry: %w", err)
-	}
-	// Record the path, even if the file was replaced since the exec: the
-	// identity below tells the two apart.
-	exe = strings.TrimSuffix(exe, deletedSuffix)
 	// /proc/self/exe resolves to the inode this process runs, even if the
 	// path was replaced since the exec.
 	id, err := statIdentity("/proc/self/exe")
@@ -194,16 +187,26 @@ func Self(transport, address, version string) (Record, error) {
 // after exec.Cmd.Start returned (which is after the exec, so the executable
 // is already QEMU's, and before Wait, so the PID cannot be reused yet).
 func NewChild(pid int) (Child, error) {
+	info, exe, err := statExe(pid)
+	if err != nil {
+		return Child{}, err
+	}
+	return Child{PID: pid, StartTime: info.StartTime, Executable: exe}, nil
+}
+
+// statExe reads pid's /proc stat and the path of its executable. The path
+// is kept even if the file was replaced since the exec (Self's identity,
+// and a child's check against its record, tell the two apart).
+func statExe(pid int) (proc.Info, string, error) {
 	info, err := proc.Stat(pid)
 	if err != nil {
-		return Child{}, fmt.Errorf("registry: %w", err)
+		return proc.Info{}, "", fmt.Errorf("registry: %w", err)
 	}
 	exe, err := proc.Exe(pid)
 	if err != nil {
-		return Child{}, fmt.Errorf("registry: %w", err)
+		return proc.Info{}, "", fmt.Errorf("registry: %w", err)
 	}
-	exe = strings.TrimSuffix(exe, deletedSuffix)
-	return Child{PID: pid, StartTime: info.StartTime, Executable: exe}, nil
+	return info, strings.TrimSuffix(exe, deletedSuffix), nil
 }
 
 func statIdentity(path string) (ExeIdentity, error) {

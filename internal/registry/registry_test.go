@@ -134,12 +134,8 @@ func TestWriteRefusesBadRecord(t *testing.T) {
 // Write replaces a symlink planted at the record path; it never writes
 // through it.
 func TestWriteDoesNotFollowSymlink(t *testing.T) {
-	dir, outside := t.TempDir(), t.TempDir()
-	target := filepath.Join(outside, "victim")
-	registrytest.Mkfile(t, target, "precious")
-	if err := os.Symlink(target, registry.Path(dir, names.Owner{PID: 77})); err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
+	target := plantSymlink(t, registry.Path(dir, names.Owner{PID: 77}))
 	if err := registry.Write(dir, registry.Record{PID: 77, Transport: "stdio"}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +148,8 @@ func TestWriteDoesNotFollowSymlink(t *testing.T) {
 }
 
 func TestRemoveOnlyRegularFiles(t *testing.T) {
-	dir, outside := t.TempDir(), t.TempDir()
-	target := filepath.Join(outside, "victim")
-	registrytest.Mkfile(t, target, "precious")
-	if err := os.Symlink(target, registry.Path(dir, names.Owner{PID: 10})); err != nil {
-		t.Fatal(err)
-	}
+	dir := t.TempDir()
+	target := plantSymlink(t, registry.Path(dir, names.Owner{PID: 10}))
 	registrytest.Mkfifo(t, registry.Path(dir, names.Owner{PID: 11}))
 	for _, pid := range []int{10, 11} {
 		if err := registry.Remove(dir, names.Owner{PID: pid}); err == nil {
@@ -389,4 +381,16 @@ func TestNewChildGone(t *testing.T) {
 	if _, err := registry.NewChild(dead.PID); !errors.Is(err, proc.ErrNotFound) {
 		t.Fatalf("NewChild(dead) err = %v", err)
 	}
+}
+
+// plantSymlink makes link a symlink to a file holding "precious" in a
+// directory of its own, and returns the file's path.
+func plantSymlink(t *testing.T, link string) string {
+	t.Helper()
+	target := filepath.Join(t.TempDir(), "victim")
+	registrytest.Mkfile(t, target, "precious")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	return target
 }

@@ -104,18 +104,10 @@ func (s *scanner) object() bool {
 	if s.i >= len(s.b) || s.b[s.i] != '{' {
 		return false
 	}
-	s.depth++
-	if s.depth > fastDepth {
-		return false
+	if closed, ok := s.enter('}'); closed || !ok {
+		return ok
 	}
 	top := s.depth == 1
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		s.depth--
-		return true
-	}
 	for {
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
 			return false
@@ -141,21 +133,10 @@ func (s *scanner) object() bool {
 		if k >= 0 {
 			s.val[k] = s.b[vstart:s.i]
 		}
+		if more, ok := s.next('}'); !more {
+			return ok
+		}
 		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case '}':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
-		}
 	}
 }
 
@@ -190,37 +171,57 @@ func (s *scanner) topKey(raw []byte, k *int) bool {
 }
 
 func (s *scanner) array() bool {
-	s.depth++
-	if s.depth > fastDepth {
-		return false
-	}
-	s.i++ // '['
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		s.depth--
-		return true
+	// s.b[s.i] is '['.
+	if closed, ok := s.enter(']'); closed || !ok {
+		return ok
 	}
 	for {
 		if !s.value() {
 			return false
 		}
+		if more, ok := s.next(']'); !more {
+			return ok
+		}
 		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.ws()
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
-		}
 	}
+}
+
+// enter steps into the object or array opening at s.i, one level deeper:
+// not ok past the depth the check follows; closed if it is empty (and
+// then left again).
+func (s *scanner) enter(close byte) (closed, ok bool) {
+	s.depth++
+	if s.depth > fastDepth {
+		return false, false
+	}
+	s.i++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == close {
+		s.i++
+		s.depth--
+		return true, true
+	}
+	return false, true
+}
+
+// next reads what follows a member or element: a ',' (more follows) or
+// close, which leaves the object or array; anything else is not ok. It is
+// small enough for the compiler to inline.
+func (s *scanner) next(close byte) (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return true, true
+	case close:
+		s.i++
+		s.depth--
+		return false, true
+	}
+	return false, false
 }
 
 func (s *scanner) value() bool {

@@ -213,17 +213,15 @@ func answer(out io.Writer, id json.RawMessage, code int, message string) error {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
+	type rpcError struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
 	b, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, message}})
+		Error   rpcError        `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: rpcError{code, message}})
 	_, err := out.Write(append(b, '\n'))
 	return err
 }

@@ -46,19 +46,11 @@ func TestReopenPipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")
-	if _, err := w.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 100)
-	n, err := r.Read(b)
-	if err != nil || string(b[:n]) != string(msg) {
-		t.Fatalf("read %q, %v", b[:n], err)
-	}
+	passes(t, w, r, "read")
 	// EOF once every write end is closed, the original one included.
 	w.Close()
 	pw.Close()
-	if _, err := r.Read(b); err != io.EOF {
+	if _, err := r.Read(make([]byte, 100)); err != io.EOF {
 		t.Fatalf("read after the writers closed: %v, want io.EOF", err)
 	}
 }
@@ -85,21 +77,8 @@ func TestReopenSocket(t *testing.T) {
 	if !blocking(t, client) {
 		t.Fatal("the client's end changed mode")
 	}
-	msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")
-	if _, err := client.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 100)
-	n, err := f.Read(b)
-	if err != nil || string(b[:n]) != string(msg) {
-		t.Fatalf("read %q, %v", b[:n], err)
-	}
-	if _, err := f.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := client.Read(b); err != nil || string(b[:n]) != string(msg) {
-		t.Fatalf("the client read %q, %v", b[:n], err)
-	}
+	passes(t, client, f, "read")
+	passes(t, f, client, "the client read")
 	Restore()
 	if !blocking(t, ours) {
 		t.Fatal("Restore left the socket non-blocking")
@@ -115,5 +94,20 @@ func TestReopenOthers(t *testing.T) {
 	defer f.Close()
 	if reopen(int(f.Fd()), os.O_RDONLY) != nil {
 		t.Fatal("a regular file was reopened")
+	}
+}
+
+// passes writes a JSON-RPC line to w and checks that one read of r
+// returns it whole; who names the reader in the failure.
+func passes(t *testing.T, w io.Writer, r io.Reader, who string) {
+	t.Helper()
+	msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"ping"}` + "\n")
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 100)
+	n, err := r.Read(b)
+	if err != nil || string(b[:n]) != string(msg) {
+		t.Fatalf("%s %q, %v", who, b[:n], err)
 	}
 }

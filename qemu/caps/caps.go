@@ -11,6 +11,7 @@
 package caps
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -26,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 )
@@ -202,10 +204,7 @@ func New(cfg Config) *Prober {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Prober{cfg: cfg, log: log, ctx: ctx, cancel: cancel, inflight: map[Key]chan struct{}{}, errs: map[Key]error{}, known: map[Key]*Caps{}}
 }
@@ -339,18 +338,28 @@ func cachePath(dir string, k Key, suffix string) string {
 }
 
 func (p *Prober) readCache(k Key) *Caps {
-	if p.cfg.CacheDir == "" {
+	c := readJSON[Caps](p.cfg.CacheDir, p.cacheFile(k))
+	if c == nil || !k.matches(c) {
 		return nil
 	}
-	b, err := os.ReadFile(p.cacheFile(k))
+	return c
+}
+
+// readJSON decodes the JSON file f of the cache directory dir: nil without
+// a cache directory, or if f cannot be read or decoded.
+func readJSON[T any](dir, f string) *T {
+	if dir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f)
 	if err != nil {
 		return nil
 	}
-	var c Caps
-	if json.Unmarshal(b, &c) != nil || !k.matches(&c) {
+	var v T
+	if json.Unmarshal(b, &v) != nil {
 		return nil
 	}
-	return &c
+	return &v
 }
 
 // writeCache writes c atomically: a reader sees the old file or the new.
@@ -375,13 +384,7 @@ func writeJSONAtomic(f string, v any) error {
 	if err != nil {
 		return err
 	}
-	_, err = tmp.Write(append(b, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
+	err = durable.WriteClose(tmp, append(b, '\n'))
 	if err == nil {
 		err = os.Rename(tmp.Name(), f)
 	}

@@ -1,6 +1,7 @@
 package caps
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os"
 	"os/exec"
 	"slices"
 	"sort"
@@ -112,10 +112,7 @@ func NewPropProber(cfg PropsConfig) *PropProber {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
+	log := cmp.Or(cfg.Logger, slog.Default())
 	return &PropProber{cfg: cfg, log: log, sem: make(chan struct{}, 1), failed: map[string]failure{}}
 }
 
@@ -231,15 +228,8 @@ func (p *PropProber) binary() (string, error) {
 func (p *PropProber) cacheFile(k Key) string { return cachePath(p.cfg.CacheDir, k, ".props.json") }
 
 func (p *PropProber) readCache(k Key) *propTable {
-	if p.cfg.CacheDir == "" {
-		return nil
-	}
-	b, err := os.ReadFile(p.cacheFile(k))
-	if err != nil {
-		return nil
-	}
-	var t propTable
-	if json.Unmarshal(b, &t) != nil || !t.matches(k) || t.Enums == nil {
+	t := readJSON[propTable](p.cfg.CacheDir, p.cacheFile(k))
+	if t == nil || !t.matches(k) || t.Enums == nil {
 		return nil
 	}
 	return t.index()
