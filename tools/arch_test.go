@@ -120,3 +120,64 @@ func TestArchRefusals(t *testing.T) {
 	s.wantError("qemu_boot", map[string]any{"instance": "b", "kernel": "Image", "arch": "riscv64"},
 		"is a aarch64 kernel, but arch riscv64 was asked")
 }
+
+// The aarch64 Linux guest, its architecture read from its Image header,
+// on four vCPUs: to its shell; guest_exec's exit statuses; a share read;
+// a snapshot restored three times with its state and a live timer (a
+// sleep ends); a boot from the snapshot.
+func TestAarch64Linux(t *testing.T) {
+	lin := testguest.ArchLinux(t, arm64.Arch)
+	root := t.TempDir()
+	snaps := t.TempDir()
+	adjust := func(c *testConfig) { c.WorkDir, c.Snapshots, c.AllowPaths = root, snaps, []string{lin.Dir} }
+	s, _ := aarch64Session(t, adjust)
+	if err := os.Mkdir(root+"/ro", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root+"/ro/hello.txt", []byte("hello from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b struct {
+		bootOut
+		Arch   string `json:"arch"`
+		Shares []struct {
+			Mount string `json:"mount"`
+		} `json:"shares"`
+	}
+	s.mustCall("qemu_boot", map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": lin.Append, "memory": "256M", "smp": 4,
+		"shares": []map[string]any{{"path": "ro"}}, "wait_for": testguest.LinuxPrompt, "timeout": 90}, &b)
+	if !b.Matched || b.Arch != "aarch64" {
+		t.Fatalf("boot: arch %q, %+v", b.Arch, b.bootOut)
+	}
+	if o := s.exec("grep -c ^processor /proc/cpuinfo", 0); strings.TrimSpace(o.Output) != "4" {
+		t.Errorf("vCPUs: %+v", o)
+	}
+	for cmd, want := range map[string]int{"true": 0, "false": 1, "sh -c 'exit 7'": 7} {
+		if o := s.exec(cmd, 0); status(o) != want {
+			t.Errorf("%s: status %d, want %d: %+v", cmd, status(o), want, o)
+		}
+	}
+	if o := s.exec(b.Shares[0].Mount+" && cat /mnt/ro/hello.txt", 0); o.Output != "hello from the host\n" {
+		t.Errorf("share: %+v", o)
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo one > /tmp/f", "wait_for": testguest.LinuxPrompt}, &w)
+	var si snapInfo
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "prompt"}, &si)
+	s.mustCall("serial_send", map[string]any{"data": "echo two > /tmp/f", "wait_for": testguest.LinuxPrompt}, &w)
+	check := func(s *session, what string) {
+		t.Helper()
+		s.mustCall("serial_send", map[string]any{"data": "cat /tmp/f; sleep 1; echo slept", "wait_for": `slept\r\n` + testguest.LinuxPrompt, "timeout": 15}, &w)
+		if !w.Matched || !strings.Contains(w.Output, "\none\n") || strings.Contains(w.Output, "two") {
+			t.Fatalf("%s: %+v", what, w)
+		}
+	}
+	for k := range 3 {
+		var lo loadOut
+		s.mustCall("qemu_snapshot_load", map[string]any{"name": "prompt"}, &lo)
+		check(s, "restore "+string(rune('1'+k)))
+	}
+	s2, _ := aarch64Session(t, adjust)
+	s2.mustCall("qemu_boot", map[string]any{"snapshot": "prompt"}, &b)
+	check(s2, "boot from the snapshot")
+}

@@ -63,3 +63,32 @@ func StartArchQEMU(t testing.TB, a arch.Arch, dir string, args ...string) *Proce
 	t.Helper()
 	return startBinary(t, ArchQEMU(t, a), dir, args...)
 }
+
+// ArchLinux is the Linux guest of architecture a (see LinuxGuest): from
+// $QEMU_MCP_LINUX_DIR_<NAME>, else the cached build of
+// scripts/build-linux --arch NAME. It skips the test if neither is there,
+// or if a's QEMU is missing.
+func ArchLinux(t testing.TB, a arch.Arch) Linux {
+	t.Helper()
+	if a.Name() == archs.Default().Name() {
+		return LinuxGuest(t)
+	}
+	ArchQEMU(t, a)
+	env := LinuxEnv + "_" + strings.ToUpper(a.Name())
+	dir := os.Getenv(env)
+	if dir == "" {
+		out, err := exec.Command(filepath.Join(Repo(), "scripts", "build-linux"), "--arch", a.Name(), "--print-dir").Output()
+		if err != nil {
+			t.Skipf("the %s Linux guest is not built: run scripts/build-linux --arch %s (scripts/test does), or set %s", a.Name(), a.Name(), env)
+		}
+		dir = strings.TrimSpace(string(out))
+	}
+	l := Linux{Dir: dir, Kernel: filepath.Join(dir, "Image"), Initrd: filepath.Join(dir, "initramfs.cpio.gz"),
+		Vmlinux: filepath.Join(dir, "vmlinux"), Append: "console=" + a.QEMU().Console + " earlycon"}
+	for _, p := range []string{l.Kernel, l.Initrd} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s Linux guest in %s is incomplete: %v (rebuild it with scripts/build-linux --arch %s)", a.Name(), dir, err, a.Name())
+		}
+	}
+	return l
+}

@@ -152,6 +152,8 @@ type Linux struct {
 	Kernel  string // Image
 	Initrd  string // initramfs.cpio.gz
 	Vmlinux string // with DWARF
+	// Append is the kernel command line for its console.
+	Append string
 }
 
 // LinuxPrompt and LinuxReady are what the guest's console shows once its
@@ -178,7 +180,7 @@ func LinuxGuest(t testing.TB) Linux {
 		dir = strings.TrimSpace(string(out))
 	}
 	l := Linux{Dir: dir, Kernel: filepath.Join(dir, "Image"), Initrd: filepath.Join(dir, "initramfs.cpio.gz"),
-		Vmlinux: filepath.Join(dir, "vmlinux")}
+		Vmlinux: filepath.Join(dir, "vmlinux"), Append: LinuxAppend}
 	for _, p := range []string{l.Kernel, l.Initrd} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("Linux guest in %s is incomplete: %v (rebuild it with scripts/build-linux)", dir, err)
