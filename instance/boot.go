@@ -324,6 +324,7 @@ func (b *booting) attachDebugger(_ context.Context) error {
 	}
 	log := i.mgr.log.With("instance", i.name)
 	d := debugger.New(debugger.Config{
+		Arch: b.cfg.Arch,
 		Dial: func(ctx context.Context) (*gdb.Client, error) {
 			mch, err := i.Running()
 			if err != nil {
