@@ -330,7 +330,7 @@ func (b *booting) attachDebugger(_ context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log))
+			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log), gdb.WithArch(b.cfg.Arch))
 		},
 		Running: func(ctx context.Context) (bool, error) {
 			mch, err := i.Running()
