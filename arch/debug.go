@@ -2,6 +2,7 @@ package arch
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 )
 
@@ -13,6 +14,8 @@ import (
 type Debugger interface {
 	// Registers are the registers the debugger reads and shows.
 	Registers() Registers
+	// Symbols say what a kernel's symbols for the architecture are.
+	Symbols() Symbols
 	Traps
 	Paging
 	Instructions
@@ -25,6 +28,18 @@ type UnsupportedError struct{ Arch string }
 
 func (e *UnsupportedError) Error() string {
 	return fmt.Sprintf("the debugger does not support %s guests yet", e.Arch)
+}
+
+// Symbols say what a kernel's symbols (its vmlinux) for an architecture
+// are, and where a Linux build tree keeps its kernel image.
+type Symbols struct {
+	// Machine is the ELF machine; Family names the architecture in
+	// messages ("RISC-V").
+	Machine elf.Machine
+	Family  string
+	// BootDir is the build tree's directory of the kernel image,
+	// relative to its top, slash-separated ("arch/riscv/boot").
+	BootDir string
 }
 
 // Registers name a vCPU's registers as the gdbstub's target description

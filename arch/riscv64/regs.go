@@ -1,6 +1,7 @@
 package riscv64
 
 import (
+	"debug/elf"
 	"fmt"
 	"strconv"
 	"strings"
@@ -61,6 +62,11 @@ func (debugger) Registers() arch.Registers {
 		Wait:   "wfi",
 		CPUMap: "__cpuid_to_hartid_map",
 	}
+}
+
+// Symbols are a RISC-V ELF's, and Linux builds arch/riscv/boot/Image.
+func (debugger) Symbols() arch.Symbols {
+	return arch.Symbols{Machine: elf.EM_RISCV, Family: "RISC-V", BootDir: "arch/riscv/boot"}
 }
 
 // Privilege decodes QEMU's priv: 0 user, 1 supervisor, 3 machine.
