@@ -24,6 +24,9 @@ type Arch interface {
 	// architecture, by its own headers only: an ELF's machine, a Linux
 	// Image header's magic.
 	Kernel(head []byte) bool
+	// Debugger is what the kernel debugger knows of the architecture;
+	// nil where it does not support it yet.
+	Debugger() Debugger
 }
 
 // HeadSize is how much of a kernel image Kernel is given: room for the

@@ -1,10 +1,12 @@
-// Package debugger answers an agent's questions about a RISC-V kernel under
+// Package debugger answers an agent's questions about a kernel under
 // QEMU's gdbstub: where it stopped and why, its registers with the trap
 // cause decoded, memory as a hexdump, a backtrace by frame pointers,
 // disassembly, and breakpoints by symbol, address or file:line. It joins a
 // gdb remote-protocol client (package gdb), the kernel's symbols and lines
-// (package debuginfo) and a disassembler (internal/disasm); it knows
-// nothing of MCP or of how the guest was started.
+// (package debuginfo) and what the guest's architecture knows (its
+// arch.Debugger: registers, traps, page tables, instructions, trap
+// frames); it knows nothing of MCP or of how the guest was started, and
+// names no architecture's registers or instructions itself.
 //
 // Every operation leaves the guest in the run state it found: one that
 // needs a stopped target (the stub answers nothing else) interrupts a
@@ -26,13 +28,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
-	"github.com/qemu-mcp/qemu-mcp/internal/disasm"
 )
 
 // Config is what a Session needs from its host.
 type Config struct {
+	// Arch is the guest's architecture; nil is archs.Default().
+	Arch arch.Arch
 	// Dial connects to the guest's gdbstub.
 	Dial func(ctx context.Context) (*gdb.Client, error)
 	// Running tells whether the guest runs (QMP query-status), asked
@@ -52,6 +57,11 @@ type Config struct {
 // Session is one guest's debugger. Its operations are serialised.
 type Session struct {
 	cfg Config
+	// d is what the session knows of the guest's architecture, nil if it
+	// does not support it (every operation on the guest then says so);
+	// regs its registers.
+	d    arch.Debugger
+	regs arch.Registers
 
 	mu sync.Mutex // one operation at a time
 	c  *gdb.Client
@@ -90,7 +100,13 @@ func New(cfg Config) *Session {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Arch == nil {
+		cfg.Arch = archs.Default()
+	}
 	s := &Session{cfg: cfg, breaks: map[uint64]Breakpoint{}, watches: map[uint64]*watch{}, values: map[valueAt][]byte{}}
+	if s.d = cfg.Arch.Debugger(); s.d != nil {
+		s.regs = s.d.Registers()
+	}
 	if cfg.Timeline != nil {
 		// A replay starts loaded at instruction 0 (rrsnapshot).
 		var zero uint64
@@ -172,6 +188,9 @@ func (s *Session) Close() error {
 // client connects on first use, resuming a guest the connection stopped.
 // s.mu must be held.
 func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
+	if s.d == nil {
+		return nil, &arch.UnsupportedError{Arch: s.cfg.Arch.Name()}
+	}
 	if s.c != nil {
 		select {
 		case <-s.c.Done():
@@ -549,7 +568,7 @@ func (s *Session) held(ctx context.Context, c *gdb.Client) (StopInfo, error) {
 func (s *Session) locate(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart int, info *StopInfo) error {
 	info.Hart = &hart
 	info.Processor = s.processor(ctx, c, th, hart)
-	pc, err := th.ReadRegister(ctx, "pc")
+	pc, err := th.ReadRegister(ctx, s.regs.PC)
 	if err != nil {
 		return fmt.Errorf("debugger: read pc: %w", err)
 	}
@@ -561,8 +580,8 @@ func (s *Session) locate(ctx context.Context, c *gdb.Client, th *gdb.Thread, har
 			info.ICount = &n
 		}
 	}
-	if code, _ := th.ReadMemory(ctx, pc, 4); len(code) >= 2 {
-		if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
+	if code, _ := th.ReadMemory(ctx, pc, s.d.MaxInstruction()); len(code) >= 2 {
+		if in := s.d.Disassemble(code, pc, 1, s.symbolizer()); len(in) == 1 {
 			info.Insn = in[0].Text
 			if in[0].Target != "" {
 				info.Insn += " <" + in[0].Target + ">"
@@ -688,15 +707,15 @@ func (s *Session) Step(ctx context.Context, hart, count int, over bool, timeout 
 // instruction (or stops at a breakpoint or watchpoint on the way), which
 // inCall then says.
 func (s *Session) stepOver(ctx context.Context, th *gdb.Thread, inCall *bool) (gdb.Stop, error) {
-	pc, err := th.ReadRegister(ctx, "pc")
+	pc, err := th.ReadRegister(ctx, s.regs.PC)
 	if err != nil {
 		return gdb.Stop{}, err
 	}
-	code, err := th.ReadMemory(ctx, pc, 4)
+	code, err := th.ReadMemory(ctx, pc, s.d.MaxInstruction())
 	if err != nil || len(code) < 2 {
 		return th.Step(ctx)
 	}
-	n, call := isCall(code)
+	n, call := s.d.Call(code)
 	if !call {
 		return th.Step(ctx)
 	}
@@ -754,7 +773,7 @@ func (s *Session) stuck(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart
 		why = fmt.Sprintf("a call did not return: only hart %d runs while stepping, and it waits for what a stopped hart holds or must do (a lock, an IPI, an RCU grace period); it is %s: %s",
 			hart, stateWords[hs.State], strings.Join(hs.Backtrace, " < "))
 	case halted:
-		why = fmt.Sprintf("hart %d waits in wfi for an interrupt, and QEMU masks interrupts while stepping, so none can wake it", hart)
+		why = fmt.Sprintf("hart %d waits in %s for an interrupt, and QEMU masks interrupts while stepping, so none can wake it", hart, s.regs.Wait)
 	default:
 		why = fmt.Sprintf("hart %d did not complete the instruction", hart)
 	}
@@ -762,29 +781,9 @@ func (s *Session) stuck(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart
 	return info, nil
 }
 
-// isCall reports whether code starts with a call: jal/jalr linking ra, or
-// c.jalr; n is the instruction's length.
-func isCall(code []byte) (n int, call bool) {
-	if code[0]&3 != 3 {
-		x := uint16(code[0]) | uint16(code[1])<<8
-		// c.jalr rs1: funct4 1001, rs1 != 0, rs2 == 0.
-		return 2, x&0xf07f == 0x9002 && (x>>7)&0x1f != 0
-	}
-	if len(code) < 4 {
-		return 4, false
-	}
-	x := uint32(code[0]) | uint32(code[1])<<8 | uint32(code[2])<<16 | uint32(code[3])<<24
-	rd := (x >> 7) & 0x1f
-	switch x & 0x7f {
-	case 0x6f, 0x67: // jal, jalr
-		return 4, rd == 1
-	}
-	return 4, false
-}
-
 // Listing formats instructions as objdump does, with a label line where
 // a symbol starts and => at the pc.
-func (s *Session) Listing(insts []disasm.Inst, pc uint64) []string {
+func (s *Session) Listing(insts []arch.Instruction, pc uint64) []string {
 	var out []string
 	for k, in := range insts {
 		if w := s.Where(in.Addr); w.Function != "" && (k == 0 || w.Offset == "0x0") {
@@ -814,12 +813,12 @@ func (s *Session) Listing(insts []disasm.Inst, pc uint64) []string {
 // Disassemble decodes count instructions at loc ("" means the pc) as
 // hart sees them (LastHart: the hart of the last stop); pc is the hart's
 // pc, and on the hart.
-func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count int) (insts []disasm.Inst, pc uint64, on int, err error) {
+func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count int) (insts []arch.Instruction, pc uint64, on int, err error) {
 	if count <= 0 || count > 256 {
 		return nil, 0, 0, fmt.Errorf("count %d: want 1 to 256", count)
 	}
 	on, err = s.onHart(ctx, hart, func(th *gdb.Thread) (err error) {
-		if pc, err = th.ReadRegister(ctx, "pc"); err != nil {
+		if pc, err = th.ReadRegister(ctx, s.regs.PC); err != nil {
 			return err
 		}
 		addr := pc
@@ -830,17 +829,17 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 			}
 			addr = addrs[0]
 		}
-		code, rerr := th.ReadMemory(ctx, addr, count*4)
+		code, rerr := th.ReadMemory(ctx, addr, count*s.d.MaxInstruction())
 		if len(code) == 0 {
 			return fmt.Errorf("read code at %s: %w", hex(addr), rerr)
 		}
-		insts = disasm.Decode(code, addr, count, s.symbolizer())
+		insts = s.d.Disassemble(code, addr, count, s.symbolizer())
 		return nil
 	})
 	return insts, pc, on, err
 }
 
-func (s *Session) symbolizer() disasm.Symbolizer {
+func (s *Session) symbolizer() arch.Symbolizer {
 	if s.cfg.Symbols == nil {
 		return nil
 	}

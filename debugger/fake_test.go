@@ -18,6 +18,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 )
@@ -504,6 +505,7 @@ func (g *fakeGuest) sessionOn(tl Timeline) *Session {
 		t.Fatal(err)
 	}
 	cfg := Config{
+		Arch:    riscv64.Arch,
 		Dial:    func(ctx context.Context) (*gdb.Client, error) { return gdb.Dial(ctx, "unix", sock) },
 		Running: func(context.Context) (bool, error) { return g.running, nil },
 		Symbols: syms,

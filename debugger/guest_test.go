@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
@@ -61,6 +62,7 @@ func (g *tinyGuest) debug(path ...string) *Session {
 	}
 	g.syms = syms
 	g.s = New(Config{
+		Arch: riscv64.Arch,
 		Dial: func(ctx context.Context) (*gdb.Client, error) {
 			return gdb.Dial(ctx, "unix", g.m.Paths().GDBSocket)
 		},

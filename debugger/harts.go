@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 )
 
@@ -103,7 +104,10 @@ func (s *Session) processors(ctx context.Context, c *gdb.Client, first *gdb.Thre
 	if err != nil || len(ths) < 2 || s.cfg.Symbols == nil {
 		return nil
 	}
-	sym, err := s.cfg.Symbols.Lookup("__cpuid_to_hartid_map")
+	if s.regs.CPUMap == "" {
+		return nil
+	}
+	sym, err := s.cfg.Symbols.Lookup(s.regs.CPUMap)
 	if err != nil || sym.Size < 8 || sym.Size > 8*4096 {
 		return nil
 	}
@@ -155,6 +159,9 @@ type HartState struct {
 	// Backtrace is the functions from pc outwards; a frame a trap
 	// interrupted carries its cause in brackets.
 	Backtrace []string `json:"backtrace,omitempty"`
+
+	// wait is the instruction a halted hart waits in.
+	wait string
 }
 
 // stateWords say what each HartState.State means.
@@ -211,8 +218,9 @@ func panicLike(fn string) bool {
 // hartFacts is what a hart's CSRs and the stub say of it, besides its
 // stack.
 type hartFacts struct {
-	priv   string // user, supervisor or machine; "" when it does not read
-	halted bool   // waiting in wfi
+	// level is the privilege level; its Name is "" when it does not read.
+	level  arch.Privilege
+	halted bool // waiting in wfi
 	// fault is the last trap the hart took when it is a fault that the
 	// hart has not returned from: scause taken from S-mode (sstatus.SPP,
 	// which sret clears to U) on a hart in S-mode, or mcause taken from
@@ -227,21 +235,15 @@ type hartFacts struct {
 // fault it is in, if any. The guest must be stopped.
 func (s *Session) facts(ctx context.Context, th *gdb.Thread) hartFacts {
 	var f hartFacts
-	if p, err := th.ReadRegister(ctx, "priv"); err == nil {
-		f.priv = privName(p)
+	if p, err := th.ReadRegister(ctx, s.regs.Priv); err == nil {
+		f.level = s.d.Privilege(p)
 	}
 	if info, err := th.Client().ThreadInfo(ctx, th.ID()); err == nil {
 		f.halted = gdb.Halted(info)
 	}
-	switch f.priv {
-	case "supervisor":
-		if t, ok := s.lastTrap(ctx, th, false); ok && isFault(t) && t.status>>8&1 == 1 {
-			f.fault = &t
-		}
-	case "machine":
-		if t, ok := s.lastTrap(ctx, th, true); ok && isFault(t) && t.status>>11&3 != 0 {
-			f.fault = &t
-		}
+	if t, ok := s.d.Handling(ctx, th, f.level); ok {
+		tr := s.trap(t, true)
+		f.fault = &tr
 	}
 	return f
 }
@@ -270,8 +272,8 @@ func spinning(fn string) bool {
 // handling (fault): M-mode outside the kernel's symbols is firmware; a
 // crash anywhere on the stack wins; else what runs above the innermost
 // trap frame; else a fault being handled; else the mode.
-func classify(priv string, frames []Frame, fault bool) string {
-	if priv == "machine" && (len(frames) == 0 || frames[0].Function == "") {
+func classify(d arch.Debugger, priv arch.Privilege, frames []Frame, fault bool) string {
+	if priv.Firmware && (len(frames) == 0 || frames[0].Function == "") {
 		return "firmware"
 	}
 	for _, f := range frames {
@@ -283,7 +285,7 @@ func classify(priv string, frames []Frame, fault bool) string {
 		if f.Trap != nil {
 			// f is what a trap interrupted; the frames before it are
 			// the trap's handler.
-			if f.Trap.Interrupt || isFault(*f.Trap) {
+			if f.Trap.Interrupt || d.IsFault(f.Trap.raw) {
 				return "trap"
 			}
 			break // a system call: the kernel runs for a task
@@ -295,16 +297,16 @@ func classify(priv string, frames []Frame, fault bool) string {
 			return "lock"
 		case idling[f.Function]:
 			return "idle"
-		case isVector(f.Function):
+		case d.IsVector(f.Function):
 			return "trap"
 		}
 	}
 	switch {
 	case fault:
 		return "trap"
-	case priv == "user":
+	case priv.User:
 		return "user"
-	case priv == "machine":
+	case priv.Firmware:
 		return "machine mode"
 	}
 	return "running"
@@ -336,7 +338,7 @@ func frameWords(bt Backtrace, max int) []string {
 
 // hartState looks at one hart: privilege, pc and a short backtrace.
 func (s *Session) hartState(ctx context.Context, th *gdb.Thread, hart, frames int) HartState {
-	h := HartState{Hart: hart, Current: hart == s.hart}
+	h := HartState{Hart: hart, Current: hart == s.hart, wait: s.regs.Wait}
 	regs, err := th.ReadRegisters(ctx)
 	if err != nil {
 		h.State, h.PC = "unknown", "registers unreadable: "+err.Error()
@@ -348,9 +350,9 @@ func (s *Session) hartState(ctx context.Context, th *gdb.Thread, hart, frames in
 
 // summarize fills h from a hart's facts, registers and backtrace.
 func (s *Session) summarize(h HartState, f hartFacts, regs map[string]uint64, bt Backtrace, frames int) HartState {
-	h.Priv, h.Halted = f.priv, f.halted
-	h.PC = s.Where(regs["pc"]).String()
-	h.State = classify(h.Priv, bt.Frames, f.fault != nil)
+	h.Priv, h.Halted, h.wait = f.level.Name, f.halted, s.regs.Wait
+	h.PC = s.Where(regs[s.regs.PC]).String()
+	h.State = classify(s.d, f.level, bt.Frames, f.fault != nil)
 	if h.Halted && (h.State == "running" || h.State == "machine mode") {
 		// Kernel code waiting in wfi, outside an idle loop this
 		// package knows by name (a scheduler that waits for work).
@@ -404,7 +406,7 @@ func (h HartState) Line() string {
 	}
 	fmt.Fprintf(&b, " %s", h.State)
 	if h.Halted {
-		b.WriteString(", wfi")
+		b.WriteString(", " + h.wait)
 	}
 	fmt.Fprintf(&b, ": %s", h.PC)
 	if len(h.Backtrace) > 1 {

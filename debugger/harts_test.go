@@ -3,7 +3,18 @@ package debugger
 import (
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 )
+
+// rv is the architecture of the guests these tests describe.
+var rv = riscv64.Arch.Debugger()
+
+// cause is a trap of riscv64's cause v, as a frame shows it.
+func cause(v uint64) Trap { return (&Session{}).trap(riscv64.DecodeCause(v), false) }
+
+// privs are riscv64's privilege levels by name.
+var privs = map[string]uint64{"user": 0, "supervisor": 1, "machine": 3}
 
 func frames(spec ...any) []Frame {
 	var out []Frame
@@ -23,10 +34,10 @@ func frames(spec ...any) []Frame {
 }
 
 var (
-	ipi    = DecodeCause(1<<63 | 1)
-	timer  = DecodeCause(1<<63 | 5)
-	ecall  = DecodeCause(8)
-	pageWr = DecodeCause(15)
+	ipi    = cause(1<<63 | 1)
+	timer  = cause(1<<63 | 5)
+	ecall  = cause(8)
+	pageWr = cause(15)
 )
 
 // What a hart does, from its stack: the shapes Linux 6.1 leaves on a
@@ -72,10 +83,10 @@ func TestClassifyAndCrashScore(t *testing.T) {
 		{"abort", "supervisor", frames("abort", "kmain"), false, "panic", 8},
 		{"an assertion", "supervisor", frames("__assert_fail", "kalloc"), false, "panic", 8},
 	} {
-		if got := classify(tc.priv, tc.f, tc.fault); got != tc.state {
+		if got := classify(rv, rv.Privilege(privs[tc.priv]), tc.f, tc.fault); got != tc.state {
 			t.Errorf("%s: state %s, want %s", tc.name, got, tc.state)
 		}
-		if got := crashScore(Backtrace{Frames: tc.f}, tc.fault); got != tc.score {
+		if got := crashScore(rv, Backtrace{Frames: tc.f}, tc.fault); got != tc.score {
 			t.Errorf("%s: crash score %d, want %d", tc.name, got, tc.score)
 		}
 		if stateWords[tc.state] == "" {
@@ -115,7 +126,7 @@ func TestCulprit(t *testing.T) {
 		{"no panic", frames("scheduler", "main"), ""},
 	} {
 		name := ""
-		if got := culprit(Backtrace{Frames: tc.f}, nil); got != nil {
+		if got := culprit(rv, Backtrace{Frames: tc.f}, nil); got != nil {
 			name = got.Function
 		}
 		if name != tc.want {
@@ -123,7 +134,7 @@ func TestCulprit(t *testing.T) {
 		}
 	}
 	epc := Where{Addr: "0x80001234", Function: "sys_ticks"}
-	if got := culprit(Backtrace{Frames: frames("panic", "kerneltrap")}, &Trap{EPC: &epc}); got == nil || got.Function != "sys_ticks" {
+	if got := culprit(rv, Backtrace{Frames: frames("panic", "kerneltrap")}, &Trap{EPC: &epc}); got == nil || got.Function != "sys_ticks" {
 		t.Errorf("a trap's epc: %+v", got)
 	}
 }
@@ -135,7 +146,7 @@ func TestHartLine(t *testing.T) {
 		t.Errorf("frame words: %s", got)
 	}
 	p := 0
-	h := HartState{Hart: 2, Processor: &p, State: "ipi", Halted: true, PC: "handle_IPI+0x9a (arch/riscv/kernel/smp.c:183)", Backtrace: words}
+	h := HartState{Hart: 2, Processor: &p, State: "ipi", Halted: true, wait: "wfi", PC: "handle_IPI+0x9a (arch/riscv/kernel/smp.c:183)", Backtrace: words}
 	if got := h.Line(); got != "hart 2 (cpu 0) ipi, wfi: handle_IPI+0x9a (arch/riscv/kernel/smp.c:183) < riscv_intc_irq < ret_from_exception < arch_cpu_idle [supervisor software interrupt] < do_idle < x1 < ..." {
 		t.Errorf("line: %s", got)
 	}

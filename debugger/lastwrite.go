@@ -335,7 +335,7 @@ func (s *Session) physical(ctx context.Context, c *gdb.Client, a uint64, length 
 		s.cfg.Logger.Debug("debugger: no physical address for a location: start points are loaded", "location", hex(a), "err", err, "fault", w.Fault)
 		return 0, false
 	}
-	return w.pa, true
+	return w.Phys, true
 }
 
 // dataSize is the size of the symbol at a (up to 8), else 8.

@@ -300,7 +300,7 @@ func (s *Session) armedAtPC(ctx context.Context, c *gdb.Client) bool {
 	if err != nil {
 		return false
 	}
-	pc, err := c.ReadRegister(ctx, "pc")
+	pc, err := c.ReadRegister(ctx, s.regs.PC)
 	if err != nil {
 		return false
 	}
@@ -801,7 +801,7 @@ func (s *Session) readLoc(ctx context.Context, c *gdb.Client, a uint64, length i
 		return nil, err
 	}
 	defer c.SetPhysicalMemory(context.WithoutCancel(ctx), false)
-	return c.ReadMemory(ctx, w.pa, length)
+	return c.ReadMemory(ctx, w.Phys, length)
 }
 
 // continueReplay runs the replay forward to the next breakpoint or

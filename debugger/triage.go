@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 )
 
@@ -48,7 +49,7 @@ var panicking = map[string]bool{
 }
 
 // culprit finds the crashing frame of bt (see Triage.Culprit).
-func culprit(bt Backtrace, trap *Trap) *Where {
+func culprit(d arch.Debugger, bt Backtrace, trap *Trap) *Where {
 	if trap != nil && trap.EPC != nil {
 		return trap.EPC
 	}
@@ -62,7 +63,7 @@ func culprit(bt Backtrace, trap *Trap) *Where {
 		return nil
 	}
 	for _, f := range bt.Frames[last+1:] {
-		if f.Function != "" && !isEntry(f.Function) {
+		if f.Function != "" && !d.IsEntry(f.Function) {
 			w := f.Where
 			return &w
 		}
@@ -180,7 +181,7 @@ func (s *Session) rankHarts(ctx context.Context, c *gdb.Client) (harts []hartSta
 		}
 		h.bt = s.unwind(ctx, h.th, h.regs, triageFrames)
 		h.facts = s.facts(ctx, h.th)
-		h.rank = crashRank(h.bt, h.facts, id == reported.Thread)
+		h.rank = crashRank(s.d, h.bt, h.facts, id == reported.Thread)
 		harts = append(harts, h)
 		if best < 0 || h.rank > harts[best].rank {
 			best = len(harts) - 1
@@ -196,7 +197,7 @@ func (s *Session) rankHarts(ctx context.Context, c *gdb.Client) (harts []hartSta
 // kernel's symbols, not waiting in wfi (a hart parked there, or hung
 // after a fatal trap, waits).
 func (s *Session) inFirmware(h hartStack) bool {
-	return s.cfg.Symbols != nil && h.facts.priv == "machine" && !h.facts.halted &&
+	return s.cfg.Symbols != nil && h.facts.level.Firmware && !h.facts.halted &&
 		(len(h.bt.Frames) == 0 || h.bt.Frames[0].Function == "")
 }
 
@@ -205,11 +206,11 @@ func (s *Session) inFirmware(h hartStack) bool {
 // and a fault taken in the kernel (a trap frame, or trapFault: the last
 // trap CSRs hold a fault the hart is still handling) count; only handling
 // an IPI (how a panic stops the other harts) counts against.
-func crashScore(bt Backtrace, trapFault bool) int {
+func crashScore(d arch.Debugger, bt Backtrace, trapFault bool) int {
 	var crash, fault, ipi bool
 	for _, f := range bt.Frames {
 		crash = crash || crashes(f.Function)
-		fault = fault || f.Trap != nil && isFault(*f.Trap) && !f.User
+		fault = fault || f.Trap != nil && d.IsFault(f.Trap.raw) && !f.User
 		ipi = ipi || f.Function == "handle_IPI"
 	}
 	score := 0
@@ -228,8 +229,8 @@ func crashScore(bt Backtrace, trapFault bool) int {
 // crashRank orders the harts for being the one that crashed: by
 // crashScore; at equal scores a hart that runs beats one waiting in wfi
 // (an idle hart), and then the hart of the last stop (reported) wins.
-func crashRank(bt Backtrace, f hartFacts, reported bool) int {
-	rank := 4 * crashScore(bt, f.fault != nil)
+func crashRank(d arch.Debugger, bt Backtrace, f hartFacts, reported bool) int {
+	rank := 4 * crashScore(d, bt, f.fault != nil)
 	if !f.halted {
 		rank += 2
 	}
@@ -239,92 +240,61 @@ func crashRank(bt Backtrace, f hartFacts, reported bool) int {
 	return rank
 }
 
-// Where a triage's trap comes from (its trap_source).
-const (
-	sourceFrame   = "trap frame"
-	sourceSCause  = "scause: the last trap into supervisor mode, which may predate the crash"
-	sourceMachine = "mcause: the last trap into machine mode (the hart is in M-mode: a kernel that runs there, or firmware), which may predate the crash"
-	sourceNoS     = "mcause: the last trap into machine mode (scause is 0: this hart never trapped into supervisor mode), which may predate the crash"
-)
+// sourceFrame is a triage's trap_source for a trap read from a trap frame.
+const sourceFrame = "trap frame"
 
 // triage fills in t from the crashed hart: where it is, the trap that
 // brought it down, its verdict, and the culprit.
 func (s *Session) triage(ctx context.Context, th *gdb.Thread, regs map[string]uint64, bt Backtrace, facts hartFacts, t *Triage) {
-	t.PC, t.RA, t.SP = s.Where(regs["pc"]), s.callerWhere(ctx, th, regs["ra"]), hex(regs["sp"])
-	t.Priv = facts.priv
+	t.PC, t.RA, t.SP = s.Where(regs[s.regs.PC]), s.callerWhere(ctx, th, regs[s.regs.RA]), hex(regs[s.regs.SP])
+	t.Priv = facts.level.Name
 	t.Backtrace = bt
-	defer func() { t.Culprit = culprit(t.Backtrace, t.Trap) }()
+	defer func() { t.Culprit = culprit(s.d, t.Backtrace, t.Trap) }()
 	for _, f := range t.Backtrace.Frames {
-		if f.Trap != nil && isFault(*f.Trap) {
+		if f.Trap != nil && s.d.IsFault(f.Trap.raw) {
 			tr := *f.Trap
 			tr.EPC = &f.Where
 			t.Trap, t.TrapSource = &tr, sourceFrame
-			t.Verdict, t.Walk = s.explain(ctx, th, tr.fault())
+			t.Verdict, t.Walk = s.explain(ctx, th, tr.raw)
 			return
 		}
 	}
-	// Without a trap frame, the last trap CSRs: an exception there may
-	// be the crash (a kernel that panics in its trap handler without a
-	// frame to show); an interrupt is noise. A hart in M-mode (a kernel
-	// that runs there, or firmware) has its last trap in mcause; so has
-	// one that never trapped into S-mode (scause 0).
+	// Without a trap frame, the last trap registers: an exception there
+	// may be the crash (a kernel that panics in its trap handler without
+	// a frame to show); an interrupt is noise. A hart at the firmware's
+	// level (a kernel that runs there, or firmware) has its last trap
+	// there; so has one that never trapped into the kernel's.
 	var source string
 	var tr Trap
-	if facts.priv == "machine" {
-		if m, ok := s.lastTrap(ctx, th, true); ok && isFault(m) {
-			tr, source = m, sourceMachine
+	src := s.d.Sources()
+	if facts.level.Firmware {
+		if m, ok := s.lastTrap(ctx, th, true); ok && s.d.IsFault(m.raw) {
+			tr, source = m, src.Firmware
 		}
 	}
 	if source == "" {
 		sv, ok := s.lastTrap(ctx, th, false)
 		switch {
-		case ok && isFault(sv):
-			tr, source = sv, sourceSCause
-		case !ok && facts.priv != "machine":
-			if m, ok := s.lastTrap(ctx, th, true); ok && isFault(m) {
-				tr, source = m, sourceNoS
+		case ok && s.d.IsFault(sv.raw):
+			tr, source = sv, src.Kernel
+		case !ok && !facts.level.Firmware:
+			if m, ok := s.lastTrap(ctx, th, true); ok && s.d.IsFault(m.raw) {
+				tr, source = m, src.NoKernel
 			}
 		}
 	}
 	if source != "" {
 		t.Trap, t.TrapSource = &tr, source
-		t.Verdict, t.Walk = s.explain(ctx, th, tr.fault())
+		t.Verdict, t.Walk = s.explain(ctx, th, tr.raw)
 	}
 }
 
-// lastTrap reads the last trap a hart took into supervisor mode (scause,
-// sepc, stval, sstatus), or with machine into machine mode (mcause, mepc,
-// mtval, mstatus). ok is false when the cause does not read or is 0, its
-// value at reset: no trap taken (a misaligned fetch, cause 0, cannot
-// happen on a hart with compressed instructions).
-func (s *Session) lastTrap(ctx context.Context, th *gdb.Thread, machine bool) (Trap, bool) {
-	p := "s"
-	if machine {
-		p = "m"
-	}
-	v, err := th.ReadRegister(ctx, p+"cause")
-	if err != nil || v == 0 {
+// lastTrap reads the last trap a hart took into the kernel's level, or
+// with firmware into the firmware's; false if none was taken.
+func (s *Session) lastTrap(ctx context.Context, th *gdb.Thread, firmware bool) (Trap, bool) {
+	t, ok := s.d.LastTrap(ctx, th, firmware)
+	if !ok {
 		return Trap{}, false
 	}
-	tr := DecodeCause(v)
-	tr.machine = machine
-	if e, err := th.ReadRegister(ctx, p+"epc"); err == nil {
-		w := s.Where(e)
-		tr.EPC = &w
-		tr.epc = e
-	}
-	if v, err := th.ReadRegister(ctx, p+"tval"); err == nil {
-		tr.TVal, tr.tval = hex(v), v
-	}
-	if v, err := th.ReadRegister(ctx, p+"status"); err == nil {
-		tr.status = v
-	}
-	return tr, true
-}
-
-// isFault reports whether t is an exception that can crash a kernel: not
-// an interrupt, and not a system call (an ecall is how a crash reached
-// through a syscall entered the kernel, which the backtrace shows).
-func isFault(t Trap) bool {
-	return !t.Interrupt && (t.Code < 8 || t.Code > 11)
+	return s.trap(t, true), true
 }

@@ -54,7 +54,7 @@ func TestTriageKernelTrapPanic(t *testing.T) {
 	if tr.Hart != 1 || tr.Priv != "supervisor" || tr.PC.Function != "consputc" {
 		t.Errorf("triage chose hart %d (%s) at %+v", tr.Hart, tr.Priv, tr.PC)
 	}
-	if tr.Trap == nil || tr.Trap.Cause != "store/AMO page fault" || tr.Trap.TVal != "0x0" || tr.TrapSource != sourceSCause {
+	if tr.Trap == nil || tr.Trap.Cause != "store/AMO page fault" || tr.Trap.TVal != "0x0" || tr.TrapSource != rv.Sources().Kernel {
 		t.Errorf("trap %+v from %q", tr.Trap, tr.TrapSource)
 	}
 	if tr.Culprit == nil || tr.Culprit.Function != "sys_ticks" {
@@ -166,7 +166,7 @@ func TestTriageMachineMode(t *testing.T) {
 	if tr.Hart != 0 || tr.Priv != "machine" || tr.PC.Function != "mtrap_spin" {
 		t.Errorf("triage chose hart %d (%s) at %+v", tr.Hart, tr.Priv, tr.PC)
 	}
-	if tr.Trap == nil || tr.Trap.Cause != "store/AMO access fault" || tr.Trap.TVal != "0x0" || tr.TrapSource != sourceMachine {
+	if tr.Trap == nil || tr.Trap.Cause != "store/AMO access fault" || tr.Trap.TVal != "0x0" || tr.TrapSource != rv.Sources().Firmware {
 		t.Fatalf("trap %+v from %q", tr.Trap, tr.TrapSource)
 	}
 	if tr.Culprit == nil || tr.Culprit.Function != "start" {
@@ -206,7 +206,7 @@ func TestTriageNeverTrappedInS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Trap == nil || tr.Trap.Cause != "illegal instruction" || tr.TrapSource != sourceNoS || tr.Culprit == nil || tr.Culprit.Function != "main" ||
+	if tr.Trap == nil || tr.Trap.Cause != "illegal instruction" || tr.TrapSource != rv.Sources().NoKernel || tr.Culprit == nil || tr.Culprit.Function != "main" ||
 		!strings.Contains(tr.Verdict, "accesses a CSR that does not exist or that S-mode may not use") {
 		t.Errorf("trap %+v from %q, culprit %+v, verdict %q", tr.Trap, tr.TrapSource, tr.Culprit, tr.Verdict)
 	}

@@ -2,199 +2,31 @@ package debugger
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
-	"github.com/qemu-mcp/qemu-mcp/internal/disasm"
 )
 
-// fault is what a verdict is drawn from: the trap, the state the hart
-// trapped from, and for page faults the walk of the faulting address.
-type fault struct {
-	trap   Trap
-	epc    uint64
-	tval   uint64
-	status uint64 // sstatus (or pt_regs.status) at the trap: SPP, SUM, MXR, FS
-	// machine says the trap was taken into M-mode (mcause, mepc, mtval):
-	// status is then mstatus, whose MPP says where it came from.
-	machine bool
-	walk    *Walk  // for page and access faults, the walk of tval
-	insn    string // for an illegal instruction, its decoding
-	bits    uint64 // and its bits
+// machine is a stopped hart as the architecture's verdicts read it.
+type machine struct {
+	s  *Session
+	th *gdb.Thread
 }
 
-// mode is the privilege mode the trap came from: sstatus.SPP for a trap
-// into S-mode, mstatus.MPP for one into M-mode.
-func (f fault) mode() string {
-	if f.machine {
-		switch f.status >> 11 & 3 {
-		case 0:
-			return "U-mode"
-		case 1:
-			return "S-mode"
-		}
-		return "M-mode"
-	}
-	if f.status>>8&1 == 0 {
-		return "U-mode"
-	}
-	return "S-mode"
+func (m machine) ReadRegister(ctx context.Context, name string) (uint64, error) {
+	return m.th.ReadRegister(ctx, name)
 }
 
-// fromUser reports whether the trapped access came from user mode.
-func (f fault) fromUser() bool { return f.mode() == "U-mode" }
-
-// physicalAccess reports whether the trapped access used a physical
-// address: M-mode does not translate (MPRV aside, which a trap's mstatus
-// no longer shows), so tval is where the access went.
-func (f fault) physicalAccess() bool { return f.machine && f.mode() == "M-mode" }
-
-// statusCSR names the status register the trap's state is read from.
-func (f fault) statusCSR() string {
-	if f.machine {
-		return "mstatus"
-	}
-	return "sstatus"
+func (m machine) ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, error) {
+	return m.th.ReadMemory(ctx, addr, n)
 }
 
-// verdict says in one sentence why the trap happened.
-func verdict(f fault) string {
-	t := f.trap
-	if t.Interrupt {
-		return fmt.Sprintf("an interrupt (%s), not a fault", t.Cause)
-	}
-	mode := f.mode()
-	at := hex(f.tval)
-	switch t.Code {
-	case 0:
-		return fmt.Sprintf("instruction address misaligned: a jump or branch to %s, which is not a multiple of 2", at)
-	case 1:
-		if f.physicalAccess() {
-			return fmt.Sprintf("instruction access fault at %s from M-mode (a physical address: M-mode does not translate): no memory or device there to execute, or a locked PMP entry forbids it", at)
-		}
-		return fmt.Sprintf("instruction access fault at %s%s: no memory or device there, or PMP forbids executing it", at, physical(f.walk))
-	case 2:
-		return illegal(f, mode)
-	case 3:
-		return fmt.Sprintf("a breakpoint (ebreak) at %s: in Linux a BUG() or WARN() (its message precedes the panic), or a debugger's breakpoint", hex(f.epc))
-	case 4, 6:
-		kind := map[uint64]string{4: "load", 6: "store"}[t.Code]
-		return fmt.Sprintf("misaligned %s at %s: the address is not a multiple of the access size, and this hart traps on that", kind, at)
-	case 5, 7:
-		kind := map[uint64]string{5: "load", 7: "store"}[t.Code]
-		if f.physicalAccess() {
-			return fmt.Sprintf("%s access fault at %s from M-mode (a physical address: M-mode does not translate): no memory or device there, or a locked PMP entry forbids the access", kind, at)
-		}
-		return fmt.Sprintf("%s access fault at %s%s: no memory or device there, or PMP forbids the access", kind, at, physical(f.walk))
-	case 8:
-		return "a system call (ecall from U-mode), not a fault"
-	case 9:
-		return "an SBI call (ecall from S-mode), not a fault"
-	case 11:
-		return "an ecall from M-mode, not a fault"
-	case 12, 13, 15:
-		return pageFault(f, mode)
-	}
-	return t.Cause
+func (m machine) Translate(ctx context.Context, va uint64) (Walk, error) {
+	return m.s.translate(ctx, m.th, va, nil)
 }
 
-func physical(w *Walk) string {
-	if w == nil || w.PA == "" || w.Mode == "Bare" {
-		return ""
-	}
-	return " (physical " + w.PA + ")"
-}
-
-func illegal(f fault, mode string) string {
-	what := "an instruction"
-	if f.insn != "" {
-		what = fmt.Sprintf("%q (%#x)", f.insn, f.bits)
-	}
-	op := strings.Fields(f.insn + " ")[0]
-	fp := strings.HasPrefix(op, "f") && op != "fence" && op != "fence.i" || strings.HasPrefix(op, "c.f")
-	switch {
-	case f.insn == "" || strings.HasPrefix(f.insn, ".word") || strings.HasPrefix(f.insn, ".half"):
-		return fmt.Sprintf("illegal instruction at %s: %s that this hart does not implement (a bad jump into data, corrupt code, or an extension QEMU's -cpu lacks)", hex(f.epc), what)
-	case fp && f.status>>13&3 == 0:
-		return fmt.Sprintf("illegal instruction at %s: %s uses the FPU while %s.FS is off (the kernel must enable FS first)", hex(f.epc), what, f.statusCSR())
-	case strings.HasPrefix(op, "csr"):
-		return fmt.Sprintf("illegal instruction at %s: %s accesses a CSR that does not exist or that %s may not use", hex(f.epc), what, mode)
-	case op == "mret" || op == "sret" || op == "wfi" || op == "sfence.vma" || op == "hfence.vvma" || op == "hfence.gvma":
-		return fmt.Sprintf("illegal instruction at %s: %s is privileged beyond %s (or trapped by mstatus.TSR/TW/TVM)", hex(f.epc), what, mode)
-	}
-	return fmt.Sprintf("illegal instruction at %s: %s is not allowed in %s on this hart", hex(f.epc), what, mode)
-}
-
-func pageFault(f fault, mode string) string {
-	kind := map[uint64]string{12: "instruction page fault", 13: "load page fault", 15: "store page fault"}[f.trap.Code]
-	head := fmt.Sprintf("%s at %s from %s: ", kind, hex(f.tval), mode)
-	w := f.walk
-	switch {
-	case w == nil:
-		return head + "the page table could not be walked"
-	case w.faulty && strings.Contains(w.Fault, "V=0"):
-		lvl := w.Levels[len(w.Levels)-1]
-		return head + fmt.Sprintf("no mapping (the level-%d PTE at %s is not valid)", lvl.Level, lvl.PTEAddr)
-	case w.faulty:
-		return head + "the page table is malformed: " + w.Fault
-	case w.Mode == "Bare":
-		return head + "but translation is off (satp Bare) now: satp changed since the fault"
-	}
-	pte := w.leaf
-	has := func(bit uint64) bool { return pte&bit != 0 }
-	sum, mxr := f.status>>18&1 == 1, f.status>>19&1 == 1
-	switch {
-	case f.fromUser() && !has(pteU):
-		return head + "a user access to a supervisor page (U=0)"
-	case !f.fromUser() && has(pteU) && f.trap.Code == 12:
-		return head + "S-mode may never execute a user page (U=1)"
-	case !f.fromUser() && has(pteU) && !sum:
-		return head + "a user page (U=1) touched from S-mode with sstatus.SUM clear (use the uaccess helpers, which set it)"
-	case f.trap.Code == 12 && !has(pteX):
-		return head + "the page is not executable (X=0)"
-	case f.trap.Code == 13 && !has(pteR) && !(mxr && has(pteX)):
-		return head + "the page is not readable (R=0)"
-	case f.trap.Code == 15 && !has(pteW):
-		return head + "the page is not writable (W=0): it is mapped read-only"
-	case !has(pteA):
-		return head + "the accessed bit is clear (A=0) on a hart that does not set A/D itself"
-	case f.trap.Code == 15 && !has(pteD):
-		return head + "the dirty bit is clear (D=0) on a hart that does not set A/D itself"
-	}
-	return head + fmt.Sprintf("the page table now allows it (%s): the mapping changed since the fault, or a TLB was stale (a missing sfence.vma)", w.Flags)
-}
-
-// explain draws the verdict of f, walking tval for page and access faults
-// (not for an access M-mode made, whose address is physical) and decoding
-// the instruction of an illegal-instruction trap. The guest must be
-// stopped.
-func (s *Session) explain(ctx context.Context, th *gdb.Thread, f fault) (string, *Walk) {
-	switch f.trap.Code {
-	case 1, 5, 7, 12, 13, 15:
-		if !f.trap.Interrupt && !f.physicalAccess() {
-			if w, err := s.translate(ctx, th, f.tval, nil); err == nil {
-				f.walk = &w
-			}
-		}
-	case 2:
-		if !f.trap.Interrupt {
-			f.bits = f.tval
-			var code []byte
-			if f.bits != 0 {
-				code = []byte{byte(f.bits), byte(f.bits >> 8), byte(f.bits >> 16), byte(f.bits >> 24)}
-			} else {
-				code, _ = th.ReadMemory(ctx, f.epc, 4)
-			}
-			if in := disasm.Decode(code, f.epc, 1, nil); len(in) == 1 {
-				f.insn = in[0].Text
-				if f.bits == 0 {
-					for i := len(in[0].Encoding) / 2; i > 0; i-- {
-						f.bits = f.bits<<8 | uint64(code[i-1])
-					}
-				}
-			}
-		}
-	}
-	return verdict(f), f.walk
+// explain says why t happened, with the page walk of its address for page
+// and access faults. The guest must be stopped.
+func (s *Session) explain(ctx context.Context, th *gdb.Thread, t arch.Trap) (string, *Walk) {
+	return s.d.Verdict(ctx, machine{s, th}, t)
 }

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
-	"github.com/qemu-mcp/qemu-mcp/internal/disasm"
 )
 
 // watch is a watchpoint and the value last seen in its bytes, which is the
@@ -126,21 +126,23 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 	if err != nil {
 		return nil, err
 	}
-	hits := func(m mem) bool {
-		ea := reg(regs, m.base) + uint64(m.imm)
-		return ea < addr+uint64(w.Length) && ea+uint64(m.size) > addr
+	hits := func(m arch.MemAccess) bool {
+		base, _ := s.gpr(regs, m.Base)
+		ea := base + uint64(m.Offset)
+		return ea < addr+uint64(w.Length) && ea+uint64(m.Size) > addr
 	}
-	pc := regs["pc"]
+	pc := regs[s.regs.PC]
+	maxLen := uint64(s.d.MaxInstruction())
 	acc := &Access{Kind: w.Kind, Data: a, Length: w.Length}
 	old := w.value
 	// QEMU 7.2 stops before the access: the pc is the accessing
 	// instruction, its address computed from the registers falls in the
 	// watched bytes, and the data is not yet written. One step completes
 	// it (the client lifts the watchpoints for that step), as gdb does.
-	if code, _ := th.ReadMemory(ctx, pc, 4); len(code) >= 2 {
-		if m, ok := memAccess(code); ok && hits(m) {
+	if code, _ := th.ReadMemory(ctx, pc, int(maxLen)); len(code) >= 2 {
+		if m, ok := s.d.Access(code); ok && hits(m) {
 			acc.Insn = s.Where(pc)
-			if in := disasm.Decode(code, pc, 1, s.symbolizer()); len(in) == 1 {
+			if in := s.d.Disassemble(code, pc, 1, s.symbolizer()); len(in) == 1 {
 				acc.Text = in[0].Text
 			}
 			// Not written yet: the value before is here (a replay that
@@ -155,17 +157,18 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 	}
 	if acc.Text == "" {
 		// A stub that stops after the access: the accessing instruction
-		// is the one before the pc, 4 or 2 bytes back; the one whose
-		// address falls in the watched bytes, else a memory instruction
-		// that ends at the pc.
+		// is the one before the pc, up to the longest instruction's
+		// length back (RISC-V: 4 or 2 bytes); the one whose address
+		// falls in the watched bytes, else a memory instruction that ends
+		// at the pc.
 		insnAt := uint64(0)
-		code, _ := th.ReadMemory(ctx, pc-4, 4)
-		for _, back := range []uint64{4, 2} {
-			if len(code) < 4 {
+		code, _ := th.ReadMemory(ctx, pc-maxLen, int(maxLen))
+		for back := maxLen; back >= 2; back -= 2 {
+			if uint64(len(code)) < maxLen {
 				break
 			}
-			m, ok := memAccess(code[4-back:])
-			if !ok || m.n != int(back) {
+			m, ok := s.d.Access(code[maxLen-back:])
+			if !ok || m.Len != int(back) {
 				continue
 			}
 			if insnAt == 0 || hits(m) {
@@ -174,7 +177,7 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 		}
 		if insnAt != 0 {
 			acc.Insn = s.Where(insnAt)
-			if in := disasm.Decode(code[4-(pc-insnAt):], insnAt, 1, s.symbolizer()); len(in) == 1 {
+			if in := s.d.Disassemble(code[maxLen-(pc-insnAt):], insnAt, 1, s.symbolizer()); len(in) == 1 {
 				acc.Text = in[0].Text
 			}
 		}
@@ -218,74 +221,4 @@ func number(b []byte) string {
 	var x [8]byte
 	copy(x[:], b)
 	return hex(binary.LittleEndian.Uint64(x[:]))
-}
-
-// reg is register n (x0..x31) of a 'g' read.
-func reg(regs map[string]uint64, n int) uint64 {
-	if n <= 0 || n > len(abiNames) {
-		return 0
-	}
-	v, _ := gpr(regs, abiNames[n-1])
-	return v
-}
-
-// mem is a load, store or AMO: its length, base register, offset and
-// access size.
-type mem struct {
-	n, base, size int
-	imm           int64
-	store         bool
-}
-
-// memAccess decodes the memory access that code starts with, if it is one.
-func memAccess(code []byte) (mem, bool) {
-	if len(code) < 2 {
-		return mem{}, false
-	}
-	x := uint32(binary.LittleEndian.Uint16(code))
-	if x&3 != 3 { // compressed
-		f3 := x >> 13
-		r := func(lo uint) int { return 8 + int(x>>lo&7) }
-		switch x & 3 {
-		case 0: // c.lw c.ld c.sw c.sd c.fld c.fsd, base rs1'
-			w := int64(x>>10&7)<<3 | int64(x>>6&1)<<2 | int64(x>>5&1)<<6 // lw/sw
-			d := int64(x>>10&7)<<3 | int64(x>>5&3)<<6                    // ld/sd/fld/fsd
-			switch f3 {
-			case 2:
-				return mem{n: 2, base: r(7), size: 4, imm: w}, true
-			case 6:
-				return mem{n: 2, base: r(7), size: 4, imm: w, store: true}, true
-			case 1, 3:
-				return mem{n: 2, base: r(7), size: 8, imm: d}, true
-			case 5, 7:
-				return mem{n: 2, base: r(7), size: 8, imm: d, store: true}, true
-			}
-		case 2: // c.lwsp c.ldsp c.fldsp c.swsp c.sdsp c.fsdsp, base sp
-			switch f3 {
-			case 2:
-				return mem{n: 2, base: 2, size: 4, imm: int64(x>>12&1)<<5 | int64(x>>4&7)<<2 | int64(x>>2&3)<<6}, x>>7&0x1f != 0
-			case 1, 3:
-				return mem{n: 2, base: 2, size: 8, imm: int64(x>>12&1)<<5 | int64(x>>5&3)<<3 | int64(x>>2&7)<<6}, f3 == 1 || x>>7&0x1f != 0
-			case 6:
-				return mem{n: 2, base: 2, size: 4, imm: int64(x>>9&0xf)<<2 | int64(x>>7&3)<<6, store: true}, true
-			case 5, 7:
-				return mem{n: 2, base: 2, size: 8, imm: int64(x>>10&7)<<3 | int64(x>>7&7)<<6, store: true}, true
-			}
-		}
-		return mem{}, false
-	}
-	if len(code) < 4 {
-		return mem{}, false
-	}
-	x = binary.LittleEndian.Uint32(code)
-	rs1, f3 := int(x>>15&0x1f), x>>12&7
-	switch x & 0x7f {
-	case 0x03, 0x07: // loads, FP loads
-		return mem{n: 4, base: rs1, size: 1 << (f3 & 3), imm: signExtend(int64(x>>20), 12)}, true
-	case 0x23, 0x27: // stores, FP stores
-		return mem{n: 4, base: rs1, size: 1 << (f3 & 3), imm: signExtend(int64(x>>25)<<5|int64(x>>7&0x1f), 12), store: true}, true
-	case 0x2f: // AMOs, LR/SC
-		return mem{n: 4, base: rs1, size: 1 << (f3 & 3), store: x>>27 != 2}, true
-	}
-	return mem{}, false
 }

@@ -1,7 +1,8 @@
 // Package gdb is a client of the GDB Remote Serial Protocol as QEMU's
 // gdbstub speaks it, for debugging a guest from Go: it connects and learns
 // the target (features, the register list from the XML target
-// description), reads and writes registers and memory, sets breakpoints and
+// description, or the guest architecture's without one: package arch),
+// reads and writes registers and memory, sets breakpoints and
 // watchpoints, and resumes, steps and interrupts the guest. One goroutine
 // owns reading the socket; commands are serialized and bound to contexts;
 // and because QEMU cannot answer anything while the guest runs, the client
@@ -24,6 +25,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 )
 
 const (
@@ -62,6 +66,17 @@ type Option func(*options)
 type options struct {
 	logger        *slog.Logger
 	detachTimeout time.Duration
+	arch          arch.Arch
+}
+
+// WithArch says the guest's architecture, whose registers a stub without
+// a target description sends; nil (and the default) is archs.Default().
+func WithArch(a arch.Arch) Option {
+	return func(o *options) {
+		if a != nil {
+			o.arch = a
+		}
+	}
 }
 
 // WithLogger sets the logger for protocol diagnostics (stray replies,
@@ -162,7 +177,7 @@ type Client struct {
 // one debugger at a time; a second Dial gets no answer until the first
 // closes, and fails when ctx ends.
 func Dial(ctx context.Context, network, address string, opts ...Option) (*Client, error) {
-	o := options{logger: slog.New(slog.DiscardHandler), detachTimeout: defaultDetachTimeout}
+	o := options{logger: slog.New(slog.DiscardHandler), detachTimeout: defaultDetachTimeout, arch: archs.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -269,7 +284,7 @@ func (c *Client) handshake(ctx context.Context) error {
 			return err
 		}
 	} else {
-		c.desc = fallbackRISCV64()
+		c.desc = fallback(c.opts.arch)
 	}
 	c.index = make(map[string]int, len(c.desc.regs)+33)
 	for i, r := range c.desc.regs {

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 )
 
 // fakeStub is a scripted gdbstub that behaves like QEMU's where it
@@ -709,5 +711,28 @@ func TestFakeThreads(t *testing.T) {
 	// still selected, and current: neither Hg nor Hc.
 	if got := cmdsUntil("vCont;c:02"); got != "p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 vCont;c:02" {
 		t.Errorf("continue 02 alone: %s", got)
+	}
+}
+
+// A stub without a target description sends the 'g' registers of the
+// guest's architecture: riscv64's x0..x31 and pc, also known as x5 and
+// s0; an architecture the debugger does not know has none to assume.
+func TestFakeNoDescription(t *testing.T) {
+	s := newFakeStub(t)
+	s.features = "PacketSize=1000"
+	c := s.dial(t)
+	regs := c.Registers()
+	if len(regs) != 33 || regs[32].Name != "pc" || regs[32].Type != "code_ptr" || c.Arch() != "riscv:rv64" {
+		t.Errorf("riscv64 without a description: %s, %+v", c.Arch(), regs)
+	}
+	for alias, name := range map[string]string{"x5": "t0", "s0": "fp", "x0": "zero"} {
+		if r, ok := c.Register(alias); !ok || r.Name != name {
+			t.Errorf("%s = %+v, %v; want %s", alias, r, ok, name)
+		}
+	}
+	s2 := newFakeStub(t)
+	s2.features = "PacketSize=1000"
+	if regs := s2.dial(t, WithArch(arm64.Arch)).Registers(); len(regs) != 0 {
+		t.Errorf("aarch64 without a description: %+v", regs)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
@@ -171,7 +172,7 @@ func TestQEMUHandshakeAndRegisters(t *testing.T) {
 	}
 
 	regs := c.Registers()
-	for i, want := range riscvABINames {
+	for i, want := range riscv64.Arch.Debugger().Registers().GDB.Fallback[:32] {
 		if regs[i].Name != want || regs[i].Regnum != i || regs[i].Bitsize != 64 || regs[i].Group != "general" {
 			t.Errorf("register %d = %+v, want %s", i, regs[i], want)
 		}

@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 )
 
 // A Register is one register of the target description.
@@ -173,49 +176,59 @@ func attr(t xml.StartElement, name string) string {
 	return ""
 }
 
-// riscvABINames are the general registers' numeric names, for lookups by
-// "x5" where the description says "t0"; "s0" is the description's "fp".
-var riscvABINames = [32]string{
-	"zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2",
-	"fp", "s1", "a0", "a1", "a2", "a3", "a4", "a5",
-	"a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7",
-	"s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6",
-}
-
-// fallbackRISCV64 describes the 'g' registers of a riscv64 stub that
-// offers no target description.
-func fallbackRISCV64() description {
-	d := description{arch: "riscv:rv64"}
-	for i, n := range riscvABINames {
-		d.regs = append(d.regs, Register{Name: n, Regnum: i, Bitsize: 64, Feature: "org.gnu.gdb.riscv.cpu", Group: "general"})
+// fallback describes the 'g' registers of a stub of architecture a that
+// offers no target description; none for an architecture the debugger
+// does not know.
+func fallback(a arch.Arch) description {
+	d := a.Debugger()
+	if d == nil {
+		return description{}
 	}
-	d.regs = append(d.regs, Register{Name: "pc", Regnum: 32, Bitsize: 64, Feature: "org.gnu.gdb.riscv.cpu", Group: "general", Type: "code_ptr"})
-	return d
-}
-
-// aliases maps other names of RISC-V registers to the description's: x0..x31
-// and s0. Only names the description does not use itself are added.
-func aliases(regs []Register, index map[string]int) {
-	riscv := false
-	for _, r := range regs {
-		if strings.HasPrefix(r.Feature, "org.gnu.gdb.riscv.") {
-			riscv = true
-			break
+	g := d.Registers().GDB
+	desc := description{arch: g.Arch}
+	for i, n := range g.Fallback {
+		r := Register{Name: n, Regnum: i, Bitsize: 64, Feature: g.FallbackFeature, Group: "general"}
+		if i == len(g.Fallback)-1 {
+			r.Type = "code_ptr" // the pc
 		}
+		desc.regs = append(desc.regs, r)
 	}
-	if !riscv {
+	return desc
+}
+
+// aliases adds other names of the registers (x0..x31 and s0 on RISC-V)
+// of the architecture whose features the description has, as that
+// architecture gives them. Only names the description does not use itself
+// are added.
+func aliases(regs []Register, index map[string]int) {
+	g, ok := layoutOf(regs)
+	if !ok {
 		return
 	}
-	add := func(alias, name string) {
-		if _, taken := index[alias]; taken {
-			return
+	for _, al := range g.Aliases {
+		if _, taken := index[al[0]]; taken {
+			continue
 		}
-		if i, ok := index[name]; ok {
-			index[alias] = i
+		if i, ok := index[al[1]]; ok {
+			index[al[0]] = i
 		}
 	}
-	for i, n := range riscvABINames {
-		add("x"+strconv.Itoa(i), n)
+}
+
+// layoutOf is the gdbstub layout of the architecture whose features regs
+// are, if the debugger knows it.
+func layoutOf(regs []Register) (arch.GDB, bool) {
+	for _, a := range archs.All() {
+		d := a.Debugger()
+		if d == nil {
+			continue
+		}
+		g := d.Registers().GDB
+		for _, r := range regs {
+			if g.FeaturePrefix != "" && strings.HasPrefix(r.Feature, g.FeaturePrefix) {
+				return g, true
+			}
+		}
 	}
-	add("s0", "fp")
+	return arch.GDB{}, false
 }

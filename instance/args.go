@@ -241,7 +241,7 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	}
 	var symbols string
 	if a.Machine.GDB || a.Machine.Symbols != "" {
-		d, path, err := openSymbols(a.scope, a.Machine, cfg.Kernel, m.builtin(cfg.Arch))
+		d, path, err := openSymbols(a.scope, a.Machine, cfg.Kernel, cfg.Arch, m.builtin(cfg.Arch))
 		if err != nil {
 			return nil, Booted{}, err
 		}
@@ -260,7 +260,7 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 // openSymbols opens the debugger's symbols: mach.Symbols, else those
 // debuginfo.FindKernelSymbols finds for the kernel, each under the
 // host-path policy; the built-in kernel brings its own.
-func openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string, builtin builtins) (*DebugSpec, string, error) {
+func openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string, ar arch.Arch, builtin builtins) (*DebugSpec, string, error) {
 	open := func(p string) (*os.File, string, error) {
 		f, err := scope.Open("symbols", p, false)
 		if err != nil {
@@ -278,7 +278,7 @@ func openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string, bui
 		if f, path, err = open(mach.Symbols); err != nil {
 			return nil, "", err
 		}
-		df, err = debuginfo.OpenKernel(f, path)
+		df, err = debuginfo.OpenKernel(f, path, ar)
 	case mach.Kernel == "":
 		if path, err = builtin.symbols(); err != nil {
 			return nil, "", err
@@ -287,9 +287,9 @@ func openSymbols(scope *hostpath.Scope, mach profile.Profile, kernel string, bui
 		if f, err = os.Open(path); err != nil {
 			return nil, "", fmt.Errorf("built-in kernel's symbols: %w", err)
 		}
-		df, err = debuginfo.OpenKernel(f, path)
+		df, err = debuginfo.OpenKernel(f, path, ar)
 	default:
-		df, path, err = debuginfo.FindKernelSymbols(kernel, open)
+		df, path, err = debuginfo.FindKernelSymbols(kernel, ar, open)
 	}
 	if err != nil {
 		return nil, "", err

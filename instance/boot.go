@@ -324,12 +324,13 @@ func (b *booting) attachDebugger(_ context.Context) error {
 	}
 	log := i.mgr.log.With("instance", i.name)
 	d := debugger.New(debugger.Config{
+		Arch: b.cfg.Arch,
 		Dial: func(ctx context.Context) (*gdb.Client, error) {
 			mch, err := i.Running()
 			if err != nil {
 				return nil, err
 			}
-			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log))
+			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log), gdb.WithArch(b.cfg.Arch))
 		},
 		Running: func(ctx context.Context) (bool, error) {
 			mch, err := i.Running()

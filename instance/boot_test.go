@@ -126,7 +126,7 @@ func tinySymbols(t *testing.T) *debuginfo.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	df, err := debuginfo.OpenKernel(f, path)
+	df, err := debuginfo.OpenKernel(f, path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

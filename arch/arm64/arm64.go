@@ -49,3 +49,6 @@ func (arm64) Kernel(head []byte) bool {
 	}
 	return len(head) >= 60 && bytes.Equal(head[56:60], []byte("ARM\x64"))
 }
+
+// Debugger is nil: the debugger does not support aarch64 guests yet.
+func (arm64) Debugger() arch.Debugger { return nil }

@@ -1,5 +1,8 @@
 // Package riscv64 is the RISC-V 64-bit guest architecture: QEMU's virt
-// board with OpenSBI, virtio-mmio devices and an ns16550 UART.
+// board with OpenSBI, virtio-mmio devices and an ns16550 UART; and what
+// the debugger knows of it: the gdbstub's registers and CSRs, privilege
+// modes, trap causes and their verdicts, Sv39/48/57 page walks, RV64GC
+// disassembly and Linux's trap frames.
 package riscv64
 
 import (

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/debugger"
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 )
@@ -37,7 +37,7 @@ func debugRows(ctx context.Context, n int) ([]row, error) {
 	rows := []row{
 		{fmt.Sprintf("breakpoint: debug_continue until the stop is reported, median of %d (raw: gdb client on the stub, continue and wait)", n),
 			ms(median(ourStop)), ms(median(rawStop)), ratio(median(ourStop), median(rawStop)), ""},
-		{fmt.Sprintf("debug_registers (pc, x1..x31, priv, %d CSRs), median of %d (raw: the same reads on the stub)", len(debugger.TrapCSRs), n),
+		{fmt.Sprintf("debug_registers (pc, x1..x31, priv, %d CSRs), median of %d (raw: the same reads on the stub)", len(riscv64.Arch.Debugger().Registers().Trap), n),
 			ms(median(ourRegs)), ms(median(rawRegs)), ratio(median(ourRegs), median(rawRegs)), ""},
 	}
 	ourWatch, rawWatch, err := watchStops(ctx, n)
@@ -57,7 +57,7 @@ func debugRows(ctx context.Context, n int) ([]row, error) {
 		if err != nil {
 			return nil, fmt.Errorf("translations: %w", err)
 		}
-		rows = append(rows, row{fmt.Sprintf("debug_translate linux_banner (Sv57, 4 levels), median of %d (raw: QEMU's own HMP gva2gpa through qmp_command)", n),
+		rows = append(rows, row{fmt.Sprintf("debug_translate linux_banner (the kernel's page table), median of %d (raw: QEMU's own HMP gva2gpa through qmp_command)", n),
 			ms(median(ours)), ms(median(raw)), ratio(median(ours), median(raw)), ""})
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -267,7 +267,7 @@ func rawDebug(ctx context.Context, n int) (stops, regs []time.Duration, err erro
 		if _, err := r.c.ReadRegisters(ctx); err != nil {
 			return err
 		}
-		for _, name := range append([]string{"priv"}, debugger.TrapCSRs...) {
+		for _, name := range append([]string{"priv"}, riscv64.Arch.Debugger().Registers().Trap...) {
 			if _, err := r.c.ReadRegister(ctx, name); err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/filecopy"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -20,13 +21,21 @@ import (
 )
 
 // The virt board's ACLINT timer: mtime counts at 10 MHz, and hart 0's
-// machine timer fires (mip.MTIP) once it reaches mtimecmp.
+// machine timer fires (mip.MTIP) once it reaches mtimecmp. The probe
+// boots riscv64's tiny kernel: its pending-interrupt register and
+// supervisor timer bit are riscv64's (arch.Timer).
 const (
 	mtimeAddr    = 0x200bff8
 	mtimecmpAddr = 0x2004000
 	mtimeHz      = 10_000_000
-	stipBit      = 1 << 5 // mip.STIP: the supervisor timer (Sstc's stimecmp)
 	mtipBit      = 1 << 7 // mip.MTIP: the machine timer
+)
+
+var (
+	// pendingReg holds the pending interrupts (mip).
+	pendingReg = riscv64.Arch.QEMU().Timer.PendingReg
+	// stipBit is mip.STIP: the supervisor timer (Sstc's stimecmp).
+	stipBit = riscv64.Arch.QEMU().Timer.PendingBit
 )
 
 // probeAll runs every probe on the binary k names.
@@ -289,12 +298,12 @@ func armTimers(ctx context.Context, c *gdb.Client, now uint64, d time.Duration) 
 	}
 	// Neither may be pending now (stimecmp is 0 after reset, so Sstc's
 	// timer was until it was written).
-	mip, err := c.ReadRegister(ctx, "mip")
+	pending, err := c.ReadRegister(ctx, pendingReg)
 	if err != nil {
 		return 0, err
 	}
-	if mip&want != 0 {
-		return 0, fmt.Errorf("a timer is still pending after arming it for later (mip %#x)", mip)
+	if pending&want != 0 {
+		return 0, fmt.Errorf("a timer is still pending after arming it for later (%s %#x)", pendingReg, pending)
 	}
 	return want, nil
 }
@@ -403,11 +412,11 @@ func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, word str
 	if err != nil {
 		return failed("read mtime", err)
 	}
-	mip, err := c.ReadRegister(ctx, "mip")
+	pending, err := c.ReadRegister(ctx, pendingReg)
 	if err != nil {
-		return failed("read mip", err)
+		return failed("read "+pendingReg, err)
 	}
-	return timerVerdict(saved, now, mip, armed)
+	return timerVerdict(saved, now, pending, armed)
 }
 
 // mtimeRestored says No unless a load put mtime back where the save left
@@ -422,7 +431,7 @@ func mtimeRestored(loaded, saved uint64) (Result, bool) {
 // timerVerdict decides from mtime (now) and mip read after the loaded
 // guest ran past the deadline of the timers armed before the save: its
 // time must run, and every armed timer must be pending.
-func timerVerdict(saved, now, mip, armed uint64) Result {
+func timerVerdict(saved, now, pending, armed uint64) Result {
 	if now <= saved {
 		return no("the loaded guest's time does not run: mtime %#x, saved %#x", now, saved)
 	}
@@ -430,9 +439,9 @@ func timerVerdict(saved, now, mip, armed uint64) Result {
 	if now < deadline {
 		return failed("wait for the timer", fmt.Errorf("mtime %#x has not reached the deadline %#x yet", now, deadline))
 	}
-	if mip&armed != armed {
-		return no("mtime restored, but the timers armed before the save did not fire %.0f ms of guest time after their deadline (mip %#x, want %#x set)",
-			float64(now-deadline)/mtimeHz*1000, mip, armed)
+	if pending&armed != armed {
+		return no("mtime restored, but the timers armed before the save did not fire %.0f ms of guest time after their deadline (%s %#x, want %#x set)",
+			float64(now-deadline)/mtimeHz*1000, pendingReg, pending, armed)
 	}
 	what := "machine timer"
 	if armed&stipBit != 0 {

@@ -1,4 +1,4 @@
-package disasm
+package riscv64
 
 import (
 	"bufio"
@@ -34,7 +34,7 @@ func TestTinyKernelText(t *testing.T) {
 		}
 		return best, a - bestAddr, best != ""
 	}
-	insts := Decode(code, text.Addr, len(code), sym)
+	insts := debugger{}.Disassemble(code, text.Addr, len(code), sym)
 	var wfi, targets int
 	for _, in := range insts {
 		if !in.Known {
@@ -88,7 +88,7 @@ func TestPrivileged(t *testing.T) {
 	}
 	for w, want := range words {
 		b := binary.LittleEndian.AppendUint32(nil, w)
-		got := Decode(b, 0x1000, 1, nil)
+		got := debugger{}.Disassemble(b, 0x1000, 1, nil)
 		if len(got) != 1 || !got[0].Known || got[0].Text != want {
 			t.Errorf("%#08x: %+v, want %q", w, got, want)
 		}
