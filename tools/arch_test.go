@@ -157,7 +157,7 @@ func TestAarch64Linux(t *testing.T) {
 			t.Errorf("%s: status %d, want %d: %+v", cmd, status(o), want, o)
 		}
 	}
-	if o := s.exec(b.Shares[0].Mount+" && cat /mnt/ro/hello.txt", 0); o.Output != "hello from the host\n" {
+	if o := s.exec(b.Shares[0].Mount+" && cat /mnt/ro/hello.txt && umount /mnt/ro", 0); o.Output != "hello from the host\n" {
 		t.Errorf("share: %+v", o)
 	}
 	var w waitOut
