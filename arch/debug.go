@@ -1,6 +1,7 @@
 package arch
 
 import (
+	"cmp"
 	"context"
 	"debug/elf"
 	"fmt"
@@ -24,10 +25,14 @@ type Debugger interface {
 
 // UnsupportedError is the debugger asked of a guest whose architecture it
 // does not support yet.
-type UnsupportedError struct{ Arch string }
+type UnsupportedError struct {
+	Arch string
+	// What is not supported; empty means the debugger.
+	What string
+}
 
 func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("the debugger does not support %s guests yet", e.Arch)
+	return fmt.Sprintf("%s does not support %s guests yet", cmp.Or(e.What, "the debugger"), e.Arch)
 }
 
 // Symbols say what a kernel's symbols (its vmlinux) for an architecture

@@ -233,6 +233,10 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	if a.Snapshot != "" {
 		spec.Snapshot = &SnapshotSpec{Name: a.Snapshot}
 	}
+	if (a.Replay != "" || a.Record != "") && cfg.Arch != nil && cfg.Arch.Debugger() == nil {
+		// A recording is for the debugger's time travel.
+		return nil, Booted{}, &arch.UnsupportedError{Arch: cfg.ArchName(), What: "time travel (record and replay)"}
+	}
 	switch {
 	case a.Replay != "":
 		spec.Replay = &ReplaySpec{Name: a.Replay}
