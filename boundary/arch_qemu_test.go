@@ -1,36 +1,16 @@
 package boundary
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
-	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
 
 // The rules classify every QMP and HMP command of the aarch64 QEMU too,
 // and its board's own command passes for aarch64 guests only.
 func TestAarch64QEMUCommandsClassified(t *testing.T) {
-	sockDir, err := os.MkdirTemp("", "bq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
-	sock := filepath.Join(sockDir, "q.sock")
-	testguest.StartArchQEMU(t, arm64.Arch, t.TempDir(), "-M", "virt", "-S", "-display", "none", "-nodefaults",
-		"-qmp", "unix:"+sock+",server=on,wait=off")
-	m := qmp.New(sock)
-	t.Cleanup(func() { m.Disconnect() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if err := m.ConnectContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := startArchQEMU(t, arm64.Arch, t.TempDir())
 	var cmds []struct{ Name string }
 	execute(t, m, "query-commands", nil, &cmds)
 	for _, c := range cmds {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
 )
@@ -27,6 +29,13 @@ func qemuPath(t *testing.T) string {
 // connected monitor.
 func startQEMU(t *testing.T, dir string) *qmp.Monitor {
 	t.Helper()
+	return startArchQEMU(t, riscv64.Arch, dir, "-bios", "none")
+}
+
+// startArchQEMU starts a paused virt machine of architecture a in dir,
+// with args, and returns a connected monitor.
+func startArchQEMU(t *testing.T, a arch.Arch, dir string, args ...string) *qmp.Monitor {
+	t.Helper()
 	// t.TempDir can be too long for sun_path.
 	sockDir, err := os.MkdirTemp("", "bq")
 	if err != nil {
@@ -34,8 +43,8 @@ func startQEMU(t *testing.T, dir string) *qmp.Monitor {
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	sock := filepath.Join(sockDir, "q.sock")
-	testguest.StartQEMU(t, dir, "-M", "virt", "-bios", "none", "-S", "-display", "none", "-nodefaults",
-		"-qmp", "unix:"+sock+",server=on,wait=off")
+	testguest.StartArchQEMU(t, a, dir, append([]string{"-M", "virt", "-S", "-display", "none", "-nodefaults",
+		"-qmp", "unix:" + sock + ",server=on,wait=off"}, args...)...)
 	m := qmp.New(sock)
 	t.Cleanup(func() { m.Disconnect() })
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
