@@ -188,26 +188,12 @@ func (s *Server) mouse(ctx context.Context, _ *mcp.CallToolRequest, in MouseInpu
 }
 
 func (s *Server) registerDisplay(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_screenshot",
-		Description: "Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true.",
-		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.screenshot)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_send_key",
-		Description: "Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another.",
-		Annotations: &mcp.ToolAnnotations{Title: "Send key", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.sendKey)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_type_text",
-		Description: "Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed.",
-		Annotations: &mcp.ToolAnnotations{Title: "Type text", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.typeText)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_mouse",
-		Description: "Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there.",
-		Annotations: &mcp.ToolAnnotations{Title: "Mouse", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.mouse)
+	add(s, ms, tool("qemu_screenshot", "Screenshot", reading,
+		"Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true."), s.screenshot)
+	add(s, ms, tool("qemu_send_key", "Send key", mutating,
+		"Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another."), s.sendKey)
+	add(s, ms, tool("qemu_type_text", "Type text", mutating,
+		"Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed."), s.typeText)
+	add(s, ms, tool("qemu_mouse", "Mouse", mutating,
+		"Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there."), s.mouse)
 }
