@@ -17,11 +17,7 @@ import (
 func TestStoppedQEMU(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
-	info, err := proc.Stat(b.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := proc.Identity{PID: info.PID, StartTime: info.StartTime}
+	q := qemuProcess(t, b.PID)
 	if err := proc.Signal(q, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +129,7 @@ func TestInputLimits(t *testing.T) {
 func TestShutdownStoppedQEMU(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
-	info, _ := proc.Stat(b.PID)
-	if err := proc.Signal(proc.Identity{PID: info.PID, StartTime: info.StartTime}, unix.SIGSTOP); err != nil {
+	if err := proc.Signal(qemuProcess(t, b.PID), unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -230,6 +230,18 @@ func (s *session) bootTiny() bootOut {
 	return b
 }
 
+// qemuProcess is the process pid as proc identifies it (pid and start
+// time), so that a test signals or checks that very process, not a later
+// one given the same pid.
+func qemuProcess(t testing.TB, pid int) proc.Identity {
+	t.Helper()
+	info, err := proc.Stat(pid)
+	if err != nil {
+		t.Fatalf("qemu pid %d: %v", pid, err)
+	}
+	return proc.Identity{PID: info.PID, StartTime: info.StartTime}
+}
+
 func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
@@ -247,10 +259,7 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 			t.Errorf("path in use is missing: %v", err)
 		}
 	}
-	info, err := proc.Stat(b.PID)
-	if err != nil {
-		t.Fatalf("qemu pid %d: %v", b.PID, err)
-	}
+	q := qemuProcess(t, b.PID)
 
 	var send waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo hello world", "wait_for": `hello world\r\n` + prompt}, &send)
@@ -280,7 +289,7 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	if sd.How != "quit" || !sd.Exited || sd.ExitStatus != 0 {
 		t.Errorf("shutdown %+v", sd)
 	}
-	if live, _, _ := proc.Check(proc.Identity{PID: info.PID, StartTime: info.StartTime}); live == proc.Alive || live == proc.Zombie {
+	if live, _, _ := proc.Check(q); live == proc.Alive || live == proc.Zombie {
 		t.Errorf("qemu %d is %v after shutdown", b.PID, live)
 	}
 	assertEmptyRuntimeDir(t, s.dir)

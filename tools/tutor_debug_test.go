@@ -134,11 +134,7 @@ func TestTutorDebugBreakAndWatch(t *testing.T) {
 		t.Fatalf("boot: %+v", b)
 	}
 
-	var br breakOut
-	s.mustCall("debug_break", map[string]any{"location": "sys_ticks"}, &br)
-	if len(br.Breakpoints) != 1 || br.Breakpoints[0].Function != "sys_ticks" || br.Breakpoints[0].File != "kernel/syscall.c" {
-		t.Fatalf("debug_break sys_ticks: %+v", br)
-	}
+	s.breakIn("sys_ticks", "kernel/syscall.c")
 	s.mustCall("serial_send", map[string]any{"data": "ticks"}, nil)
 	var st hartStopOut
 	res := s.call("debug_continue", map[string]any{"timeout": 10}, &st)
@@ -168,28 +164,8 @@ func TestTutorDebugBreakAndWatch(t *testing.T) {
 	}
 
 	// A write watchpoint on the tick count.
-	var wo struct {
-		Watchpoint struct {
-			whereOut
-			Kind   string `json:"kind"`
-			Length int    `json:"length"`
-		} `json:"watchpoint"`
-	}
-	s.mustCall("debug_watch", map[string]any{"location": "ticks"}, &wo)
-	if wo.Watchpoint.Function != "ticks" || wo.Watchpoint.Length != 8 || wo.Watchpoint.Kind != "write" {
-		t.Fatalf("debug_watch ticks: %+v", wo)
-	}
-	var ws struct {
-		hartStopOut
-		Access *struct {
-			Kind string   `json:"kind"`
-			Insn whereOut `json:"insn_at"`
-			Text string   `json:"insn"`
-			Old  string   `json:"old"`
-			New  string   `json:"new"`
-		} `json:"access"`
-		Backtrace *backtraceOut `json:"backtrace"`
-	}
+	s.watchWrites("ticks", 8)
+	var ws watchStopOut
 	res = s.call("debug_continue", map[string]any{"timeout": 10}, &ws)
 	t.Logf("watchpoint: %s", text(res))
 	if ws.Access == nil || ws.Access.Kind != "write" || ws.Access.Insn.Function != "clockintr" || ws.Access.Insn.File != "kernel/trap.c" ||
