@@ -32,6 +32,17 @@ func (s *Server) debugger(t Target) (*instance.Instance, *debugger.Session, erro
 	return inst, d, nil
 }
 
+// debuggerOn is the debugger of t's guest and the hart h names: what a
+// per-hart tool checks first, in that order.
+func (s *Server) debuggerOn(t Target, h HartArg) (*debugger.Session, int, error) {
+	_, d, err := s.debugger(t)
+	if err != nil {
+		return nil, 0, err
+	}
+	hart, err := h.hart()
+	return d, hart, err
+}
+
 // HartArg picks the hart a per-hart tool acts on.
 type HartArg struct {
 	Hart *int `json:"hart,omitempty" jsonschema:"hart ID; default: the last stop's"`
@@ -201,16 +212,12 @@ type StepInput struct {
 }
 
 func (s *Server) debugStep(ctx context.Context, req *mcp.CallToolRequest, in StepInput) (*mcp.CallToolResult, debugger.StopInfo, error) {
-	_, d, err := s.debugger(in.Target)
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
 	}
 	if in.Count == 0 {
 		in.Count = 1
-	}
-	hart, err := in.hart()
-	if err != nil {
-		return nil, debugger.StopInfo{}, err
 	}
 	timeout, err := seconds("timeout", in.Timeout, 5*time.Second)
 	if err != nil {
@@ -245,11 +252,7 @@ type RegistersInput struct {
 }
 
 func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in RegistersInput) (*mcp.CallToolResult, debugger.Registers, error) {
-	_, d, err := s.debugger(in.Target)
-	if err != nil {
-		return nil, debugger.Registers{}, err
-	}
-	hart, err := in.hart()
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, debugger.Registers{}, err
 	}
@@ -351,16 +354,12 @@ type BacktraceOutput struct {
 }
 
 func (s *Server) debugBacktrace(ctx context.Context, _ *mcp.CallToolRequest, in BacktraceInput) (*mcp.CallToolResult, BacktraceOutput, error) {
-	_, d, err := s.debugger(in.Target)
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, BacktraceOutput{}, err
 	}
 	if in.MaxFrames == 0 {
 		in.MaxFrames = 32
-	}
-	hart, err := in.hart()
-	if err != nil {
-		return nil, BacktraceOutput{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
@@ -416,16 +415,12 @@ type DisassembleOutput struct {
 }
 
 func (s *Server) debugDisassemble(ctx context.Context, _ *mcp.CallToolRequest, in DisassembleInput) (*mcp.CallToolResult, DisassembleOutput, error) {
-	_, d, err := s.debugger(in.Target)
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, DisassembleOutput{}, err
 	}
 	if in.Count == 0 {
 		in.Count = 16
-	}
-	hart, err := in.hart()
-	if err != nil {
-		return nil, DisassembleOutput{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()

@@ -104,6 +104,25 @@ type backtraceOut struct {
 	End    string     `json:"end"`
 }
 
+// Each per-hart debug tool asks for the debugger before it reads its
+// arguments: on a guest booted without gdb, even a call naming no hart
+// (hart -1) is told how to boot one with it.
+func TestDebugHartToolsNeedGDB(t *testing.T) {
+	s := newSession(t)
+	s.bootTiny()
+	for name, args := range map[string]map[string]any{
+		"debug_step":        {},
+		"debug_registers":   {},
+		"debug_memory":      {"location": "puts"},
+		"debug_backtrace":   {},
+		"debug_disassemble": {},
+		"debug_translate":   {"address": "puts"},
+	} {
+		args["hart"] = -1
+		s.wantError(name, args, "booted without its debugger", "gdb: true")
+	}
+}
+
 // The built-in kernel under the debugger: a breakpoint by symbol stops it
 // when the shell reaches the command; stepping moves one instruction at a
 // time and over calls; disassembly names every instruction, privileged
