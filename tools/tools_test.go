@@ -22,7 +22,27 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
-const uboot = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"
+// needUBoot skips a test where Debian's U-Boot is not installed.
+func needUBoot(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(testguest.UBoot); err != nil {
+		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", testguest.UBoot)
+	}
+}
+
+// bootUBoot boots U-Boot as the default guest and waits for its autoboot
+// prompt.
+func bootUBoot(t testing.TB) *session {
+	t.Helper()
+	needUBoot(t)
+	s := newSession(t)
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"kernel": testguest.UBoot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}, &b)
+	if !b.Matched {
+		t.Fatalf("autoboot prompt not seen: %q", b.Output)
+	}
+	return s
+}
 
 func needQEMU(t testing.TB) { t.Helper(); testguest.NeedQEMU(t) }
 
@@ -54,21 +74,8 @@ func newSessionWith(t testing.TB, adjust func(*testConfig), copts *mcp.ClientOpt
 func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *mcp.ClientOptions) *session {
 	t.Helper()
 	needQEMU(t)
-	kernel, err := os.ReadFile("../testdata/images/tiny.bin")
-	if err != nil {
-		t.Fatalf("read tiny kernel: %v", err)
-	}
-	symbols, err := os.ReadFile("../testdata/images/tiny.elf")
-	if err != nil {
-		t.Fatalf("read tiny kernel's symbols: %v", err)
-	}
-	// Unix socket paths are limited to 108 bytes: keep the dir short.
-	dir, err := os.MkdirTemp("", "qmcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o700)
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	kernel, symbols := testImage(t, "tiny.bin"), testImage(t, "tiny.elf")
+	dir := testguest.SocketDir(t, "qmcp")
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Each session has its own lock: tests of other packages boot guests
 	// from this repository at the same time.
@@ -82,6 +89,17 @@ func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *
 		t.Fatal(err)
 	}
 	return &session{t: t, cs: connect(t, srv, client, copts, nil), srv: srv, dir: dir}
+}
+
+// testImage is the guest image name of testdata/images (tiny.bin, the
+// built-in kernel; tiny.elf, its symbols).
+func testImage(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../testdata/images", name))
+	if err != nil {
+		t.Fatalf("read test image: %v", err)
+	}
+	return b
 }
 
 // connect connects a real MCP client named client to srv over in-memory
@@ -118,11 +136,7 @@ func connect(t testing.TB, srv *tools.Server, client string, copts *mcp.ClientOp
 // version, say).
 func bareSession(t testing.TB, opts *mcp.ClientSessionOptions) *mcp.ClientSession {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "qmcp") // short: it holds unix sockets
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testguest.SocketDir(t, "qmcp")
 	srv, err := newServer(settings.Settings{RuntimeDir: dir, Version: "test", Logger: slog.New(slog.DiscardHandler),
 		LockFile: filepath.Join(dir, "qemu.lock"), Captures: filepath.Join(dir, "captures"),
 		Snapshots: filepath.Join(dir, "snapshots"), CacheDir: filepath.Join(dir, "cache")}, tools.Config{Version: "test"})
@@ -544,15 +558,7 @@ func TestBadInputKeepsServing(t *testing.T) {
 // Debian's U-Boot is a guest nobody here wrote: stop its autoboot and run
 // a command at its prompt.
 func TestUBoot(t *testing.T) {
-	if _, err := os.Stat(uboot); err != nil {
-		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", uboot)
-	}
-	s := newSession(t)
-	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"kernel": uboot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}, &b)
-	if !b.Matched {
-		t.Fatalf("autoboot prompt not seen: %q", b.Output)
-	}
+	s := bootUBoot(t)
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
 	if !w.Matched {
