@@ -60,13 +60,26 @@ type KeyOutput struct {
 	Sent [][]string `json:"sent" jsonschema:"the QEMU key codes sent, one list per combination"`
 }
 
-func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInput) (*mcp.CallToolResult, KeyOutput, error) {
-	if in.HoldTime < 0 || in.HoldTime > 10000 {
-		return nil, KeyOutput{}, fmt.Errorf("hold_time %d: want 0 to 10000 ms", in.HoldTime)
+// keyMillis checks a keyboard tool's milliseconds argument, 0 to 10000,
+// where 0 means def; the error names the unit where the name does not.
+func keyMillis(name string, v, def int) (int, error) {
+	if v < 0 || v > 10000 {
+		unit := " ms"
+		if strings.HasSuffix(name, "_ms") {
+			unit = ""
+		}
+		return 0, fmt.Errorf("%s %d: want 0 to 10000%s", name, v, unit)
 	}
-	hold := in.HoldTime
-	if hold == 0 {
-		hold = 100
+	if v == 0 {
+		return def, nil
+	}
+	return v, nil
+}
+
+func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInput) (*mcp.CallToolResult, KeyOutput, error) {
+	hold, err := keyMillis("hold_time", in.HoldTime, 100)
+	if err != nil {
+		return nil, KeyOutput{}, err
 	}
 	var combos [][]string
 	for _, c := range strings.Fields(in.Keys) {
@@ -104,12 +117,9 @@ type TypeOutput struct {
 }
 
 func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeInput) (*mcp.CallToolResult, TypeOutput, error) {
-	if in.DelayMS < 0 || in.DelayMS > 10000 {
-		return nil, TypeOutput{}, fmt.Errorf("delay_ms %d: want 0 to 10000", in.DelayMS)
-	}
-	delay := in.DelayMS
-	if delay == 0 {
-		delay = 50
+	delay, err := keyMillis("delay_ms", in.DelayMS, 50)
+	if err != nil {
+		return nil, TypeOutput{}, err
 	}
 	combos, err := qemu.TypeText(in.Text)
 	if err != nil {
