@@ -1,7 +1,6 @@
 package tools_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -71,25 +70,6 @@ func tutorSession(t *testing.T, patch func(dir string) error) (*session, string)
 func tutorBootArgs(t *testing.T, dir string) map[string]any {
 	return map[string]any{"command_line": testguest.TutorQEMULine(t, dir), "gdb": true,
 		"wait_for": tutorPrompt, "panic_patterns": tutorPanics, "timeout": 30}
-}
-
-// sourceLine is the line number of the first line of file that is text
-// (without its indentation).
-func sourceLine(t *testing.T, file, text string) int {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		if strings.TrimSpace(sc.Text()) == text {
-			return n
-		}
-	}
-	t.Fatalf("%s: no line %q", file, text)
-	return 0
 }
 
 // insertBefore is a patch that inserts lines before the first line of
@@ -199,7 +179,7 @@ func oneApart(old, new string) bool {
 // Linux's).
 func TestTutorTriageNullStore(t *testing.T) {
 	s, dir := tutorSession(t, insertBefore("kernel/syscall.c", "  return ticks;", "  *(volatile int *)0 = 1;"))
-	line := sourceLine(t, filepath.Join(dir, "kernel", "syscall.c"), "*(volatile int *)0 = 1;")
+	line := testguest.SourceLine(t, filepath.Join(dir, "kernel", "syscall.c"), "*(volatile int *)0 = 1;")
 	var b tutorWait
 	s.mustCall("qemu_boot", tutorBootArgs(t, dir), &b)
 	if !b.Matched || b.Panicked {
@@ -258,7 +238,7 @@ func TestTutorTriageMachineMode(t *testing.T) {
 			"		*(volatile int *)0 = 1;",
 			"	}"),
 	))
-	line := sourceLine(t, filepath.Join(dir, "kernel", "start.c"), "*(volatile int *)0 = 1;")
+	line := testguest.SourceLine(t, filepath.Join(dir, "kernel", "start.c"), "*(volatile int *)0 = 1;")
 	var b tutorWait
 	res := s.call("qemu_boot", tutorBootArgs(t, dir), &b)
 	t.Logf("boot: %s", text(res))
