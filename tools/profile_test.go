@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 func TestProfiles(t *testing.T) {
@@ -74,11 +72,8 @@ func TestProfiles(t *testing.T) {
 // network: "user" gives the guest a NIC on QEMU's slirp without any
 // privilege. Only the NIC's presence is checked: no traffic is sent.
 func TestNetworkUser(t *testing.T) {
-	needUBoot(t)
-	s := newSession(t)
-	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"kernel": testguest.UBoot, "memory": "256M", "network": "user", "wait_for": `Net:\s+eth0: virtio-net`, "timeout": 60}, &b)
-	if !b.Matched || !contains(b.Argv, "user,id=net0") {
+	s, b := bootUBoot(t, map[string]any{"network": "user", "wait_for": `Net:\s+eth0: virtio-net`})
+	if !contains(b.Argv, "user,id=net0") {
 		t.Fatalf("U-Boot did not find the user-mode NIC: %+v", b)
 	}
 	s.wantError("qemu_boot", map[string]any{"restart": true, "network": "bridge"}, `network "bridge"`)

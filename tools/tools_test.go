@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,26 +24,23 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
-// needUBoot skips a test where Debian's U-Boot is not installed.
-func needUBoot(t testing.TB) {
+// bootUBoot boots Debian's U-Boot as the default guest of a new session
+// (skipping the test where it is not installed), with args over the usual
+// arguments, and waits for its autoboot prompt or for args' wait_for.
+func bootUBoot(t testing.TB, args map[string]any) (*session, bootOut) {
 	t.Helper()
 	if _, err := os.Stat(testguest.UBoot); err != nil {
 		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", testguest.UBoot)
 	}
-}
-
-// bootUBoot boots U-Boot as the default guest and waits for its autoboot
-// prompt.
-func bootUBoot(t testing.TB) *session {
-	t.Helper()
-	needUBoot(t)
 	s := newSession(t)
+	a := map[string]any{"kernel": testguest.UBoot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}
+	maps.Copy(a, args)
 	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"kernel": testguest.UBoot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}, &b)
+	s.mustCall("qemu_boot", a, &b)
 	if !b.Matched {
-		t.Fatalf("autoboot prompt not seen: %q", b.Output)
+		t.Fatalf("U-Boot: %q not seen: %q", a["wait_for"], b.Output)
 	}
-	return s
+	return s, b
 }
 
 func needQEMU(t testing.TB) { t.Helper(); testguest.NeedQEMU(t) }
@@ -552,7 +550,7 @@ func TestBadInputKeepsServing(t *testing.T) {
 // Debian's U-Boot is a guest nobody here wrote: stop its autoboot and run
 // a command at its prompt.
 func TestUBoot(t *testing.T) {
-	s := bootUBoot(t)
+	s, _ := bootUBoot(t, nil)
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
 	if !w.Matched {

@@ -208,7 +208,7 @@ func TestProgressNotifications(t *testing.T) {
 
 // Ctrl-C reaches U-Boot and stops its autoboot.
 func TestCtrlCStopsUBootAutoboot(t *testing.T) {
-	s := bootUBoot(t)
+	s, _ := bootUBoot(t, nil)
 	var w waitFull
 	s.mustCall("serial_send", map[string]any{"data": "\u0003", "newline": "none", "wait_for": []string{`=> $`, `Starting kernel|BOOTP|scanning bus`}, "timeout": 10}, &w)
 	if !w.Matched || w.MatchIndex == nil || *w.MatchIndex != 0 {
