@@ -298,11 +298,6 @@ func (in *BootInput) machine() (profile.Profile, error) {
 }
 
 func (s *Server) registerBoot(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_boot",
-		Description: "Boot a riscv64 or aarch64 guest (virt board) as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest.",
-		Annotations: &mcp.ToolAnnotations{Title: "Boot QEMU", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.boot)
+	add(s, ms, tool("qemu_boot", "Boot QEMU", mutating,
+		"Boot a riscv64 or aarch64 guest (virt board) as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest."), s.boot)
 }

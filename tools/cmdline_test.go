@@ -38,11 +38,7 @@ func optionsOf(es []lineEntry) []string {
 func tinyProject(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	b, err := os.ReadFile("../testdata/images/tiny.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "tiny.bin"), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "tiny.bin"), testImage(t, "tiny.bin"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, "disk.img"), make([]byte, 1<<20), 0o644); err != nil {

@@ -282,21 +282,10 @@ func (s *Server) status(_ context.Context, req *mcp.CallToolRequest, t Target) (
 }
 
 func (s *Server) registerControl(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qmp_command",
-		Description: "Run a QMP command (e.g. query-status, system_reset) and return its 'return' value, a long list a page at a time (offset, next_offset); QMP errors are tool errors with their class.",
-		Annotations: &mcp.ToolAnnotations{Title: "QMP command", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.qmpCommand)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_shutdown",
-		Description: "Stop QEMU (QMP quit, or system_powerdown first; then SIGTERM, then SIGKILL of the exact process) and remove its FIFOs and socket. Reports how it ended and the exit status.",
-		Annotations: &mcp.ToolAnnotations{Title: "Shut down QEMU", DestructiveHint: &t, IdempotentHint: true, OpenWorldHint: &f},
-	}, s.shutdown)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_status",
-		Description: "A guest's state (booting, running, stopping, stopped), pid, uptime, exit status, command line, paths, bytes of serial output, and its recent QMP events (RESET, SHUTDOWN, STOP, RESUME, errors) with times and cursors.",
-		Annotations: &mcp.ToolAnnotations{Title: "QEMU status", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, s.status)
+	add(s, ms, tool("qmp_command", "QMP command", mutating,
+		"Run a QMP command (e.g. query-status, system_reset) and return its 'return' value, a long list a page at a time (offset, next_offset); QMP errors are tool errors with their class."), s.qmpCommand)
+	add(s, ms, tool("qemu_shutdown", "Shut down QEMU", mcp.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true},
+		"Stop QEMU (QMP quit, or system_powerdown first; then SIGTERM, then SIGKILL of the exact process) and remove its FIFOs and socket. Reports how it ended and the exit status."), s.shutdown)
+	add(s, ms, tool("qemu_status", "QEMU status", querying,
+		"A guest's state (booting, running, stopping, stopped), pid, uptime, exit status, command line, paths, bytes of serial output, and its recent QMP events (RESET, SHUTDOWN, STOP, RESUME, errors) with times and cursors."), s.status)
 }

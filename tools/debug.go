@@ -32,6 +32,17 @@ func (s *Server) debugger(t Target) (*instance.Instance, *debugger.Session, erro
 	return inst, d, nil
 }
 
+// debuggerOn is the debugger of t's guest and the hart h names: what a
+// per-hart tool checks first, in that order.
+func (s *Server) debuggerOn(t Target, h HartArg) (*debugger.Session, int, error) {
+	_, d, err := s.debugger(t)
+	if err != nil {
+		return nil, 0, err
+	}
+	hart, err := h.hart()
+	return d, hart, err
+}
+
 // HartArg picks the hart a per-hart tool acts on.
 type HartArg struct {
 	Hart *int `json:"hart,omitempty" jsonschema:"hart ID; default: the last stop's"`
@@ -201,16 +212,12 @@ type StepInput struct {
 }
 
 func (s *Server) debugStep(ctx context.Context, req *mcp.CallToolRequest, in StepInput) (*mcp.CallToolResult, debugger.StopInfo, error) {
-	_, d, err := s.debugger(in.Target)
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, debugger.StopInfo{}, err
 	}
 	if in.Count == 0 {
 		in.Count = 1
-	}
-	hart, err := in.hart()
-	if err != nil {
-		return nil, debugger.StopInfo{}, err
 	}
 	timeout, err := seconds("timeout", in.Timeout, 5*time.Second)
 	if err != nil {
@@ -245,11 +252,7 @@ type RegistersInput struct {
 }
 
 func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in RegistersInput) (*mcp.CallToolResult, debugger.Registers, error) {
-	_, d, err := s.debugger(in.Target)
-	if err != nil {
-		return nil, debugger.Registers{}, err
-	}
-	hart, err := in.hart()
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, debugger.Registers{}, err
 	}
@@ -351,16 +354,12 @@ type BacktraceOutput struct {
 }
 
 func (s *Server) debugBacktrace(ctx context.Context, _ *mcp.CallToolRequest, in BacktraceInput) (*mcp.CallToolResult, BacktraceOutput, error) {
-	_, d, err := s.debugger(in.Target)
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, BacktraceOutput{}, err
 	}
 	if in.MaxFrames == 0 {
 		in.MaxFrames = 32
-	}
-	hart, err := in.hart()
-	if err != nil {
-		return nil, BacktraceOutput{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
@@ -416,16 +415,12 @@ type DisassembleOutput struct {
 }
 
 func (s *Server) debugDisassemble(ctx context.Context, _ *mcp.CallToolRequest, in DisassembleInput) (*mcp.CallToolResult, DisassembleOutput, error) {
-	_, d, err := s.debugger(in.Target)
+	d, hart, err := s.debuggerOn(in.Target, in.HartArg)
 	if err != nil {
 		return nil, DisassembleOutput{}, err
 	}
 	if in.Count == 0 {
 		in.Count = 16
-	}
-	hart, err := in.hart()
-	if err != nil {
-		return nil, DisassembleOutput{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
@@ -556,73 +551,28 @@ func (s *Server) debugTranslate(ctx context.Context, _ *mcp.CallToolRequest, in 
 // registerDebug adds the debug_* tools; each needs a guest booted with
 // gdb: true.
 func (s *Server) registerDebug(ms *mcp.Server) {
-	f := false
-	t := true
-	mutating := &mcp.ToolAnnotations{DestructiveHint: &t, OpenWorldHint: &f}
-	reading := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &f}
-	ann := func(a *mcp.ToolAnnotations, title string) *mcp.ToolAnnotations {
-		c := *a
-		c.Title = title
-		return &c
-	}
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_break",
-		Description: "Set or remove a breakpoint at a symbol, 0xADDRESS or file.c:LINE (guest booted with gdb: true). The guest keeps its run state; debug_continue waits for the hit.",
-		Annotations: ann(mutating, "Breakpoint"),
-	}, s.debugBreak)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_continue",
-		Description: "Resume every hart and wait for the next stop (breakpoint, watchpoint): hart, reason, pc, function+offset, file:line, instruction, and on a replay icount. On timeout the guest runs on and running is true.",
-		Annotations: ann(mutating, "Continue"),
-	}, s.debugContinue)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_pause",
-		Description: "Stop every hart and say where the one QEMU names is (QMP and the console keep working; debug_continue resumes).",
-		Annotations: ann(mutating, "Pause"),
-	}, s.debugPause)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_step",
-		Description: "Execute count instructions on one hart, the others stay stopped (over: a call counts as one). A step that cannot finish (wfi, a call waiting on a stopped hart) ends at timeout and says why.",
-		Annotations: ann(mutating, "Step"),
-	}, s.debugStep)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_registers",
-		Description: "pc, x1..x31 by ABI name, privilege mode, and the trap CSRs (sstatus, sepc, scause, stval, satp, mstatus, mepc, mcause...) with causes decoded.",
-		Annotations: ann(reading, "Registers"),
-	}, s.debugRegisters)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_memory",
-		Description: "Hexdump up to 64 KiB of guest memory at a symbol or address (virtual through a hart's MMU, or physical), unreadable ranges reported.",
-		Annotations: ann(reading, "Read memory"),
-	}, s.debugMemory)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_backtrace",
-		Description: "Unwind a hart's stack by frame pointers: function+offset at file:line; trap frames carry their cause. all_harts: each hart's mode, pc, state (idle, trap, ipi, lock, panic, user, firmware, machine mode, running), short backtrace.",
-		Annotations: ann(reading, "Backtrace"),
-	}, s.debugBacktrace)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_disassemble",
-		Description: "Disassemble count instructions at a location (default the pc), privileged ones included, jumps symbolized.",
-		Annotations: ann(reading, "Disassemble"),
-	}, s.debugDisassemble)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_watch",
-		Description: "Set or remove a data watchpoint (write, read or access) on a symbol or address; debug_continue reports the accessing hart, instruction and line, old and new value, a backtrace.",
-		Annotations: ann(mutating, "Watchpoint"),
-	}, s.debugWatch)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_last_write",
-		Description: "Replays only: the last write that changed a location before now (or before an icount): old and new value, instruction, function, file:line, backtrace, icount; or that none did.",
-		Annotations: ann(reading, "Last write"),
-	}, s.debugLastWrite)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_translate",
-		Description: "Walk the page table for a virtual address as a hart's MMU does (Sv39/48/57): each level's PTE and flags, then the physical address and page size, or why the walk stops.",
-		Annotations: ann(reading, "Translate"),
-	}, s.debugTranslate)
-	add(s, ms, &mcp.Tool{
-		Name:        "debug_symbolize",
-		Description: "Name an address (function+offset, file:line), or find the address of a symbol or file.c:LINE.",
-		Annotations: ann(reading, "Symbolize"),
-	}, s.debugSymbolize)
+	add(s, ms, tool("debug_break", "Breakpoint", mutating,
+		"Set or remove a breakpoint at a symbol, 0xADDRESS or file.c:LINE (guest booted with gdb: true). The guest keeps its run state; debug_continue waits for the hit."), s.debugBreak)
+	add(s, ms, tool("debug_continue", "Continue", mutating,
+		"Resume every hart and wait for the next stop (breakpoint, watchpoint): hart, reason, pc, function+offset, file:line, instruction, and on a replay icount. On timeout the guest runs on and running is true."), s.debugContinue)
+	add(s, ms, tool("debug_pause", "Pause", mutating,
+		"Stop every hart and say where the one QEMU names is (QMP and the console keep working; debug_continue resumes)."), s.debugPause)
+	add(s, ms, tool("debug_step", "Step", mutating,
+		"Execute count instructions on one hart, the others stay stopped (over: a call counts as one). A step that cannot finish (wfi, a call waiting on a stopped hart) ends at timeout and says why."), s.debugStep)
+	add(s, ms, tool("debug_registers", "Registers", reading,
+		"pc, x1..x31 by ABI name, privilege mode, and the trap CSRs (sstatus, sepc, scause, stval, satp, mstatus, mepc, mcause...) with causes decoded."), s.debugRegisters)
+	add(s, ms, tool("debug_memory", "Read memory", reading,
+		"Hexdump up to 64 KiB of guest memory at a symbol or address (virtual through a hart's MMU, or physical), unreadable ranges reported."), s.debugMemory)
+	add(s, ms, tool("debug_backtrace", "Backtrace", reading,
+		"Unwind a hart's stack by frame pointers: function+offset at file:line; trap frames carry their cause. all_harts: each hart's mode, pc, state (idle, trap, ipi, lock, panic, user, firmware, machine mode, running), short backtrace."), s.debugBacktrace)
+	add(s, ms, tool("debug_disassemble", "Disassemble", reading,
+		"Disassemble count instructions at a location (default the pc), privileged ones included, jumps symbolized."), s.debugDisassemble)
+	add(s, ms, tool("debug_watch", "Watchpoint", mutating,
+		"Set or remove a data watchpoint (write, read or access) on a symbol or address; debug_continue reports the accessing hart, instruction and line, old and new value, a backtrace."), s.debugWatch)
+	add(s, ms, tool("debug_last_write", "Last write", reading,
+		"Replays only: the last write that changed a location before now (or before an icount): old and new value, instruction, function, file:line, backtrace, icount; or that none did."), s.debugLastWrite)
+	add(s, ms, tool("debug_translate", "Translate", reading,
+		"Walk the page table for a virtual address as a hart's MMU does (Sv39/48/57): each level's PTE and flags, then the physical address and page size, or why the walk stops."), s.debugTranslate)
+	add(s, ms, tool("debug_symbolize", "Symbolize", reading,
+		"Name an address (function+offset, file:line), or find the address of a symbol or file.c:LINE."), s.debugSymbolize)
 }

@@ -39,6 +39,57 @@ type breakOut struct {
 	Set         int        `json:"set"`
 }
 
+// memoryOut is debug_memory's result.
+type memoryOut struct {
+	Addr    string `json:"addr"`
+	Symbol  string `json:"symbol"`
+	Hexdump string `json:"hexdump"`
+}
+
+// breakIn sets a breakpoint on function and checks that debug_break put
+// it there, in file.
+func (s *session) breakIn(function, file string) {
+	s.t.Helper()
+	var br breakOut
+	s.mustCall("debug_break", map[string]any{"location": function}, &br)
+	if len(br.Breakpoints) != 1 || br.Breakpoints[0].Function != function || br.Breakpoints[0].File != file {
+		s.t.Fatalf("debug_break %s: %+v", function, br)
+	}
+}
+
+// watchWrites sets a write watchpoint on symbol and checks that
+// debug_watch put it there, length bytes long.
+func (s *session) watchWrites(symbol string, length int) {
+	s.t.Helper()
+	var wo struct {
+		Watchpoint struct {
+			whereOut
+			Kind   string `json:"kind"`
+			Length int    `json:"length"`
+		} `json:"watchpoint"`
+	}
+	s.mustCall("debug_watch", map[string]any{"location": symbol}, &wo)
+	if wo.Watchpoint.Function != symbol || wo.Watchpoint.Length != length || wo.Watchpoint.Kind != "write" {
+		s.t.Fatalf("debug_watch %s: %+v", symbol, wo)
+	}
+}
+
+// accessOut is the access a watchpoint caught, or a last write.
+type accessOut struct {
+	Kind string   `json:"kind"`
+	Insn whereOut `json:"insn_at"`
+	Text string   `json:"insn"`
+	Old  string   `json:"old"`
+	New  string   `json:"new"`
+}
+
+// watchStopOut is debug_continue's result at a watchpoint.
+type watchStopOut struct {
+	hartStopOut
+	Access    *accessOut    `json:"access"`
+	Backtrace *backtraceOut `json:"backtrace"`
+}
+
 type frameOut struct {
 	whereOut
 	Trap *struct {
@@ -51,6 +102,25 @@ type frameOut struct {
 type backtraceOut struct {
 	Frames []frameOut `json:"frames"`
 	End    string     `json:"end"`
+}
+
+// Each per-hart debug tool asks for the debugger before it reads its
+// arguments: on a guest booted without gdb, even a call naming no hart
+// (hart -1) is told how to boot one with it.
+func TestDebugHartToolsNeedGDB(t *testing.T) {
+	s := newSession(t)
+	s.bootTiny()
+	for name, args := range map[string]map[string]any{
+		"debug_step":        {},
+		"debug_registers":   {},
+		"debug_memory":      {"location": "puts"},
+		"debug_backtrace":   {},
+		"debug_disassemble": {},
+		"debug_translate":   {"address": "puts"},
+	} {
+		args["hart"] = -1
+		s.wantError(name, args, "booted without its debugger", "gdb: true")
+	}
 }
 
 // The built-in kernel under the debugger: a breakpoint by symbol stops it
@@ -194,11 +264,7 @@ func TestDebugTinyKernel(t *testing.T) {
 		t.Errorf("disassembly at the pc: %+v", dis)
 	}
 
-	var mem struct {
-		Addr    string `json:"addr"`
-		Symbol  string `json:"symbol"`
-		Hexdump string `json:"hexdump"`
-	}
+	var mem memoryOut
 	s.mustCall("debug_memory", map[string]any{"location": "str_banner1", "length": 32}, &mem)
 	if !strings.Contains(mem.Hexdump, "|qemu-mcp tiny ke|") || !strings.HasPrefix(mem.Symbol, "str_banner1") {
 		t.Errorf("debug_memory of str_banner1: %+v", mem)
@@ -278,11 +344,7 @@ func TestDebugLinux(t *testing.T) {
 		t.Fatalf("boot: %+v", b)
 	}
 
-	var br breakOut
-	s.mustCall("debug_break", map[string]any{"location": "sys_newuname"}, &br)
-	if len(br.Breakpoints) != 1 || br.Breakpoints[0].Function != "sys_newuname" || br.Breakpoints[0].File != "kernel/sys.c" {
-		t.Fatalf("debug_break: %+v", br)
-	}
+	s.breakIn("sys_newuname", "kernel/sys.c")
 	s.mustCall("serial_send", map[string]any{"data": "uname -sr"}, nil)
 	var st stopOut
 	s.mustCall("debug_continue", map[string]any{"timeout": 20}, &st)
@@ -313,11 +375,7 @@ func TestDebugLinux(t *testing.T) {
 		t.Errorf("debug_registers: %+v", regs)
 	}
 
-	var mem struct {
-		Addr    string `json:"addr"`
-		Symbol  string `json:"symbol"`
-		Hexdump string `json:"hexdump"`
-	}
+	var mem memoryOut
 	s.mustCall("debug_memory", map[string]any{"location": "linux_banner", "length": 64}, &mem)
 	if !strings.Contains(mem.Hexdump, "|Linux version 6.") {
 		t.Errorf("linux_banner:\n%s", mem.Hexdump)
@@ -343,7 +401,7 @@ func TestDebugLinux(t *testing.T) {
 		t.Errorf("unmapped read: %+v", um)
 	}
 
-	s.mustCall("debug_break", map[string]any{"location": "sys_newuname", "remove": true}, &br)
+	s.mustCall("debug_break", map[string]any{"location": "sys_newuname", "remove": true}, nil)
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.5}, &st)
 	if !st.Running {
 		t.Errorf("continue without breakpoints: %+v", st)
@@ -495,29 +553,9 @@ func TestDebugLinuxFaults(t *testing.T) {
 	}
 	boot()
 
-	var wo struct {
-		Watchpoint struct {
-			whereOut
-			Kind   string `json:"kind"`
-			Length int    `json:"length"`
-		} `json:"watchpoint"`
-	}
-	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout"}, &wo)
-	if wo.Watchpoint.Function != "panic_timeout" || wo.Watchpoint.Length != 4 || wo.Watchpoint.Kind != "write" {
-		t.Fatalf("debug_watch: %+v", wo)
-	}
+	s.watchWrites("panic_timeout", 4)
 	s.mustCall("serial_send", map[string]any{"data": "echo 7 > /proc/sys/kernel/panic"}, nil)
-	var st struct {
-		stopOut
-		Access *struct {
-			Kind string   `json:"kind"`
-			Insn whereOut `json:"insn_at"`
-			Text string   `json:"insn"`
-			Old  string   `json:"old"`
-			New  string   `json:"new"`
-		} `json:"access"`
-		Backtrace *backtraceOut `json:"backtrace"`
-	}
+	var st watchStopOut
 	res := s.call("debug_continue", map[string]any{"timeout": 20}, &st)
 	t.Logf("watch stop: %s", text(res))
 	if st.Access == nil || st.Access.Old != "0x0" || st.Access.New != "0x7" || st.Access.Insn.Function != "do_proc_dointvec_conv" ||

@@ -60,13 +60,26 @@ type KeyOutput struct {
 	Sent [][]string `json:"sent" jsonschema:"the QEMU key codes sent, one list per combination"`
 }
 
-func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInput) (*mcp.CallToolResult, KeyOutput, error) {
-	if in.HoldTime < 0 || in.HoldTime > 10000 {
-		return nil, KeyOutput{}, fmt.Errorf("hold_time %d: want 0 to 10000 ms", in.HoldTime)
+// keyMillis checks a keyboard tool's milliseconds argument, 0 to 10000,
+// where 0 means def; the error names the unit where the name does not.
+func keyMillis(name string, v, def int) (int, error) {
+	if v < 0 || v > 10000 {
+		unit := " ms"
+		if strings.HasSuffix(name, "_ms") {
+			unit = ""
+		}
+		return 0, fmt.Errorf("%s %d: want 0 to 10000%s", name, v, unit)
 	}
-	hold := in.HoldTime
-	if hold == 0 {
-		hold = 100
+	if v == 0 {
+		return def, nil
+	}
+	return v, nil
+}
+
+func (s *Server) sendKey(ctx context.Context, _ *mcp.CallToolRequest, in KeyInput) (*mcp.CallToolResult, KeyOutput, error) {
+	hold, err := keyMillis("hold_time", in.HoldTime, 100)
+	if err != nil {
+		return nil, KeyOutput{}, err
 	}
 	var combos [][]string
 	for _, c := range strings.Fields(in.Keys) {
@@ -104,12 +117,9 @@ type TypeOutput struct {
 }
 
 func (s *Server) typeText(ctx context.Context, _ *mcp.CallToolRequest, in TypeInput) (*mcp.CallToolResult, TypeOutput, error) {
-	if in.DelayMS < 0 || in.DelayMS > 10000 {
-		return nil, TypeOutput{}, fmt.Errorf("delay_ms %d: want 0 to 10000", in.DelayMS)
-	}
-	delay := in.DelayMS
-	if delay == 0 {
-		delay = 50
+	delay, err := keyMillis("delay_ms", in.DelayMS, 50)
+	if err != nil {
+		return nil, TypeOutput{}, err
 	}
 	combos, err := qemu.TypeText(in.Text)
 	if err != nil {
@@ -188,26 +198,12 @@ func (s *Server) mouse(ctx context.Context, _ *mcp.CallToolRequest, in MouseInpu
 }
 
 func (s *Server) registerDisplay(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_screenshot",
-		Description: "Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true.",
-		Annotations: &mcp.ToolAnnotations{Title: "Screenshot", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.screenshot)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_send_key",
-		Description: "Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another.",
-		Annotations: &mcp.ToolAnnotations{Title: "Send key", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.sendKey)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_type_text",
-		Description: "Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed.",
-		Annotations: &mcp.ToolAnnotations{Title: "Type text", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.typeText)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_mouse",
-		Description: "Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there.",
-		Annotations: &mcp.ToolAnnotations{Title: "Mouse", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.mouse)
+	add(s, ms, tool("qemu_screenshot", "Screenshot", reading,
+		"Take a PNG screenshot of the guest's display (QMP screendump), returned as image content; save: true also keeps it under the captures directory. Needs a guest booted with gpu: true."), s.screenshot)
+	add(s, ms, tool("qemu_send_key", "Send key", mutating,
+		"Press a key combination on the guest's keyboard, such as ctrl-alt-delete, shift-a or ret (QMP send-key); several combinations separated by spaces are pressed one after another."), s.sendKey)
+	add(s, ms, tool("qemu_type_text", "Type text", mutating,
+		"Type text on the guest's keyboard, one key event per character on a US layout (shifted characters handled); characters with no key are named in the error and nothing is typed."), s.typeText)
+	add(s, ms, tool("qemu_mouse", "Mouse", mutating,
+		"Move the guest's absolute pointer (tablet) to x, y in 0..32767 and optionally click buttons (left, right, middle) there."), s.mouse)
 }

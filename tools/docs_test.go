@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,7 +80,7 @@ func TestDocsNameEveryTool(t *testing.T) {
 		}
 		docs = append(docs, b...)
 	}
-	for _, name := range sortedKeys(schemas) {
+	for _, name := range slices.Sorted(maps.Keys(schemas)) {
 		if !strings.Contains(string(readme), "`"+name+"`") {
 			t.Errorf("the README's map of the tools lacks %s", name)
 		}
@@ -187,11 +188,11 @@ type docCall struct {
 func (c docCall) check(schemas map[string]*toolSchema) error {
 	s := schemas[c.tool]
 	if s == nil {
-		return fmt.Errorf("no such tool (tools/list has %s)", strings.Join(sortedKeys(schemas), ", "))
+		return fmt.Errorf("no such tool (tools/list has %s)", strings.Join(slices.Sorted(maps.Keys(schemas)), ", "))
 	}
 	for _, k := range c.keys {
 		if _, ok := s.schema.Properties[k]; !ok {
-			return fmt.Errorf("no parameter %q (it has %s)", k, strings.Join(sortedKeys(s.schema.Properties), ", "))
+			return fmt.Errorf("no parameter %q (it has %s)", k, strings.Join(slices.Sorted(maps.Keys(s.schema.Properties)), ", "))
 		}
 	}
 	if c.args == nil {
@@ -208,15 +209,6 @@ func (c docCall) check(schemas map[string]*toolSchema) error {
 		return fmt.Errorf("validating %s: %v", c.args, err)
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 var (

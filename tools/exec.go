@@ -166,11 +166,6 @@ func execText(command string, o ExecOutput) string {
 }
 
 func (s *Server) registerExec(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "guest_exec",
-		Description: "Run a shell command at the guest's console shell (any POSIX shell, any prompt) and return its output (no echo), exit_status and duration_ms; TAP/KTAP output adds tests (totals, failures). Past timeout it gets Ctrl-C. Calls on one console run one after another.",
-		Annotations: &mcp.ToolAnnotations{Title: "Run in guest", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.exec)
+	add(s, ms, tool("guest_exec", "Run in guest", mutating,
+		"Run a shell command at the guest's console shell (any POSIX shell, any prompt) and return its output (no echo), exit_status and duration_ms; TAP/KTAP output adds tests (totals, failures). Past timeout it gets Ctrl-C. Calls on one console run one after another."), s.exec)
 }

@@ -17,11 +17,7 @@ import (
 func TestStoppedQEMU(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
-	info, err := proc.Stat(b.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := proc.Identity{PID: info.PID, StartTime: info.StartTime}
+	q := qemuProcess(t, b.PID)
 	if err := proc.Signal(q, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +96,8 @@ func TestInputLimits(t *testing.T) {
 		{"qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": strings.Repeat("i", 100<<10)}}, "limit of 65536"},
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 20000)}, "limit of 1000"},
 		{"qemu_type_text", map[string]any{"text": strings.Repeat("a", 1000), "delay_ms": 100}, "type it in parts"},
+		{"qemu_type_text", map[string]any{"text": "a", "delay_ms": 10001}, "delay_ms 10001: want 0 to 10000"},
+		{"qemu_send_key", map[string]any{"keys": "ret", "hold_time": 10001}, "hold_time 10001: want 0 to 10000 ms"},
 		{"serial_read", map[string]any{"wait_for": []any{strings.Repeat("(", 5000)}}, "limit of 4096"},
 		{"qemu_boot", map[string]any{"extra_args": make([]any, 300), "restart": true}, "limit of 256"},
 		{"qemu_boot", map[string]any{"command_line": strings.Repeat("-no-reboot ", 2000), "restart": true}, "limit of 16384"},
@@ -133,8 +131,7 @@ func TestInputLimits(t *testing.T) {
 func TestShutdownStoppedQEMU(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
-	info, _ := proc.Stat(b.PID)
-	if err := proc.Signal(proc.Identity{PID: info.PID, StartTime: info.StartTime}, unix.SIGSTOP); err != nil {
+	if err := proc.Signal(qemuProcess(t, b.PID), unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

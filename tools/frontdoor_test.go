@@ -534,19 +534,8 @@ var selftestToken = regexp.MustCompile(`\bst-[0-9a-f]{12}\b`)
 // compares its output, line by line, with the one shown.
 func checkSelftest(t *testing.T, e docExample) {
 	needQEMU(t)
-	kernel, err := os.ReadFile("../testdata/images/tiny.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	symbols, err := os.ReadFile("../testdata/images/tiny.elf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "qmcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	kernel, symbols := testImage(t, "tiny.bin"), testImage(t, "tiny.elf")
+	dir := testguest.SocketDir(t, "qmcp")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -24,10 +24,7 @@ func TestHostPathPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tiny, err := os.ReadFile("../testdata/images/tiny.bin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tiny := testImage(t, "tiny.bin")
 	secret := filepath.Join(outside, "secret.img")
 	if err := os.WriteFile(secret, append([]byte("SECRET"), make([]byte, 1<<20)...), 0o600); err != nil {
 		t.Fatal(err)
@@ -94,7 +91,7 @@ func TestHostPathPolicy(t *testing.T) {
 // --allow-host-access lifts the policy; --allow-path adds a read-only root.
 func TestHostPathFlags(t *testing.T) {
 	outside := t.TempDir()
-	tiny, _ := os.ReadFile("../testdata/images/tiny.bin")
+	tiny := testImage(t, "tiny.bin")
 	kernel := filepath.Join(outside, "k.bin")
 	if err := os.WriteFile(kernel, tiny, 0o644); err != nil {
 		t.Fatal(err)

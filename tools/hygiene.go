@@ -222,15 +222,8 @@ func (s *Server) list(_ context.Context, _ *mcp.CallToolRequest, _ ListInput) (*
 }
 
 func (s *Server) registerInfo(ms *mcp.Server) {
-	f := false
-	add(s, ms, &mcp.Tool{
-		Name:        "server_info",
-		Description: "Version and revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and holder, and health (degraded: the binary changed on disk, or dead servers left files).",
-		Annotations: &mcp.ToolAnnotations{Title: "Server info", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, s.serverInfo)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_list",
-		Description: "List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output.",
-		Annotations: &mcp.ToolAnnotations{Title: "List guests", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &f},
-	}, s.list)
+	add(s, ms, tool("server_info", "Server info", querying,
+		"Version and revision, pid, uptime, Go and QEMU versions, runtime dir, repository lock and holder, and health (degraded: the binary changed on disk, or dead servers left files)."), s.serverInfo)
+	add(s, ms, tool("qemu_list", "List guests", querying,
+		"List this server's guests (instances): name, state, QEMU pid, uptime, kernel, TAP, capture and bytes of serial output."), s.list)
 }

@@ -121,20 +121,10 @@ func (s *Server) pcapRead(_ context.Context, req *mcp.CallToolRequest, in PcapRe
 }
 
 func (s *Server) registerNetwork(ms *mcp.Server) {
-	f := false
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_pcap_start",
-		Description: "Start capturing a guest's traffic on its own TAP (boot with network: \"tap\"), in-process, into a pcap file that Wireshark and tcpdump open.",
-		Annotations: &mcp.ToolAnnotations{Title: "Start capture", OpenWorldHint: &f},
-	}, s.pcapStart)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_pcap_stop",
-		Description: "Stop the running capture; returns its path and counts of packets, bytes, drops and filtered-out packets. The file is kept.",
-		Annotations: &mcp.ToolAnnotations{Title: "Stop capture", OpenWorldHint: &f},
-	}, s.pcapStop)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_pcap_read",
-		Description: "Read captured packets as one-line summaries like tcpdump's (time, Ethernet, ARP, IPv4/IPv6, ICMP, UDP, TCP, DHCP, DNS), from a packet number, at most count at a time; works while the capture runs.",
-		Annotations: &mcp.ToolAnnotations{Title: "Read capture", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.pcapRead)
+	add(s, ms, tool("qemu_pcap_start", "Start capture", mcp.ToolAnnotations{},
+		"Start capturing a guest's traffic on its own TAP (boot with network: \"tap\"), in-process, into a pcap file that Wireshark and tcpdump open."), s.pcapStart)
+	add(s, ms, tool("qemu_pcap_stop", "Stop capture", mcp.ToolAnnotations{},
+		"Stop the running capture; returns its path and counts of packets, bytes, drops and filtered-out packets. The file is kept."), s.pcapStop)
+	add(s, ms, tool("qemu_pcap_read", "Read capture", reading,
+		"Read captured packets as one-line summaries like tcpdump's (time, Ethernet, ARP, IPv4/IPv6, ICMP, UDP, TCP, DHCP, DNS), from a packet number, at most count at a time; works while the capture runs."), s.pcapRead)
 }

@@ -13,7 +13,7 @@ func TestProfiles(t *testing.T) {
 	ws := t.TempDir()
 	s := newSessionWith(t, func(c *testConfig) { c.WorkDir = ws }, nil)
 	root := filepath.Join(ws, "project")
-	kernel, _ := os.ReadFile("../testdata/images/tiny.bin")
+	kernel := testImage(t, "tiny.bin")
 	os.MkdirAll(filepath.Join(root, "out"), 0o755)
 	os.WriteFile(filepath.Join(root, "out", "k.bin"), kernel, 0o644)
 	os.WriteFile(filepath.Join(root, "disk.img"), make([]byte, 1<<20), 0o644)
@@ -72,13 +72,8 @@ func TestProfiles(t *testing.T) {
 // network: "user" gives the guest a NIC on QEMU's slirp without any
 // privilege. Only the NIC's presence is checked: no traffic is sent.
 func TestNetworkUser(t *testing.T) {
-	if _, err := os.Stat(uboot); err != nil {
-		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", uboot)
-	}
-	s := newSession(t)
-	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"kernel": uboot, "memory": "256M", "network": "user", "wait_for": `Net:\s+eth0: virtio-net`, "timeout": 60}, &b)
-	if !b.Matched || !contains(b.Argv, "user,id=net0") {
+	s, b := bootUBoot(t, map[string]any{"network": "user", "wait_for": `Net:\s+eth0: virtio-net`})
+	if !contains(b.Argv, "user,id=net0") {
 		t.Fatalf("U-Boot did not find the user-mode NIC: %+v", b)
 	}
 	s.wantError("qemu_boot", map[string]any{"restart": true, "network": "bridge"}, `network "bridge"`)

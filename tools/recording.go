@@ -102,11 +102,6 @@ func (s *Server) recordingsTool(ctx context.Context, _ *mcp.CallToolRequest, in 
 }
 
 func (s *Server) registerRecordings(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_recordings",
-		Description: "List a project's recordings: state (complete, or cut by a kill), instructions, how the run ended, size; or delete one.",
-		Annotations: &mcp.ToolAnnotations{Title: "Recordings", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.recordingsTool)
+	add(s, ms, tool("qemu_recordings", "Recordings", mutating,
+		"List a project's recordings: state (complete, or cut by a kill), instructions, how the run ended, size; or delete one."), s.recordingsTool)
 }

@@ -33,6 +33,24 @@ var embeddedSchemas = sync.OnceValue(func() map[string]json.RawMessage {
 	return m
 })
 
+// What a tool does, as its annotations tell a client (which may ask its
+// user before a mutating call): mutating changes a guest or files,
+// reading only looks, querying only looks and gives the same answer to
+// the same call.
+var (
+	mutating = mcp.ToolAnnotations{DestructiveHint: new(true)}
+	reading  = mcp.ToolAnnotations{ReadOnlyHint: true}
+	querying = mcp.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true}
+)
+
+// tool describes a tool for add: kind's annotations with its title. No
+// tool is open-world: each acts on this server's guests and files only.
+func tool(name, title string, kind mcp.ToolAnnotations, description string) *mcp.Tool {
+	kind.Title = title
+	kind.OpenWorldHint = new(false)
+	return &mcp.Tool{Name: name, Description: description, Annotations: &kind}
+}
+
 // add registers a tool with a plain input schema, no output schema (see
 // above), and the shared call handling: its arguments get the schema's
 // defaults and are validated against it, as the SDK's typed tools are.

@@ -624,16 +624,8 @@ func readText(w WaitResult, lost int64) string {
 }
 
 func (s *Server) registerSerial(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "serial_send",
-		Description: "Type data and a newline on the guest's serial console, optionally waiting for a regex in its answer (after the echo of the line). Nothing is consumed: a long output is its start and end, elided giving the middle's cursors for serial_read.",
-		Annotations: &mcp.ToolAnnotations{Title: "Send to serial console", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.send)
-	add(s, ms, &mcp.Tool{
-		Name:        "serial_read",
-		Description: "Read console output from a cursor (default: where the last read ended), max_bytes a page: pass the result's cursor as since to page on; nothing is consumed. wait_for waits for a regex; a timeout is a result with timed_out true.",
-		Annotations: &mcp.ToolAnnotations{Title: "Read serial console", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.read)
+	add(s, ms, tool("serial_send", "Send to serial console", mutating,
+		"Type data and a newline on the guest's serial console, optionally waiting for a regex in its answer (after the echo of the line). Nothing is consumed: a long output is its start and end, elided giving the middle's cursors for serial_read."), s.send)
+	add(s, ms, tool("serial_read", "Read serial console", reading,
+		"Read console output from a cursor (default: where the last read ended), max_bytes a page: pass the result's cursor as since to page on; nothing is consumed. wait_for waits for a regex; a timeout is a result with timed_out true."), s.read)
 }

@@ -19,10 +19,7 @@ import (
 func TestConcurrentCallsRaceShutdown(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
-	info, err := proc.Stat(b.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := qemuProcess(t, b.PID)
 	calls := []struct {
 		name string
 		args map[string]any
@@ -107,8 +104,8 @@ func TestConcurrentCallsRaceShutdown(t *testing.T) {
 	if closeTook > 10*time.Second {
 		t.Errorf("Close took %v: in-flight waits were not cancelled", closeTook)
 	}
-	if live, _, _ := proc.Check(proc.Identity{PID: info.PID, StartTime: info.StartTime}); live == proc.Alive {
-		t.Errorf("qemu %d still running after Close", info.PID)
+	if live, _, _ := proc.Check(q); live == proc.Alive {
+		t.Errorf("qemu %d still running after Close", q.PID)
 	}
 	ents, _ := os.ReadDir(s.dir)
 	for _, e := range ents {

@@ -231,13 +231,7 @@ func TestDebugLinuxSMP(t *testing.T) {
 	// A watchpoint names the hart that made the access.
 	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout"}, nil)
 	s.mustCall("serial_send", map[string]any{"data": "taskset " + mask(cpu, 1) + " sh -c 'echo 7 > /proc/sys/kernel/panic'"}, nil)
-	var ws struct {
-		hartStopOut
-		Access *struct {
-			Insn whereOut `json:"insn_at"`
-			New  string   `json:"new"`
-		} `json:"access"`
-	}
+	var ws watchStopOut
 	res = s.call("debug_continue", map[string]any{"timeout": 20}, &ws)
 	t.Logf("watch stop: %s", text(res))
 	if ws.Hart == nil || *ws.Hart != 1 || ws.Access == nil || ws.Access.New != "0x7" || !strings.Contains(text(res), "on hart 1") {

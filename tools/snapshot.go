@@ -235,26 +235,12 @@ func (s *Server) snapshotDelete(ctx context.Context, _ *mcp.CallToolRequest, in 
 }
 
 func (s *Server) registerSnapshots(ms *mcp.Server) {
-	f := false
-	t := true
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_snapshot_save",
-		Description: "Save the running guest's whole state (RAM, devices, and writable qcow2 drives) as a named snapshot of its project, replacing one of that name. The guest pauses briefly and runs on.",
-		Annotations: &mcp.ToolAnnotations{Title: "Save snapshot", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.snapshotSave)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_snapshot_load",
-		Description: "Put the running guest back into a saved snapshot (in a fraction of a boot). The console goes on: a marker line, then the restored guest's output from the returned cursor.",
-		Annotations: &mcp.ToolAnnotations{Title: "Load snapshot", DestructiveHint: &t, OpenWorldHint: &f},
-	}, s.snapshotLoad)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_snapshot_list",
-		Description: "List a project's snapshots: name, time, size, the machine each needs, and whether the guest runs it.",
-		Annotations: &mcp.ToolAnnotations{Title: "List snapshots", ReadOnlyHint: true, OpenWorldHint: &f},
-	}, s.snapshotList)
-	add(s, ms, &mcp.Tool{
-		Name:        "qemu_snapshot_delete",
-		Description: "Delete a snapshot of a project.",
-		Annotations: &mcp.ToolAnnotations{Title: "Delete snapshot", DestructiveHint: &t, IdempotentHint: false, OpenWorldHint: &f},
-	}, s.snapshotDelete)
+	add(s, ms, tool("qemu_snapshot_save", "Save snapshot", mutating,
+		"Save the running guest's whole state (RAM, devices, and writable qcow2 drives) as a named snapshot of its project, replacing one of that name. The guest pauses briefly and runs on."), s.snapshotSave)
+	add(s, ms, tool("qemu_snapshot_load", "Load snapshot", mutating,
+		"Put the running guest back into a saved snapshot (in a fraction of a boot). The console goes on: a marker line, then the restored guest's output from the returned cursor."), s.snapshotLoad)
+	add(s, ms, tool("qemu_snapshot_list", "List snapshots", reading,
+		"List a project's snapshots: name, time, size, the machine each needs, and whether the guest runs it."), s.snapshotList)
+	add(s, ms, tool("qemu_snapshot_delete", "Delete snapshot", mutating,
+		"Delete a snapshot of a project."), s.snapshotDelete)
 }

@@ -1,7 +1,6 @@
 package tools_test
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -647,21 +646,7 @@ func TestSnapshotDamagedState(t *testing.T) {
 	if len(images) != 1 {
 		t.Fatalf("images %v", images)
 	}
-	f, err := os.OpenFile(images[0], os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The state's stream, between the image's first tables and its
-	// snapshot table (the qcow2 header's snapshots_offset).
-	var h [72]byte
-	f.ReadAt(h[:], 0)
-	table := int64(binary.BigEndian.Uint64(h[64:]))
-	junk := make([]byte, table-table/4)
-	for k := range junk {
-		junk[k] = byte(k*7 + 1)
-	}
-	f.WriteAt(junk, table/4)
-	f.Close()
+	testguest.DamageSnapshotState(t, images[0])
 	start := time.Now()
 	res := s.call("qemu_snapshot_load", map[string]any{"name": "bad"}, nil)
 	msg := text(res)

@@ -1,11 +1,12 @@
 package tools_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/tools/kit"
 )
 
 // A client that gives its model only the text content (Gemini CLI, Claude
@@ -139,10 +140,9 @@ func missingValues(js, txt string) []string {
 	return miss
 }
 
+// jsonString is s as a JSON string in the text content, unescaped as the
+// server writes it.
 func jsonString(s string) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.Encode(s)
-	return strings.TrimSuffix(b.String(), "\n")
+	b, _ := kit.MarshalNoEscape(s)
+	return string(b)
 }

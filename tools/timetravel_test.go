@@ -30,15 +30,10 @@ type replayStopOut struct {
 }
 
 type lastWriteOut struct {
-	Found  bool    `json:"found"`
-	Note   string  `json:"note"`
-	ICount *uint64 `json:"icount"`
-	Access *struct {
-		Old  string   `json:"old"`
-		New  string   `json:"new"`
-		Insn whereOut `json:"insn_at"`
-		Text string   `json:"insn"`
-	} `json:"access"`
+	Found     bool          `json:"found"`
+	Note      string        `json:"note"`
+	ICount    *uint64       `json:"icount"`
+	Access    *accessOut    `json:"access"`
 	Backtrace *backtraceOut `json:"backtrace"`
 }
 
@@ -382,11 +377,7 @@ func TestRecordingCut(t *testing.T) {
 	s, lin, recDir := linuxRecordSession(t)
 	b := bootLinux(t, s, map[string]any{"record": "cut"})
 	s.mustCall("serial_send", map[string]any{"data": "echo before-the-cut", "wait_for": testguest.LinuxPrompt}, nil)
-	st, err := proc.Stat(b.PID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := proc.Signal(proc.Identity{PID: st.PID, StartTime: st.StartTime}, unix.SIGKILL); err != nil {
+	if err := proc.Signal(qemuProcess(t, b.PID), unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var w waitOut

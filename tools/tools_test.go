@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,12 +18,30 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/settings"
 	"github.com/qemu-mcp/qemu-mcp/tools"
 )
 
-const uboot = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"
+// bootUBoot boots Debian's U-Boot as the default guest of a new session
+// (skipping the test where it is not installed), with args over the usual
+// arguments, and waits for its autoboot prompt or for args' wait_for.
+func bootUBoot(t testing.TB, args map[string]any) (*session, bootOut) {
+	t.Helper()
+	if _, err := os.Stat(testguest.UBoot); err != nil {
+		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", testguest.UBoot)
+	}
+	s := newSession(t)
+	a := map[string]any{"kernel": testguest.UBoot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}
+	maps.Copy(a, args)
+	var b bootOut
+	s.mustCall("qemu_boot", a, &b)
+	if !b.Matched {
+		t.Fatalf("U-Boot: %q not seen: %q", a["wait_for"], b.Output)
+	}
+	return s, b
+}
 
 func needQEMU(t testing.TB) { t.Helper(); testguest.NeedQEMU(t) }
 
@@ -54,21 +73,8 @@ func newSessionWith(t testing.TB, adjust func(*testConfig), copts *mcp.ClientOpt
 func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *mcp.ClientOptions) *session {
 	t.Helper()
 	needQEMU(t)
-	kernel, err := os.ReadFile("../testdata/images/tiny.bin")
-	if err != nil {
-		t.Fatalf("read tiny kernel: %v", err)
-	}
-	symbols, err := os.ReadFile("../testdata/images/tiny.elf")
-	if err != nil {
-		t.Fatalf("read tiny kernel's symbols: %v", err)
-	}
-	// Unix socket paths are limited to 108 bytes: keep the dir short.
-	dir, err := os.MkdirTemp("", "qmcp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(dir, 0o700)
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	kernel, symbols := testImage(t, "tiny.bin"), testImage(t, "tiny.elf")
+	dir := testguest.SocketDir(t, "qmcp")
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	// Each session has its own lock: tests of other packages boot guests
 	// from this repository at the same time.
@@ -82,6 +88,17 @@ func newSessionAs(t testing.TB, client string, adjust func(*testConfig), copts *
 		t.Fatal(err)
 	}
 	return &session{t: t, cs: connect(t, srv, client, copts, nil), srv: srv, dir: dir}
+}
+
+// testImage is the guest image name of testdata/images (tiny.bin, the
+// built-in kernel; tiny.elf, its symbols).
+func testImage(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../testdata/images", name))
+	if err != nil {
+		t.Fatalf("read test image: %v", err)
+	}
+	return b
 }
 
 // connect connects a real MCP client named client to srv over in-memory
@@ -118,11 +135,7 @@ func connect(t testing.TB, srv *tools.Server, client string, copts *mcp.ClientOp
 // version, say).
 func bareSession(t testing.TB, opts *mcp.ClientSessionOptions) *mcp.ClientSession {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "qmcp") // short: it holds unix sockets
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testguest.SocketDir(t, "qmcp")
 	srv, err := newServer(settings.Settings{RuntimeDir: dir, Version: "test", Logger: slog.New(slog.DiscardHandler),
 		LockFile: filepath.Join(dir, "qemu.lock"), Captures: filepath.Join(dir, "captures"),
 		Snapshots: filepath.Join(dir, "snapshots"), CacheDir: filepath.Join(dir, "cache")}, tools.Config{Version: "test"})
@@ -178,15 +191,8 @@ func (s *session) wantError(name string, args map[string]any, want ...string) {
 	}
 }
 
-func text(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if t, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(t.Text)
-		}
-	}
-	return b.String()
-}
+// text is the text content of a result.
+var text = mcptest.Text
 
 type bootOut struct {
 	PID      int      `json:"pid"`
@@ -230,6 +236,18 @@ func (s *session) bootTiny() bootOut {
 	return b
 }
 
+// qemuProcess is the process pid as proc identifies it (pid and start
+// time), so that a test signals or checks that very process, not a later
+// one given the same pid.
+func qemuProcess(t testing.TB, pid int) proc.Identity {
+	t.Helper()
+	info, err := proc.Stat(pid)
+	if err != nil {
+		t.Fatalf("qemu pid %d: %v", pid, err)
+	}
+	return proc.Identity{PID: info.PID, StartTime: info.StartTime}
+}
+
 func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	s := newSession(t)
 	b := s.bootTiny()
@@ -247,10 +265,7 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 			t.Errorf("path in use is missing: %v", err)
 		}
 	}
-	info, err := proc.Stat(b.PID)
-	if err != nil {
-		t.Fatalf("qemu pid %d: %v", b.PID, err)
-	}
+	q := qemuProcess(t, b.PID)
 
 	var send waitOut
 	s.mustCall("serial_send", map[string]any{"data": "echo hello world", "wait_for": `hello world\r\n` + prompt}, &send)
@@ -280,7 +295,7 @@ func TestBootWaitForEchoAndShutdownLeavesNothing(t *testing.T) {
 	if sd.How != "quit" || !sd.Exited || sd.ExitStatus != 0 {
 		t.Errorf("shutdown %+v", sd)
 	}
-	if live, _, _ := proc.Check(proc.Identity{PID: info.PID, StartTime: info.StartTime}); live == proc.Alive || live == proc.Zombie {
+	if live, _, _ := proc.Check(q); live == proc.Alive || live == proc.Zombie {
 		t.Errorf("qemu %d is %v after shutdown", b.PID, live)
 	}
 	assertEmptyRuntimeDir(t, s.dir)
@@ -540,15 +555,7 @@ func TestBadInputKeepsServing(t *testing.T) {
 // Debian's U-Boot is a guest nobody here wrote: stop its autoboot and run
 // a command at its prompt.
 func TestUBoot(t *testing.T) {
-	if _, err := os.Stat(uboot); err != nil {
-		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", uboot)
-	}
-	s := newSession(t)
-	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"kernel": uboot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}, &b)
-	if !b.Matched {
-		t.Fatalf("autoboot prompt not seen: %q", b.Output)
-	}
+	s, _ := bootUBoot(t, nil)
 	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": " ", "newline": "none", "wait_for": "=> $", "timeout": 10}, &w)
 	if !w.Matched {

@@ -1,7 +1,6 @@
 package tools_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -73,25 +72,6 @@ func tutorBootArgs(t *testing.T, dir string) map[string]any {
 		"wait_for": tutorPrompt, "panic_patterns": tutorPanics, "timeout": 30}
 }
 
-// sourceLine is the line number of the first line of file that is text
-// (without its indentation).
-func sourceLine(t *testing.T, file, text string) int {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		if strings.TrimSpace(sc.Text()) == text {
-			return n
-		}
-	}
-	t.Fatalf("%s: no line %q", file, text)
-	return 0
-}
-
 // insertBefore is a patch that inserts lines before the first line of
 // file that is exactly at.
 func insertBefore(file, at string, lines ...string) func(dir string) error {
@@ -134,11 +114,7 @@ func TestTutorDebugBreakAndWatch(t *testing.T) {
 		t.Fatalf("boot: %+v", b)
 	}
 
-	var br breakOut
-	s.mustCall("debug_break", map[string]any{"location": "sys_ticks"}, &br)
-	if len(br.Breakpoints) != 1 || br.Breakpoints[0].Function != "sys_ticks" || br.Breakpoints[0].File != "kernel/syscall.c" {
-		t.Fatalf("debug_break sys_ticks: %+v", br)
-	}
+	s.breakIn("sys_ticks", "kernel/syscall.c")
 	s.mustCall("serial_send", map[string]any{"data": "ticks"}, nil)
 	var st hartStopOut
 	res := s.call("debug_continue", map[string]any{"timeout": 10}, &st)
@@ -168,28 +144,8 @@ func TestTutorDebugBreakAndWatch(t *testing.T) {
 	}
 
 	// A write watchpoint on the tick count.
-	var wo struct {
-		Watchpoint struct {
-			whereOut
-			Kind   string `json:"kind"`
-			Length int    `json:"length"`
-		} `json:"watchpoint"`
-	}
-	s.mustCall("debug_watch", map[string]any{"location": "ticks"}, &wo)
-	if wo.Watchpoint.Function != "ticks" || wo.Watchpoint.Length != 8 || wo.Watchpoint.Kind != "write" {
-		t.Fatalf("debug_watch ticks: %+v", wo)
-	}
-	var ws struct {
-		hartStopOut
-		Access *struct {
-			Kind string   `json:"kind"`
-			Insn whereOut `json:"insn_at"`
-			Text string   `json:"insn"`
-			Old  string   `json:"old"`
-			New  string   `json:"new"`
-		} `json:"access"`
-		Backtrace *backtraceOut `json:"backtrace"`
-	}
+	s.watchWrites("ticks", 8)
+	var ws watchStopOut
 	res = s.call("debug_continue", map[string]any{"timeout": 10}, &ws)
 	t.Logf("watchpoint: %s", text(res))
 	if ws.Access == nil || ws.Access.Kind != "write" || ws.Access.Insn.Function != "clockintr" || ws.Access.Insn.File != "kernel/trap.c" ||
@@ -223,7 +179,7 @@ func oneApart(old, new string) bool {
 // Linux's).
 func TestTutorTriageNullStore(t *testing.T) {
 	s, dir := tutorSession(t, insertBefore("kernel/syscall.c", "  return ticks;", "  *(volatile int *)0 = 1;"))
-	line := sourceLine(t, filepath.Join(dir, "kernel", "syscall.c"), "*(volatile int *)0 = 1;")
+	line := testguest.SourceLine(t, filepath.Join(dir, "kernel", "syscall.c"), "*(volatile int *)0 = 1;")
 	var b tutorWait
 	s.mustCall("qemu_boot", tutorBootArgs(t, dir), &b)
 	if !b.Matched || b.Panicked {
@@ -282,7 +238,7 @@ func TestTutorTriageMachineMode(t *testing.T) {
 			"		*(volatile int *)0 = 1;",
 			"	}"),
 	))
-	line := sourceLine(t, filepath.Join(dir, "kernel", "start.c"), "*(volatile int *)0 = 1;")
+	line := testguest.SourceLine(t, filepath.Join(dir, "kernel", "start.c"), "*(volatile int *)0 = 1;")
 	var b tutorWait
 	res := s.call("qemu_boot", tutorBootArgs(t, dir), &b)
 	t.Logf("boot: %s", text(res))

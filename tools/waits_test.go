@@ -208,12 +208,7 @@ func TestProgressNotifications(t *testing.T) {
 
 // Ctrl-C reaches U-Boot and stops its autoboot.
 func TestCtrlCStopsUBootAutoboot(t *testing.T) {
-	if _, err := os.Stat(uboot); err != nil {
-		t.Skipf("%s missing: run scripts/deps (installs u-boot-qemu)", uboot)
-	}
-	s := newSession(t)
-	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"kernel": uboot, "memory": "256M", "wait_for": "Hit any key to stop autoboot", "timeout": 60}, &b)
+	s, _ := bootUBoot(t, nil)
 	var w waitFull
 	s.mustCall("serial_send", map[string]any{"data": "\u0003", "newline": "none", "wait_for": []string{`=> $`, `Starting kernel|BOOTP|scanning bus`}, "timeout": 10}, &w)
 	if !w.Matched || w.MatchIndex == nil || *w.MatchIndex != 0 {
