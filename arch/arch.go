@@ -68,6 +68,10 @@ type QEMU struct {
 	// Timer is what a loaded state needs to find its timer again, where
 	// this architecture's QEMU may lose it; nil where it keeps it.
 	Timer *Timer
+	// Probe is what the capability probe (package qemu/caps) reads and
+	// arms of the board's timer, on the architecture's tiny kernel; nil
+	// where its QEMU is not probed.
+	Probe *TimerProbe
 	// Commands are the QMP and HMP commands of this architecture's QEMU
 	// that read its board's own devices (the GIC's capabilities, say):
 	// commands the server refuses for other architectures' boards, which
@@ -85,6 +89,54 @@ type Timer struct {
 	// PendingReg is the gdbstub's register whose PendingBit raises the
 	// timer's interrupt.
 	PendingReg string
+	PendingBit uint64
+}
+
+// TimerProbe is how the capability probe sees the board timer of a guest
+// running the architecture's tiny kernel (which uses no timer and takes no
+// interrupt, so a timer the probe arms stays pending once it fired),
+// through the gdbstub with the guest stopped.
+type TimerProbe struct {
+	// Counter names the count in the probe's answers ("mtime").
+	Counter string
+	// Hz is the count's frequency; 0 means FreqReg's value.
+	Hz      uint64
+	FreqReg string
+	// Count reads the count.
+	Count Access
+	// Alarms are the timers the probe arms before a save: each fires
+	// once the count reaches the deadline written to its Compare.
+	Alarms []Alarm
+	// Scratch is a guest address, unused by the tiny kernel and mapped
+	// as it runs, where the probe steps an Access's instruction.
+	Scratch uint64
+}
+
+// Access is one 64-bit value of the timer: at the physical address Addr,
+// else in the gdbstub's register Reg; with Insn, the value is what the
+// instruction Insn (little-endian), stepped at TimerProbe.Scratch, reads
+// into Reg or writes from it (a register the gdbstub cannot read or
+// write, or whose write through it would not re-arm the timer).
+type Access struct {
+	Addr uint64
+	Reg  string
+	Insn uint32
+}
+
+// Alarm is one timer the probe arms.
+type Alarm struct {
+	// Name says which timer ("machine", "virtual").
+	Name string
+	// Compare is the deadline; Optional alarms are armed only where the
+	// gdbstub has Compare.Reg (an extension of the CPU's).
+	Compare  Access
+	Optional bool
+	// Control, if set, is written ControlValue after the deadline: it
+	// enables the timer.
+	Control      Access
+	ControlValue uint64
+	// Pending has PendingBit set once the timer fired.
+	Pending    Access
 	PendingBit uint64
 }
 

@@ -103,6 +103,7 @@ func TestDescriptionErrors(t *testing.T) {
 		"missing":   {"target.xml": `<target><xi:include href="a.xml"/></target>`},
 		"bitsize":   {"target.xml": `<target><feature name="f"><reg name="r" bitsize="many"/></feature></target>`},
 		"no name":   {"target.xml": `<target><feature name="f"><reg bitsize="8"/></feature></target>`},
+		"too wide":  {"target.xml": `<target><feature name="f"><reg name="r" bitsize="2097152"/></feature></target>`},
 		"malformed": {"target.xml": `<target><feature`},
 	} {
 		_, err := parseDescription(func(annex string) ([]byte, error) {
@@ -114,6 +115,21 @@ func TestDescriptionErrors(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// TestDescriptionSME: QEMU 11.1's aarch64 -cpu max describes SME's ZA
+// at 524288 bits; the description parses and keeps the registers.
+func TestDescriptionSME(t *testing.T) {
+	d, err := parseDescription(func(annex string) ([]byte, error) {
+		return []byte(`<target><feature name="org.gnu.gdb.aarch64.sme"><reg name="svg" bitsize="64"/>` +
+			`<reg name="za" bitsize="524288"/></feature></target>`), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.regs) != 2 || d.regs[1].Name != "za" || d.regs[1].Bitsize != 524288 {
+		t.Errorf("registers %+v, want svg and za (524288 bits)", d.regs)
 	}
 }
 

@@ -128,13 +128,18 @@ func (p *descParser) doc(annex string, depth int) error {
 	}
 }
 
+// maxBitsize bounds a register's width. The widest QEMU describes is
+// AArch64's SME array ZA, a square of the streaming vector length: at
+// -cpu max's 2048 bits, 256x256 bytes (524288 bits).
+const maxBitsize = 1 << 20
+
 func (p *descParser) reg(t xml.StartElement, feature string) error {
 	r := Register{Name: attr(t, "name"), Feature: feature, Group: attr(t, "group"), Type: attr(t, "type")}
 	if r.Name == "" {
 		return errors.New("register without a name")
 	}
 	var err error
-	if r.Bitsize, err = strconv.Atoi(attr(t, "bitsize")); err != nil || r.Bitsize <= 0 || r.Bitsize > 4096 {
+	if r.Bitsize, err = strconv.Atoi(attr(t, "bitsize")); err != nil || r.Bitsize <= 0 || r.Bitsize > maxBitsize {
 		return fmt.Errorf("register %s: bad bitsize %q", r.Name, attr(t, "bitsize"))
 	}
 	r.Regnum = p.next

@@ -2,10 +2,12 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"sync"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
@@ -143,7 +145,7 @@ func (m *Manager) Health(root string) Health {
 	}
 	h.Arches = m.arches()
 	h.QEMUVersion = h.Arches[0].Version
-	h.QEMU = m.qemuCaps(h.Arches[0].Binary)
+	h.QEMU = m.qemuCaps(archs.Default(), h.Arches[0].Binary)
 	for _, i := range m.List() {
 		if i.State() != Stopped {
 			h.Guests = append(h.Guests, guestHealth(i))
@@ -162,6 +164,9 @@ type ArchHealth struct {
 	Version string `json:"version,omitempty"`
 	// Builtin says whether a boot without a kernel has one.
 	Builtin bool `json:"builtin_kernel"`
+	// Caps is what is known of its capabilities (probed with the
+	// built-in kernel), when it is found.
+	Caps *QEMUCaps `json:"capabilities,omitempty" jsonschema:"as qemu_capabilities, for this QEMU"`
 }
 
 // arches reports each architecture's QEMU.
@@ -173,6 +178,10 @@ func (m *Manager) arches() []ArchHealth {
 		if path, err := exec.LookPath(p.QEMU); err == nil {
 			h.Binary, h.Found = path, true
 			h.Version = m.qemuVersion(path)
+			if m.caps[a.Name()] != nil {
+				q := m.qemuCaps(a, path)
+				h.Caps = &q
+			}
 		}
 		out = append(out, h)
 	}
@@ -191,10 +200,13 @@ func (m *Manager) qemuVersion(bin string) string {
 	return ask()
 }
 
-// qemuCaps reports what is known of QEMU binary bin.
-func (m *Manager) qemuCaps(bin string) QEMUCaps {
+// qemuCaps reports what is known of architecture a's QEMU binary bin.
+func (m *Manager) qemuCaps(a arch.Arch, bin string) QEMUCaps {
 	out := QEMUCaps{Binary: bin}
-	st, c, err := m.QEMUCaps(bin)
+	st, c, err := caps.NotProbed, (*caps.Caps)(nil), errors.New("this server does not probe QEMU")
+	if p := m.caps[a.Name()]; p != nil {
+		st, c, err = p.Status(bin)
+	}
 	out.State = string(st)
 	if st == caps.NotProbed && err != nil {
 		out.State, out.Error = ProbeFailed, err.Error()

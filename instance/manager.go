@@ -114,9 +114,9 @@ type Platform struct {
 	// empty means the architecture's own name.
 	QEMU string
 	// Kernel is booted when a boot names no kernel, and Symbols is its
-	// ELF, the debugger's symbols for it. The default architecture's
-	// Kernel also probes what its QEMU can do with saved state (package
-	// qemu/caps); without it the server takes the safe path everywhere.
+	// ELF, the debugger's symbols for it. Kernel also probes what the
+	// architecture's QEMU binaries can do with saved state (package
+	// qemu/caps); without it the server takes the safe path with them.
 	Kernel, Symbols []byte
 }
 
@@ -204,8 +204,13 @@ type Manager struct {
 	stopKeep chan struct{}
 	stopOnce sync.Once
 
-	caps      *caps.Prober // nil without Config.ProbeKernel
-	probeOnce sync.Once
+	// caps probe each architecture's QEMU binaries, by the
+	// architecture's name: none for one without a built-in kernel.
+	caps map[string]*caps.Prober
+	// probing are the architectures whose first booted binary is probed
+	// (one per architecture and server).
+	probeMu sync.Mutex
+	probing map[string]bool
 	// qemuVersions are asked of each emulator on first use, then kept.
 	versionsMu   sync.Mutex
 	qemuVersions map[string]func() string
@@ -283,9 +288,12 @@ func New(cfg Config) (*Manager, error) {
 	// What saves killed with an earlier server left goes at start.
 	m.Snapshots().reap(nil)
 	m.recs.reap(nil)
-	if k := m.platform(nil).Kernel; len(k) > 0 {
-		m.caps = caps.New(caps.Config{CacheDir: cfg.CacheDir, WorkDir: cfg.RuntimeDir, Owner: m.owner.Tag(),
-			Kernel: k, Logger: cfg.Logger.With("probe", "qemu")})
+	m.caps, m.probing = map[string]*caps.Prober{}, map[string]bool{}
+	for _, a := range archs.All() {
+		if k := m.platform(a).Kernel; len(k) > 0 && a.QEMU().Probe != nil {
+			m.caps[a.Name()] = caps.New(caps.Config{CacheDir: cfg.CacheDir, WorkDir: cfg.RuntimeDir, Owner: m.owner.Tag(),
+				Arch: a, Kernel: k, Logger: cfg.Logger.With("probe", "qemu", "arch", a.Name())})
+		}
 	}
 	go m.keepLoop()
 	return m, nil
@@ -295,10 +303,19 @@ func New(cfg Config) (*Manager, error) {
 // package qemu/caps): caps.NotProbed until a guest of it booted (or a
 // cache of an earlier run has them).
 func (m *Manager) QEMUCaps(binary string) (caps.State, *caps.Caps, error) {
-	if m.caps == nil {
+	if len(m.caps) == 0 {
 		return caps.NotProbed, nil, errors.New("this server does not probe QEMU")
 	}
-	return m.caps.Status(binary)
+	// The binary is one architecture's; whichever Prober probes (or
+	// probed) it knows, and any reads the cache.
+	for _, a := range archs.All() {
+		if p := m.caps[a.Name()]; p != nil {
+			if st, c, err := p.Status(binary); st != caps.NotProbed || err != nil {
+				return st, c, err
+			}
+		}
+	}
+	return caps.NotProbed, nil, nil
 }
 
 // probeQEMU decides the capabilities of the QEMU binary a guest booted
@@ -307,18 +324,28 @@ func (m *Manager) QEMUCaps(binary string) (caps.State, *caps.Caps, error) {
 // the user's first boot, and a server that lives a few seconds (a one-off
 // call from a command line) has no use for it.
 func (m *Manager) probeQEMU(cfg qemu.Config) {
-	// The probe's guest is the default architecture's kernel.
-	if m.caps == nil || cfg.Arch != nil && cfg.Arch != archs.Default() {
+	a := cfg.Arch
+	if a == nil {
+		a = archs.Default()
+	}
+	// The probe's guest is the architecture's built-in kernel.
+	p := m.caps[a.Name()]
+	if p == nil {
+		return
+	}
+	m.probeMu.Lock()
+	first := !m.probing[a.Name()]
+	m.probing[a.Name()] = true
+	m.probeMu.Unlock()
+	if !first {
 		return
 	}
 	binary := cfg.BinaryName()
-	m.probeOnce.Do(func() {
-		// Answers cached by an earlier run count at once.
-		if st, _, _ := m.caps.Status(binary); st == caps.Probed {
-			return
-		}
-		time.AfterFunc(probeDelay, func() { m.caps.Start(binary) })
-	})
+	// Answers cached by an earlier run count at once.
+	if st, _, _ := p.Status(binary); st == caps.Probed {
+		return
+	}
+	time.AfterFunc(probeDelay, func() { p.Start(binary) })
 }
 
 // probeDelay is how long after its first boot a binary is probed.
@@ -577,8 +604,8 @@ func (m *Manager) pruneLocked() {
 // unwind. Safe to call more than once.
 func (m *Manager) Close(ctx context.Context) error {
 	m.stopOnce.Do(func() { close(m.stopKeep) })
-	if m.caps != nil {
-		m.caps.Close() // a probe's QEMU goes before the record does
+	for _, p := range m.caps {
+		p.Close() // a probe's QEMU goes before the record does
 	}
 	m.mu.Lock()
 	m.closed = true

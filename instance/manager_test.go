@@ -13,12 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
+	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
 
@@ -475,6 +478,29 @@ func TestConsoleTurns(t *testing.T) {
 	}
 }
 
+// Each architecture's QEMU is probed with its own built-in kernel: a
+// server with aarch64's only says what is known of aarch64's QEMU, and
+// that it does not probe riscv64's.
+func TestHealthArchCaps(t *testing.T) {
+	kernel, _, q := testguest.ArchTiny(t, arm64.Arch)
+	k, err := os.ReadFile(kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, "", func(c *Config) {
+		c.CacheDir = t.TempDir()
+		c.Platforms = map[string]Platform{"aarch64": {QEMU: q, Kernel: k}}
+	})
+	h := m.Health(t.TempDir())
+	i := slices.IndexFunc(h.Arches, func(a ArchHealth) bool { return a.Name == "aarch64" })
+	if i < 0 || h.Arches[i].Caps == nil || h.Arches[i].Caps.State != string(caps.NotProbed) || h.Arches[i].Caps.Binary != q {
+		t.Errorf("aarch64's QEMU before a boot: %+v", h.Arches)
+	}
+	if h.Arches[0].Caps != nil || h.QEMU.State != ProbeFailed {
+		t.Errorf("riscv64's QEMU without its kernel: %+v, %+v", h.Arches[0].Caps, h.QEMU)
+	}
+}
+
 // Health reads the repository lock, the server's executable and the
 // runtime directory without a guest; with one, the lock is the server's.
 func TestHealth(t *testing.T) {
@@ -489,6 +515,11 @@ func TestHealth(t *testing.T) {
 	}
 	if h.QEMU.State != ProbeFailed || h.QEMU.Binary == "" {
 		t.Errorf("the QEMU of a server that probes none: %+v", h.QEMU)
+	}
+	for _, a := range h.Arches {
+		if a.Caps != nil {
+			t.Errorf("%s's QEMU of a server that probes none: %+v", a.Name, a.Caps)
+		}
 	}
 	ctx := testContext(t)
 	root := t.TempDir()

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 	"github.com/qemu-mcp/qemu-mcp/instance"
@@ -105,6 +108,71 @@ func TestAarch64TinyKernel(t *testing.T) {
 	}
 }
 
+// The aarch64 QEMU is probed with the aarch64 tiny kernel after its first
+// boot, and server_info's architectures give its capabilities: it keeps
+// the timer and loads in place (QEMU 7.2 and 11.1 alike: the generic
+// timer is CPU state). A snapshot then restores in place, three times,
+// into the same QEMU, with the state it saved; riscv64's
+// qemu_capabilities stays about riscv64's QEMU.
+func TestAarch64SnapshotInPlace(t *testing.T) {
+	cache := t.TempDir() // probed by this server, not read from an earlier one
+	s, q := aarch64Session(t, func(c *testConfig) { c.CacheDir = cache })
+	var b bootOut
+	s.mustCall("qemu_boot", map[string]any{"arch": "aarch64", "wait_for": prompt, "timeout": 30}, &b)
+	if !b.Matched {
+		t.Fatalf("boot: %+v", b)
+	}
+	a, info, res := probedArch(t, s, "aarch64")
+	if a.Caps.Binary != q || a.Caps.Timer.Answer != "yes" || a.Caps.InPlace.Answer != "yes" {
+		t.Fatalf("aarch64's QEMU %s: timer kept %+v, in-place load %+v", a.Version, a.Caps.Timer, a.Caps.InPlace)
+	}
+	if !strings.Contains(text(res), "aarch64 (QEMU emulator version") || !strings.Contains(text(res), "built-in kernel, timer kept yes, in-place load yes, replay checkpoint ") {
+		t.Errorf("server_info's text: %s", text(res))
+	}
+	if info.QEMUCaps.Binary == q || !strings.Contains(info.QEMUCaps.Binary, "riscv64") {
+		t.Errorf("qemu_capabilities is about %s, want riscv64's QEMU", info.QEMUCaps.Binary)
+	}
+	var w waitOut
+	s.mustCall("serial_send", map[string]any{"data": "echo on", "newline": "none", "match_echo": true, "wait_for": "echo on"}, &w)
+	s.mustCall("qemu_snapshot_save", map[string]any{"name": "base"}, nil)
+	s.mustCall("serial_send", map[string]any{"data": "x", "wait_for": "onx\r\ntiny> $"}, &w)
+	for k := range 3 {
+		var lo loadFull
+		res := s.call("qemu_snapshot_load", map[string]any{"name": "base"}, &lo)
+		if res.IsError || !lo.InPlace || lo.PID != b.PID || lo.Note != "" {
+			t.Fatalf("restore %d: %+v (booted pid %d): %s", k, lo, b.PID, text(res))
+		}
+		s.mustCall("serial_send", map[string]any{"data": "e", "wait_for": `\r\n(on\w+)\r\ntiny> $`}, &w)
+		if !w.Matched || !strings.Contains(w.Output, "\none\n") {
+			t.Fatalf("restore %d: %+v", k, w)
+		}
+	}
+}
+
+type archInfo struct {
+	capsInfo
+	Arches []instance.ArchHealth `json:"architectures"`
+}
+
+// probedArch waits until server_info says what the QEMU of architecture
+// name was probed to do (after the session's first boot of it).
+func probedArch(t *testing.T, s *session, name string) (instance.ArchHealth, archInfo, *mcp.CallToolResult) {
+	t.Helper()
+	var info archInfo
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		res := s.call("server_info", nil, &info)
+		i := slices.IndexFunc(info.Arches, func(a instance.ArchHealth) bool { return a.Name == name })
+		if i < 0 || info.Arches[i].Caps == nil {
+			t.Fatalf("server_info architectures: %+v", info.Arches)
+		}
+		if a := info.Arches[i]; a.Caps.State == "probed" {
+			return a, info, res
+		} else if a.Caps.State != "probing" && a.Caps.State != "not probed yet" || time.Now().After(deadline) {
+			t.Fatalf("%s's QEMU after a boot: %+v", name, a.Caps)
+		}
+	}
+}
+
 // A riscv64 guest is refused the aarch64 board's GIC query, and an arm64
 // kernel named as riscv64 is refused before QEMU starts.
 func TestArchRefusals(t *testing.T) {
@@ -126,7 +194,8 @@ func TestArchRefusals(t *testing.T) {
 // The aarch64 Linux guest, its architecture read from its Image header,
 // on four vCPUs: to its shell; guest_exec's exit statuses; a share read;
 // a snapshot restored three times with its state and a live timer (a
-// sleep ends); a boot from the snapshot.
+// sleep ends), in place where its QEMU was probed to load so (7.2 and
+// 11.1 are); a boot from the snapshot.
 func TestAarch64Linux(t *testing.T) {
 	lin := testguest.ArchLinux(t, arm64.Arch)
 	root := t.TempDir()
@@ -174,9 +243,14 @@ func TestAarch64Linux(t *testing.T) {
 			t.Fatalf("%s: %+v", what, w)
 		}
 	}
+	a, _, _ := probedArch(t, s, "aarch64")
+	inPlace := a.Caps.Timer.Answer == "yes" && a.Caps.InPlace.Answer == "yes"
 	for k := range 3 {
-		var lo loadOut
+		var lo loadFull
 		s.mustCall("qemu_snapshot_load", map[string]any{"name": "prompt"}, &lo)
+		if lo.InPlace != inPlace || inPlace && lo.PID != b.PID {
+			t.Errorf("restore %d: in place %v (pid %d, booted %d), want %v (%s probed: %+v, %+v)", k+1, lo.InPlace, lo.PID, b.PID, inPlace, a.Version, a.Caps.Timer, a.Caps.InPlace)
+		}
 		check(s, "restore "+string(rune('1'+k)))
 	}
 	s2, _ := aarch64Session(t, adjust)

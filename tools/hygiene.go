@@ -47,12 +47,23 @@ func archText(as []ArchInfo) string {
 		case !a.Found:
 			parts = append(parts, a.Name+" (no "+a.Binary+")")
 		case a.Builtin:
-			parts = append(parts, a.Name+" ("+a.Version+", built-in kernel)")
+			parts = append(parts, a.Name+" ("+a.Version+", built-in kernel"+archCaps(a.Caps)+")")
 		default:
-			parts = append(parts, a.Name+" ("+a.Version+")")
+			parts = append(parts, a.Name+" ("+a.Version+archCaps(a.Caps)+")")
 		}
 	}
 	return "architectures: " + strings.Join(parts, "; ")
+}
+
+// archCaps is an architecture's QEMU's capabilities in a few words.
+func archCaps(q *QEMUCaps) string {
+	switch {
+	case q == nil:
+		return ""
+	case q.Timer == nil:
+		return ", capabilities " + q.State
+	}
+	return fmt.Sprintf(", timer kept %s, in-place load %s, replay checkpoint %s", q.Timer.Answer, q.InPlace.Answer, q.Replay.Answer)
 }
 
 // QEMUCaps is server_info's view of what the QEMU binary was found to do.

@@ -38,7 +38,29 @@ func (arm64) QEMU() arch.QEMU {
 		DriveBus:     "virtio-mmio-bus.0",
 		Console:      "ttyAMA0",
 		Commands:     []string{"query-gic-capabilities"},
+		Probe:        probe,
 	}
+}
+
+// probe is the generic timer's virtual timer (the one Linux uses): the
+// virtual count CNTVCT_EL0 at CNTFRQ_EL0, and the timer's ISTATUS (in
+// CNTV_CTL_EL0) once the count reaches CNTV_CVAL_EL0. QEMU's gdbstub
+// shows no count (7.2 and 11.1) and does not write system registers, so
+// the probe steps the instructions the kernel would run; the tiny kernel
+// runs at EL1 with the MMU off, and the probe's guest has 64 MiB of RAM
+// from 0x40000000, the kernel in its first 4 MiB.
+var probe = &arch.TimerProbe{
+	Counter: "CNTVCT_EL0",
+	FreqReg: "CNTFRQ_EL0",
+	Count:   arch.Access{Reg: "x0", Insn: 0xd53be040}, // mrs x0, cntvct_el0
+	Alarms: []arch.Alarm{{
+		Name:    "virtual",
+		Compare: arch.Access{Reg: "x0", Insn: 0xd51be340}, // msr cntv_cval_el0, x0
+		// ENABLE; interrupts stay masked in PSTATE.
+		Control: arch.Access{Reg: "x0", Insn: 0xd51be320}, ControlValue: 1, // msr cntv_ctl_el0, x0
+		Pending: arch.Access{Reg: "x0", Insn: 0xd53be320}, PendingBit: 1 << 2, // mrs x0, cntv_ctl_el0: ISTATUS
+	}},
+	Scratch: 0x43fff000,
 }
 
 // Kernel knows an AArch64 ELF and a Linux arm64 Image, whose header has

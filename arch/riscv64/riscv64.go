@@ -38,7 +38,21 @@ func (riscv64) QEMU() arch.QEMU {
 		// whose sleeps never end. The count is the ACLINT's mtime; mip.STIP
 		// raised makes the kernel take a timer interrupt.
 		Timer: &arch.Timer{Counter: 0x200bff8, PendingReg: "mip", PendingBit: 1 << 5},
+		Probe: probe,
 	}
+}
+
+// probe is the virt board's ACLINT: mtime counts at 10 MHz, and hart 0's
+// machine timer fires (mip.MTIP) once it reaches mtimecmp; with Sstc, the
+// supervisor timer (mip.STIP) once it reaches stimecmp.
+var probe = &arch.TimerProbe{
+	Counter: "mtime",
+	Hz:      10_000_000,
+	Count:   arch.Access{Addr: 0x200bff8},
+	Alarms: []arch.Alarm{
+		{Name: "machine", Compare: arch.Access{Addr: 0x2004000}, Pending: arch.Access{Reg: "mip"}, PendingBit: 1 << 7},
+		{Name: "supervisor (Sstc)", Compare: arch.Access{Reg: "stimecmp"}, Optional: true, Pending: arch.Access{Reg: "mip"}, PendingBit: 1 << 5},
+	},
 }
 
 // Kernel knows a RISC-V ELF and a Linux riscv Image, whose header has

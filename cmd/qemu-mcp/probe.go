@@ -10,6 +10,7 @@ import (
 	"time"
 
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qemu/caps"
@@ -19,15 +20,21 @@ import (
 // saved state (package qemu/caps), from the cache or probed now.
 func probeCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("qemu-mcp probe", stderr,
-		fmt.Sprintf("usage: qemu-mcp probe [flags]\n\nSays what the QEMU binary does with a RISC-V guest's saved state (probed on the built-in kernel once per binary, then cached in %s).\n", caps.DefaultCacheDir()))
+		fmt.Sprintf("usage: qemu-mcp probe [flags]\n\nSays what the QEMU binary does with a guest's saved state (probed on the architecture's built-in kernel once per binary, then cached in %s).\n", caps.DefaultCacheDir()))
 	var (
-		bin    = fs.String("qemu", qemu.DefaultBinary, "qemu-system-riscv64 binary to probe")
+		bin    = fs.String("qemu", qemu.DefaultBinary, "qemu-system-riscv64 binary to probe, or ARCH=PATH another architecture's (aarch64=qemu-system-aarch64)")
 		asJSON = fs.Bool("json", false, "print JSON")
 	)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	path, err := exec.LookPath(*bin)
+	name, b, err := qemuFlag(*bin)
+	if err != nil {
+		fmt.Fprintf(stderr, "qemu-mcp probe: %v\n", err)
+		return 2
+	}
+	a, _ := archs.Lookup(name)
+	path, err := exec.LookPath(b)
 	if err != nil {
 		fmt.Fprintf(stderr, "qemu-mcp probe: %v\n", err)
 		return 1
@@ -37,7 +44,7 @@ func probeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "qemu-mcp probe: %v\n", err)
 		return 1
 	}
-	p := caps.New(caps.Config{CacheDir: caps.DefaultCacheDir(), WorkDir: dir, Kernel: qemumcp.TinyKernel,
+	p := caps.New(caps.Config{CacheDir: caps.DefaultCacheDir(), WorkDir: dir, Arch: a, Kernel: qemumcp.Tiny(a.Name()).Kernel,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

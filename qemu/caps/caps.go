@@ -1,5 +1,5 @@
-// Package caps finds out what a qemu-system-riscv64 binary can do with a
-// RISC-V guest's saved state, by trying it on a small guest rather than
+// Package caps finds out what a QEMU binary can do with a guest's saved
+// state, by trying it on the architecture's tiny kernel rather than
 // reading its version: whether a loaded snapshot keeps the guest's timer,
 // whether a snapshot loads into the QEMU that runs the guest (in place),
 // and whether a checkpoint taken during a replay reloads faithfully with
@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/internal/durable"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
@@ -67,8 +68,8 @@ type Caps struct {
 	// ProbeVersion is probeVersion when the answers were decided.
 	ProbeVersion int `json:"probe_version"`
 	// TimerKept: a snapshot loaded into a fresh QEMU gives the guest its
-	// timer back (mtime where the save left it, and the supervisor timer
-	// it had programmed still fires). Without it, the server repairs the
+	// timer back (its count where the save left it, and the timers it
+	// had programmed still fire). Without it, the server repairs the
 	// timer after every load.
 	TimerKept Result `json:"timer_kept"`
 	// InPlaceLoad: a snapshot loads into the QEMU that runs the guest and
@@ -145,7 +146,10 @@ type Config struct {
 	// names.Owner), so that a reaper can tell whose it is; empty means
 	// this process.
 	Owner string
-	// Kernel is the tiny kernel the probes boot (its bytes).
+	// Arch is the architecture of the binaries probed (nil: the
+	// default), and Kernel its tiny kernel, which the probes boot (its
+	// bytes).
+	Arch   arch.Arch
 	Kernel []byte
 	// Timeout bounds each probe; 0 means 30 s.
 	Timeout time.Duration

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
 )
 
 // What the probes read from QEMU's monitor, as QEMU 7.2 and 11.1 answer
@@ -63,33 +66,48 @@ func TestLastWords(t *testing.T) {
 	}
 }
 
-// The timer probes' verdict on a loaded guest, from mtime at the load, a
-// while later, and mip then.
+// The timer probes' verdict on a loaded guest, from the count at the
+// load, a while later, and the timers pending then (riscv64's: the
+// machine timer is alarm 0, the supervisor timer 1).
 func TestTimerVerdict(t *testing.T) {
+	k := &clock{TimerProbe: riscv64.Arch.QEMU().Probe, hz: 10_000_000}
 	const saved = 0x1000000
-	if res, ok := mtimeRestored(saved, saved); !ok {
+	if res, ok := k.restored(saved, saved, 0); !ok {
 		t.Errorf("mtime restored: %+v", res)
 	}
 	// QEMU 7.2 starts a loaded guest's time from 0 again.
-	res, ok := mtimeRestored(0x12, saved)
-	if ok || res.Answer != No || !strings.Contains(res.Detail, "not restored") || !strings.Contains(res.Detail, "-1.678 s") {
+	res, ok := k.restored(0x12, saved, 0)
+	if ok || res.Answer != No || !strings.Contains(res.Detail, "mtime after the load") || !strings.Contains(res.Detail, "-1.678 s") {
 		t.Errorf("mtime went back: %+v", res)
 	}
-	late := uint64(saved + 2*timerDelay.Seconds()*mtimeHz)
+	const machine, supervisor = 1, 2
+	late := uint64(saved + 2*timerDelay.Seconds()*10_000_000)
 	for _, tc := range []struct {
-		name           string
-		now, mip, want uint64
-		answer, detail string
+		name             string
+		now, fired, want uint64
+		answer, detail   string
 	}{
-		{"both timers fired", late, mtipBit | stipBit | 2, mtipBit | stipBit, Yes, "machine and supervisor (Sstc) timers"},
-		{"no Sstc", late, mtipBit, mtipBit, Yes, "the machine timer armed"},
-		{"supervisor timer lost", late, mtipBit, mtipBit | stipBit, No, "did not fire 150 ms of guest time after"},
-		{"time stands", saved, mtipBit | stipBit, mtipBit | stipBit, No, "time does not run"},
-		{"deadline not reached", saved + 10, 0, mtipBit, Failed, "has not reached the deadline"},
+		{"both timers fired", late, machine | supervisor, machine | supervisor, Yes, "the machine and supervisor (Sstc) timers armed"},
+		{"no Sstc", late, machine, machine, Yes, "the machine timer armed"},
+		{"supervisor timer lost", late, machine, machine | supervisor, No, "did not fire 150 ms of guest time after their deadline (not fired: supervisor (Sstc) timer)"},
+		{"time stands", saved, machine | supervisor, machine | supervisor, No, "time does not run"},
+		{"deadline not reached", saved + 10, 0, machine, Failed, "has not reached the deadline"},
 	} {
-		res := timerVerdict(saved, tc.now, tc.mip, tc.want)
+		res := k.verdict(saved, saved, tc.now, tc.fired, tc.want)
 		if res.Answer != tc.answer || !strings.Contains(res.Detail, tc.detail) {
 			t.Errorf("%s: %+v, want %s (%q)", tc.name, res, tc.answer, tc.detail)
+		}
+	}
+	// A count read by stepping an instruction (aarch64's) may be past
+	// the save's by what the guest ran in the steps (here 10 ms); not
+	// more, nor behind it.
+	a := &clock{TimerProbe: arm64.Arch.QEMU().Probe, hz: 62_500_000}
+	for _, tc := range []struct {
+		loaded uint64
+		ok     bool
+	}{{saved, true}, {saved + 62_500_000/100, true}, {saved + 62_500_000/100 + 1, false}, {saved - 1, false}} {
+		if res, ok := a.restored(tc.loaded, saved, 10*time.Millisecond); ok != tc.ok || !ok && !strings.Contains(res.Detail, "CNTVCT_EL0 after the load") {
+			t.Errorf("aarch64 count %#x after the load, %#x saved: %v %+v", tc.loaded, uint64(saved), ok, res)
 		}
 	}
 }

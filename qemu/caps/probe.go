@@ -2,7 +2,6 @@ package caps
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,29 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/filecopy"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
-)
-
-// The virt board's ACLINT timer: mtime counts at 10 MHz, and hart 0's
-// machine timer fires (mip.MTIP) once it reaches mtimecmp. The probe
-// boots riscv64's tiny kernel: its pending-interrupt register and
-// supervisor timer bit are riscv64's (arch.Timer).
-const (
-	mtimeAddr    = 0x200bff8
-	mtimecmpAddr = 0x2004000
-	mtimeHz      = 10_000_000
-	mtipBit      = 1 << 7 // mip.MTIP: the machine timer
-)
-
-var (
-	// pendingReg holds the pending interrupts (mip).
-	pendingReg = riscv64.Arch.QEMU().Timer.PendingReg
-	// stipBit is mip.STIP: the supervisor timer (Sstc's stimecmp).
-	stipBit = riscv64.Arch.QEMU().Timer.PendingBit
 )
 
 // probeAll runs every probe on the binary k names.
@@ -52,7 +34,10 @@ func (p *Prober) probeAll(ctx context.Context, k Key) (*Caps, error) {
 	if err := os.WriteFile(kernel, p.cfg.Kernel, 0o600); err != nil {
 		return nil, fmt.Errorf("probe QEMU: %w", err)
 	}
-	r := &run{p: p, dir: dir, bin: k.Path, kernel: kernel}
+	r, err := p.newRun(dir, k.Path, kernel)
+	if err != nil {
+		return nil, err
+	}
 	c := &Caps{Binary: k.Path, Size: k.Size, ModTime: k.ModTime, ProbeVersion: probeVersion}
 	c.Version = qemuVersion(ctx, k.Path)
 	c.TimerKept, c.InPlaceLoad = r.timed(ctx, r.stateProbes)
@@ -101,7 +86,23 @@ type run struct {
 	dir    string
 	bin    string
 	kernel string
+	arch   arch.Arch
+	clock  *clock
 	n      int // machines started
+}
+
+// newRun is a probing of bin, its guest the Prober's architecture's
+// kernel (a file in dir).
+func (p *Prober) newRun(dir, bin, kernel string) (*run, error) {
+	a := p.cfg.Arch
+	if a == nil {
+		a = archs.Default()
+	}
+	t := a.QEMU().Probe
+	if t == nil {
+		return nil, fmt.Errorf("probe QEMU: the probe does not know %s guests' timer", a.Name())
+	}
+	return &run{p: p, dir: dir, bin: bin, kernel: kernel, arch: a, clock: &clock{TimerProbe: t}}, nil
 }
 
 // timed runs a probe under the timeout and times it; a probe that ran
@@ -142,7 +143,7 @@ func (r *run) boot(ctx context.Context, gdbStub bool, loadvm string, before func
 	if gdbStub {
 		rt.GDBSocket = filepath.Join(r.dir, "g"+n+".sock")
 	}
-	opts := []qemu.Option{qemu.WithBinary(r.bin), qemu.WithKernel(r.kernel), qemu.WithMemory("64M")}
+	opts := []qemu.Option{qemu.WithArch(r.arch), qemu.WithBinary(r.bin), qemu.WithKernel(r.kernel), qemu.WithMemory("64M")}
 	if len(extra) > 0 {
 		opts = append(opts, qemu.WithExtraArgs(extra...))
 	}
@@ -227,15 +228,6 @@ func (g *guest) qmp(ctx context.Context, cmd string, args map[string]any) error 
 	return err
 }
 
-// mtime reads the guest's mtime (HMP xp: QMP has no physical read).
-func (g *guest) mtime(ctx context.Context) (uint64, error) {
-	out, err := g.hmp(ctx, fmt.Sprintf("xp /1gx %#x", mtimeAddr))
-	if err != nil {
-		return 0, err
-	}
-	return xpValue(out)
-}
-
 // xpValue is the value in HMP's answer to "xp /1gx ADDR": "ADDR: 0xVALUE"
 // (QEMU 7.2 writes the address in 16 digits, 11.1 in 8).
 func xpValue(out string) (uint64, error) {
@@ -267,60 +259,30 @@ func (g *guest) image(ctx context.Context, path string) error {
 
 // stub attaches to the guest's gdbstub, which stops the guest.
 func (g *guest) stub(ctx context.Context) (*gdb.Client, error) {
-	return gdb.Dial(ctx, "unix", g.m.Paths().GDBSocket)
+	return gdb.Dial(ctx, "unix", g.m.Paths().GDBSocket, gdb.WithArch(g.r.arch))
 }
 
-// armTimers programs hart 0's machine timer (mtimecmp) and, if the hart
-// has Sstc, its supervisor timer (stimecmp) to fire d of guest time after
-// now, and returns the mip bits that must then be pending. The tiny
-// kernel uses neither timer and enables no interrupt, so a fired timer
-// stays pending in mip for the probe to see.
-func armTimers(ctx context.Context, c *gdb.Client, now uint64, d time.Duration) (uint64, error) {
-	at := now + uint64(d.Seconds()*mtimeHz)
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], at)
-	if err := c.SetPhysicalMemory(ctx, true); err != nil {
-		return 0, err
-	}
-	err := c.WriteMemory(ctx, mtimecmpAddr, b[:])
-	if perr := c.SetPhysicalMemory(ctx, false); err == nil {
-		err = perr
-	}
-	if err != nil {
-		return 0, fmt.Errorf("write mtimecmp: %w", err)
-	}
-	want := uint64(mtipBit)
-	if _, ok := c.Register("stimecmp"); ok {
-		if err := c.WriteRegister(ctx, "stimecmp", at); err != nil {
-			return 0, err
+// count reads the stopped guest's timer count: through HMP xp where it
+// is in memory (QMP has no physical read), else through the gdbstub; ran
+// is how long the guest may have run for it.
+func (g *guest) count(ctx context.Context) (v uint64, ran time.Duration, err error) {
+	k := g.r.clock
+	if k.Count.Addr != 0 {
+		out, err := g.hmp(ctx, fmt.Sprintf("xp /1gx %#x", k.Count.Addr))
+		if err != nil {
+			return 0, 0, err
 		}
-		want |= stipBit
+		v, err := xpValue(out)
+		return v, 0, err
 	}
-	// Neither may be pending now (stimecmp is 0 after reset, so Sstc's
-	// timer was until it was written).
-	pending, err := c.ReadRegister(ctx, pendingReg)
+	c, err := g.stub(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if pending&want != 0 {
-		return 0, fmt.Errorf("a timer is still pending after arming it for later (%s %#x)", pendingReg, pending)
-	}
-	return want, nil
-}
-
-// readMtimeStub reads mtime through the stub's physical memory mode.
-func readMtimeStub(ctx context.Context, c *gdb.Client) (uint64, error) {
-	if err := c.SetPhysicalMemory(ctx, true); err != nil {
-		return 0, err
-	}
-	b, err := c.ReadMemory(ctx, mtimeAddr, 8)
-	if perr := c.SetPhysicalMemory(ctx, false); err == nil {
-		err = perr
-	}
-	if err != nil {
-		return 0, err
-	}
-	return binary.LittleEndian.Uint64(b), nil
+	defer c.Close()
+	start := k.stepped
+	v, err = k.count(ctx, c)
+	return v, k.stepped - start, err
 }
 
 const (
@@ -329,8 +291,8 @@ const (
 	rrImage  = "rr.qcow2"
 	snapNode = "probe-snap"
 	tag      = "probe"
-	// timerDelay is when the armed supervisor timer fires, in guest time
-	// after the save.
+	// timerDelay is when the armed timers fire, in guest time after the
+	// save.
 	timerDelay = 150 * time.Millisecond
 )
 
@@ -342,10 +304,10 @@ func failed(what string, err error) Result {
 	return Result{Answer: Failed, Detail: what + ": " + err.Error()}
 }
 
-// stateProbes saves the tiny kernel with an armed supervisor timer, then
-// loads the snapshot into the same QEMU (in place) and into a fresh one,
-// and looks each time whether mtime is back where the save left it, the
-// timer fires when it should, and the guest answers.
+// stateProbes saves the tiny kernel with armed timers, then loads the
+// snapshot into the same QEMU (in place) and into a fresh one, and looks
+// each time whether the timer's count is back where the save left it,
+// the timers fire when they should, and the guest answers.
 func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 	snap := filepath.Join(r.dir, "snap.qcow2")
 	a, err := r.boot(ctx, true, "", nil)
@@ -372,31 +334,37 @@ func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 	if err != nil {
 		return failed("attach the debugger", err), failed("attach the debugger", err)
 	}
-	saved, err := readMtimeStub(ctx, c)
+	stepped := r.clock.stepped
+	saved, err := r.clock.count(ctx, c)
 	if err != nil {
 		c.Close()
-		return failed("read mtime", err), failed("read mtime", err)
+		return failed("read "+r.clock.Counter, err), failed("read "+r.clock.Counter, err)
 	}
-	armed, err := armTimers(ctx, c, saved, timerDelay)
+	armed, err := r.clock.arm(ctx, c, saved, timerDelay)
 	if err != nil {
 		c.Close()
 		return failed("arm the timer", err), failed("arm the timer", err)
 	}
+	// The count at the save is past saved by what the guest ran for
+	// the steps that read it and armed the timers.
+	ran := r.clock.stepped - stepped
 	err = a.m.Monitor().RunJob(ctx, "snapshot-save", map[string]any{"tag": tag, "vmstate": snapNode, "devices": []string{snapNode}})
 	c.Close() // the guest runs on
 	if err != nil {
 		return failed("save", err), failed("save", err)
 	}
-	inPlace = r.inPlace(ctx, a, saved, armed)
+	inPlace = r.inPlace(ctx, a, saved, armed, ran)
 	a.close()
-	kept = r.fresh(ctx, snap, saved, armed)
+	kept = r.fresh(ctx, snap, saved, armed, ran)
 	return kept, inPlace
 }
 
-// after checks a loaded guest: mtime was back at saved before it ran
-// (loaded), it answers, its time runs forward, and the armed timer fired.
-func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, word string) Result {
-	if res, ok := mtimeRestored(loaded, saved); !ok {
+// after checks a loaded guest: its count was back at saved before it ran
+// (loaded; ran is how long the guest may have run between the two reads,
+// in steps), it answers, its time runs forward, and the armed timers fired.
+func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, ran time.Duration, word string) Result {
+	k := g.r.clock
+	if res, ok := k.restored(loaded, saved, ran); !ok {
 		return res
 	}
 	if err := g.typeLine(ctx, "echo "+word, word); err != nil {
@@ -408,51 +376,20 @@ func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, word str
 		return failed("attach the debugger", err)
 	}
 	defer c.Close()
-	now, err := readMtimeStub(ctx, c)
+	now, err := k.count(ctx, c)
 	if err != nil {
-		return failed("read mtime", err)
+		return failed("read "+k.Counter, err)
 	}
-	pending, err := c.ReadRegister(ctx, pendingReg)
+	fired, err := k.fired(ctx, c)
 	if err != nil {
-		return failed("read "+pendingReg, err)
+		return failed("read the timers", err)
 	}
-	return timerVerdict(saved, now, pending, armed)
-}
-
-// mtimeRestored says No unless a load put mtime back where the save left
-// it (the guest had not run yet).
-func mtimeRestored(loaded, saved uint64) (Result, bool) {
-	if loaded != saved {
-		return no("mtime after the load is %#x, the save left %#x (%+.3f s): the timer's offset is not restored", loaded, saved, float64(int64(loaded-saved))/mtimeHz), false
-	}
-	return Result{}, true
-}
-
-// timerVerdict decides from mtime (now) and mip read after the loaded
-// guest ran past the deadline of the timers armed before the save: its
-// time must run, and every armed timer must be pending.
-func timerVerdict(saved, now, pending, armed uint64) Result {
-	if now <= saved {
-		return no("the loaded guest's time does not run: mtime %#x, saved %#x", now, saved)
-	}
-	deadline := saved + uint64(timerDelay.Seconds()*mtimeHz)
-	if now < deadline {
-		return failed("wait for the timer", fmt.Errorf("mtime %#x has not reached the deadline %#x yet", now, deadline))
-	}
-	if pending&armed != armed {
-		return no("mtime restored, but the timers armed before the save did not fire %.0f ms of guest time after their deadline (%s %#x, want %#x set)",
-			float64(now-deadline)/mtimeHz*1000, pendingReg, pending, armed)
-	}
-	what := "machine timer"
-	if armed&stipBit != 0 {
-		what = "machine and supervisor (Sstc) timers"
-	}
-	return Result{Answer: Yes, Detail: "mtime restored and running, the " + what + " armed before the save fired on time, the guest answered"}
+	return k.verdict(saved, loaded, now, fired, armed)
 }
 
 // inPlace lets a (saved a moment ago) run on and type, then loads the
 // snapshot into it.
-func (r *run) inPlace(ctx context.Context, a *guest, saved, armed uint64) Result {
+func (r *run) inPlace(ctx context.Context, a *guest, saved, armed uint64, ran time.Duration) Result {
 	if err := a.typeLine(ctx, "echo one", "one"); err != nil {
 		return failed("run after the save", err)
 	}
@@ -463,25 +400,26 @@ func (r *run) inPlace(ctx context.Context, a *guest, saved, armed uint64) Result
 	if err := a.m.Monitor().RunJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": snapNode, "devices": []string{snapNode}}); err != nil {
 		return no("snapshot-load into the running QEMU failed: %v", err)
 	}
-	loaded, err := a.mtime(ctx)
+	loaded, loadRan, err := a.count(ctx)
 	if err != nil {
-		return failed("read mtime", err)
+		return failed("read "+r.clock.Counter, err)
 	}
 	if err := a.qmp(ctx, "cont", nil); err != nil {
 		return failed("cont", err)
 	}
-	return a.after(ctx, loaded, saved, armed, "two")
+	return a.after(ctx, loaded, saved, armed, ran+loadRan, "two")
 }
 
 // fresh loads the snapshot into a new QEMU before it first runs.
-func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Result {
+func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64, ran time.Duration) Result {
 	var loaded uint64
+	var loadRan time.Duration
 	b, err := r.boot(ctx, true, snap, func(ctx context.Context, m *qemu.Process) error {
 		if err := m.Monitor().RunJob(ctx, "snapshot-load", map[string]any{"tag": tag, "vmstate": qemu.SnapshotNode, "devices": []string{qemu.SnapshotNode}}); err != nil {
 			return err
 		}
 		var err error
-		loaded, err = (&guest{m: m}).mtime(ctx)
+		loaded, loadRan, err = (&guest{r: r, m: m}).count(ctx)
 		return err
 	})
 	if err != nil {
@@ -489,7 +427,7 @@ func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64) Resul
 	}
 	defer b.close()
 	b.cursor = b.m.Console().Buffer().End()
-	return b.after(ctx, loaded, saved, armed, "three")
+	return b.after(ctx, loaded, saved, armed, ran+loadRan, "three")
 }
 
 // replayProbe records the tiny kernel booting and answering a typed
