@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/qcow2test"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
@@ -646,7 +647,7 @@ func TestSnapshotDamagedState(t *testing.T) {
 	if len(images) != 1 {
 		t.Fatalf("images %v", images)
 	}
-	testguest.DamageSnapshotState(t, images[0])
+	qcow2test.DamageState(t, images[0])
 	start := time.Now()
 	res := s.call("qemu_snapshot_load", map[string]any{"name": "bad"}, nil)
 	msg := text(res)
