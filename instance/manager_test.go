@@ -17,7 +17,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -30,7 +29,7 @@ import (
 // repository lock every root maps to.
 func newManager(t *testing.T, lockFile string, opts ...func(*Config)) *Manager {
 	t.Helper()
-	dir := testfs.ShortDir(t)
+	dir := testguest.SocketDir(t, "qmcp")
 	rec, err := registry.Self("stdio", "", "test")
 	if err != nil {
 		t.Fatal(err)

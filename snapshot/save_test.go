@@ -22,7 +22,6 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
@@ -219,7 +218,7 @@ func TestSaveTransaction(t *testing.T) {
 	needQEMUImg(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	dir := testfs.ShortDir(t)
+	dir := testguest.SocketDir(t, "qmcp")
 	disk := newDisk(t, dir)
 	g, err := startTiny(ctx, bin, dir, disk)
 	if err != nil {
@@ -352,7 +351,7 @@ func TestSaveKilledAtEachStep(t *testing.T) {
 	for _, step := range kills {
 		t.Run(strings.ReplaceAll(step, " ", "_"), func(t *testing.T) {
 			t.Parallel() // two at a time (-parallel is GOMAXPROCS): each its own QEMU and store
-			dir := testfs.ShortDir(t)
+			dir := testguest.SocketDir(t, "qmcp")
 			disk := newDisk(t, dir)
 			st := Store{Dir: filepath.Join(dir, "store")}
 			qemuID, oldTag := runKilledSave(t, step, strings.Join([]string{step, st.Dir, "/proj", disk, bin, dir}, "|"))

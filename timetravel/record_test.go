@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testfs"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/recording"
@@ -31,7 +30,7 @@ type rig struct {
 // newRig is a rig for t, and t's context.
 func newRig(t *testing.T) (context.Context, *rig) {
 	t.Helper()
-	return testContext(t), &rig{t: t, dir: testfs.ShortDir(t), root: t.TempDir(), store: recording.Store{Dir: t.TempDir()}}
+	return testContext(t), &rig{t: t, dir: testguest.SocketDir(t, "qmcp"), root: t.TempDir(), store: recording.Store{Dir: t.TempDir()}}
 }
 
 // tinyConfig is the built-in kernel on the virt board.
