@@ -126,7 +126,7 @@ func TestAarch64SnapshotInPlace(t *testing.T) {
 	if a.Caps.Binary != q || a.Caps.Timer.Answer != "yes" || a.Caps.InPlace.Answer != "yes" {
 		t.Fatalf("aarch64's QEMU %s: timer kept %+v, in-place load %+v", a.Version, a.Caps.Timer, a.Caps.InPlace)
 	}
-	if !strings.Contains(text(res), "aarch64 (QEMU emulator version") || !strings.Contains(text(res), "built-in kernel, timer kept yes, in-place load yes, replay checkpoint ") {
+	if !strings.Contains(text(res), "riscv64 (the QEMU above, built-in kernel)") || !strings.Contains(text(res), "aarch64 (QEMU emulator version") || !strings.Contains(text(res), "built-in kernel, timer kept yes, in-place load yes, replay checkpoint ") {
 		t.Errorf("server_info's text: %s", text(res))
 	}
 	if info.QEMUCaps.Binary == q || !strings.Contains(info.QEMUCaps.Binary, "riscv64") {

@@ -42,8 +42,16 @@ type ArchInfo = instance.ArchHealth
 // archText is the architectures in one line.
 func archText(as []ArchInfo) string {
 	var parts []string
-	for _, a := range as {
+	for i, a := range as {
 		switch {
+		case i == 0 && a.Found:
+			// Its QEMU's version and capabilities have lines of their
+			// own (the first and qemu capabilities).
+			kernel := ""
+			if a.Builtin {
+				kernel = ", built-in kernel"
+			}
+			parts = append(parts, a.Name+" (the QEMU above"+kernel+")")
 		case !a.Found:
 			parts = append(parts, a.Name+" (no "+a.Binary+")")
 		case a.Builtin:
