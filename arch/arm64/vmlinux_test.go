@@ -1,0 +1,143 @@
+package arm64
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The tests in this file check the decoder against a real arm64 Linux
+// kernel, the one scripts/build-linux leaves in the cache, and GNU
+// objdump's reading of it.
+
+// testVmlinux opens the cached arm64 vmlinux, skipping the test without it.
+func testVmlinux(t *testing.T) (*elf.File, string) {
+	t.Helper()
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Skip("no home directory for the cached vmlinux")
+	}
+	path := filepath.Join(home, ".cache/qemu-mcp/linux-aarch64-99c8717bfa45a367/vmlinux")
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Skipf("no arm64 vmlinux to check against (%v): scripts/build-linux builds one", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, path
+}
+
+// symbolCode is the code of the function named, from the vmlinux.
+func symbolCode(t *testing.T, f *elf.File, name string) (uint64, []byte) {
+	t.Helper()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name != name || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+			continue
+		}
+		sec := f.Sections[s.Section]
+		b, err := sec.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := s.Value - sec.Addr
+		return s.Value, b[off : off+s.Size]
+	}
+	t.Fatalf("no function %s in the vmlinux", name)
+	return 0, nil
+}
+
+var (
+	objdumpLine = regexp.MustCompile(`^\s*([0-9a-f]+):\s+([0-9a-f]{8})\s+(.*)$`)
+	symRef      = regexp.MustCompile(` <[^>]*>`)
+	longHex     = regexp.MustCompile(`\b(?:0x)?([0-9a-f]{9,})\b`)
+	spaces      = regexp.MustCompile(`\s+`)
+	dataDump    = regexp.MustCompile(`^[0-9a-f]{8} `)
+)
+
+// normalize reduces an instruction's text to what both sides show: no
+// comment, no symbol, addresses without 0x, single spaces.
+func normalize(s string) string {
+	if i := strings.Index(s, "//"); i >= 0 {
+		s = s[:i]
+	}
+	s = symRef.ReplaceAllString(s, "")
+	s = longHex.ReplaceAllString(s, "$1")
+	return strings.TrimSpace(spaces.ReplaceAllString(s, " "))
+}
+
+// TestDisassembleMatchesObjdump compares the text of thousands of the
+// kernel's instructions with GNU objdump's: windows spread over .text,
+// the trap vector and entry code among them.
+func TestDisassembleMatchesObjdump(t *testing.T) {
+	f, path := testVmlinux(t)
+	objdump, err := exec.LookPath("aarch64-linux-gnu-objdump")
+	if err != nil {
+		t.Skip("no aarch64-linux-gnu-objdump to compare with")
+	}
+	text := f.Section(".text")
+	code, err := text.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 128 windows of 64 instructions, and the trap vector at the start.
+	const windows, window = 128, 256
+	in := func(a uint64) bool {
+		off := a - text.Addr
+		return off < 2048 || off%(text.Size/windows) < window
+	}
+	out, err := exec.Command(objdump, "-d", "-j", ".text", path).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d debugger
+	var n, same int
+	diffs := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		m := objdumpLine.FindStringSubmatch(sc.Text())
+		if m == nil || strings.HasPrefix(m[3], ".word") || dataDump.MatchString(m[3]) {
+			continue // data in the text (a literal pool), which objdump knows by its mapping symbols
+		}
+		addr, _ := strconv.ParseUint(m[1], 16, 64)
+		if !in(addr) {
+			continue
+		}
+		off := addr - text.Addr
+		got := d.Disassemble(code[off:off+4], addr, 1, nil)
+		if len(got) != 1 {
+			t.Fatalf("%#x: %d instructions decoded from 4 bytes", addr, len(got))
+		}
+		if got[0].Encoding != m[2] {
+			t.Errorf("%#x: encoding %s, objdump %s", addr, got[0].Encoding, m[2])
+		}
+		n++
+		want, have := normalize(m[3]), normalize(got[0].Text)
+		if want == have {
+			same++
+			continue
+		}
+		op := strings.Fields(want)[0]
+		if diffs[op] < 3 {
+			t.Logf("%#x %s: %q, objdump %q", addr, m[2], have, want)
+		}
+		diffs[op]++
+	}
+	if n < 4000 {
+		t.Fatalf("compared %d instructions, want thousands", n)
+	}
+	ratio := float64(same) / float64(n)
+	t.Logf("%d of %d instructions (%.3f%%) read as objdump reads them; differing, by mnemonic: %v", same, n, 100*ratio, diffs)
+	if ratio < 0.999 {
+		t.Errorf("agreement with objdump %.4f, want at least 0.999", ratio)
+	}
+}
