@@ -27,7 +27,7 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 	for off := 0; off+4 <= len(code) && len(out) < count; off += 4 {
 		x := binary.LittleEndian.Uint32(code[off:])
 		pc := addr + uint64(off)
-		text, t, hasTarget, known := decode(x, pc)
+		text, t, hasTarget, known := decodeInsn(x, pc)
 		in := arch.Instruction{Addr: pc, Encoding: fmt.Sprintf("%08x", x), Text: text, Known: known}
 		if hasTarget && sym != nil {
 			if name, o, ok := sym(t); ok {
@@ -45,17 +45,17 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 // MaxInstruction is 4: every A64 instruction is one 32-bit word.
 func (debugger) MaxInstruction() int { return 4 }
 
-// decode decodes the instruction word x at pc: its text, a direct
+// decodeInsn decodes the instruction word x at pc: its text, a direct
 // branch's destination, and whether it is an instruction at all.
-func decode(x uint32, pc uint64) (text string, target uint64, hasTarget, known bool) {
-	if s, ok := extra(x); ok {
+func decodeInsn(x uint32, pc uint64) (text string, target uint64, hasTarget, known bool) {
+	if s, ok := decodeExtra(x); ok {
 		return s, 0, false, true
 	}
 	in, err := arm64asm.Decode(binary.LittleEndian.AppendUint32(nil, x))
 	if err != nil {
 		return fmt.Sprintf(".word %#08x", x), 0, false, false
 	}
-	if in.Op == arm64asm.HINT { // what extra does not name
+	if in.Op == arm64asm.HINT { // what decodeExtra does not name
 		return fmt.Sprintf("hint #%#x", x>>5&0x7f), 0, false, true
 	}
 	var args []string
@@ -75,7 +75,7 @@ func decode(x uint32, pc uint64) (text string, target uint64, hasTarget, known b
 			}
 			args = append(args, fmt.Sprintf("%#x", t))
 		case arm64asm.Systemreg:
-			args = append(args, sysReg(x))
+			args = append(args, sysRegName(x))
 		case arm64asm.MemImmediate, arm64asm.MemExtend:
 			args = append(args, spaced(strings.ToLower(a.String())))
 		default:
@@ -109,18 +109,18 @@ func spaced(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, ", ", ","), ",", ", ")
 }
 
-// sysReg names the system register of an MRS or MSR, or writes its
+// sysRegName names the system register of an MRS or MSR, or writes its
 // encoding the way GNU does for one it does not name.
-func sysReg(x uint32) string {
-	if name, ok := sysRegs[uint16(x>>5)]; ok {
+func sysRegName(x uint32) string {
+	if name, ok := sysRegNames[uint16(x>>5)]; ok {
 		return name
 	}
 	return fmt.Sprintf("s%d_%d_c%d_c%d_%d", 2+x>>19&1, x>>16&7, x>>12&0xf, x>>8&0xf, x>>5&7)
 }
 
-// hints are the HINT-space instructions GNU names (arm64asm names only
+// hintNames are the HINT-space instructions GNU names (arm64asm names only
 // nop, yield, wfe, wfi, sev and sevl).
-var hints = map[uint32]string{
+var hintNames = map[uint32]string{
 	0: "nop", 1: "yield", 2: "wfe", 3: "wfi", 4: "sev", 5: "sevl",
 	7: "xpaclri", 8: "pacia1716", 0xa: "pacib1716", 0xc: "autia1716", 0xe: "autib1716",
 	0x10: "esb", 0x11: "psb csync", 0x12: "tsb csync", 0x14: "csdb",
@@ -129,10 +129,10 @@ var hints = map[uint32]string{
 	0x20: "bti", 0x22: "bti c", 0x24: "bti j", 0x26: "bti jc",
 }
 
-// sysOps are the SYS-space cache and address-translation operations
+// sysOpNames are the SYS-space cache and address-translation operations
 // arm64asm does not name, by op1, CRn, CRm and op2 (bits 18..5); the last
 // bit says they take a register.
-var sysOps = map[uint32]string{
+var sysOpNames = map[uint32]string{
 	0x0388: "ic ialluis", 0x03a8: "ic iallu", 0x1ba9: "ic ivau",
 	0x03c0: "at s1e1r", 0x03c1: "at s1e1w", 0x03c2: "at s1e0r", 0x03c3: "at s1e0w",
 	0x03c8: "at s1e1rp", 0x03c9: "at s1e1wp",
@@ -140,18 +140,18 @@ var sysOps = map[uint32]string{
 	0x23c6: "at s12e0r", 0x23c7: "at s12e0w",
 }
 
-// pstates are the PSTATE fields an MSR (immediate) writes that arm64asm
+// pstateNames are the PSTATE fields an MSR (immediate) writes that arm64asm
 // does not name, by op1 and op2.
-var pstates = map[uint32]string{
+var pstateNames = map[uint32]string{
 	0<<3 | 3: "uao", 0<<3 | 4: "pan", 3<<3 | 1: "ssbs", 3<<3 | 2: "dit", 3<<3 | 4: "tco",
 }
 
-// extra decodes the instructions arm64asm does not, or names badly.
-func extra(x uint32) (string, bool) {
+// decodeExtra decodes the instructions arm64asm does not, or names badly.
+func decodeExtra(x uint32) (string, bool) {
 	rn, rt := x>>5&0x1f, x&0x1f
 	switch {
 	case x&0xfffff01f == 0xd503201f: // HINT
-		s, ok := hints[x>>5&0x7f]
+		s, ok := hintNames[x>>5&0x7f]
 		return s, ok
 	case x&0xffe0001f == 0xd4000002:
 		return fmt.Sprintf("hvc #%#x", x>>5&0xffff), true
@@ -165,10 +165,10 @@ func extra(x uint32) (string, bool) {
 		return "wfet " + xreg(rt), true
 	case x&0xffffffe0 == 0xd5031020:
 		return "wfit " + xreg(rt), true
-	case x&0xfff8f01f == 0xd500401f && pstates[x>>16&7<<3|x>>5&7] != "":
-		return fmt.Sprintf("msr %s, #%#x", pstates[x>>16&7<<3|x>>5&7], x>>8&0xf), true
+	case x&0xfff8f01f == 0xd500401f && pstateNames[x>>16&7<<3|x>>5&7] != "":
+		return fmt.Sprintf("msr %s, #%#x", pstateNames[x>>16&7<<3|x>>5&7], x>>8&0xf), true
 	case x&0xfff80000 == 0xd5080000: // SYS
-		if s, ok := sysOps[x>>5&0x3fff]; ok {
+		if s, ok := sysOpNames[x>>5&0x3fff]; ok {
 			if s[:2] == "ic" && rt == 31 {
 				return s, true
 			}
@@ -187,7 +187,7 @@ func extra(x uint32) (string, bool) {
 		if x>>30 == 3 {
 			w = 8
 		}
-		return fmt.Sprintf("ldapr%s %s, [%s]", [4]string{"b", "h", "", ""}[x>>30], reg(rt, w), xregSP(rn)), true
+		return fmt.Sprintf("ldapr%s %s, [%s]", [4]string{"b", "h", "", ""}[x>>30], wxReg(rt, w), xregSP(rn)), true
 	case x&0xff200400 == 0xf8200400: // ldraa, ldrab
 		return fmt.Sprintf("ldra%s %s, %s", keyAB(x>>23), xreg(rt), pacMem(x)), true
 	case x == 0xd65f0bff:
@@ -207,7 +207,7 @@ func extra(x uint32) (string, bool) {
 	case x&0xfffff800 == 0xd73f0800: // blraa, blrab
 		return fmt.Sprintf("blra%s %s, %s", keyAB(x>>10), xreg(rn), xregSP(rt)), true
 	}
-	if s, ok := atomic(x); ok {
+	if s, ok := atomicText(x); ok {
 		return s, true
 	}
 	return "", false
@@ -250,8 +250,8 @@ func xregSP(n uint32) string {
 	return fmt.Sprintf("x%d", n)
 }
 
-// reg names general register n of size bytes (4: w, 8: x; 31: zr).
-func reg(n uint32, size int) string {
+// wxReg names general register n of size bytes (4: w, 8: x; 31: zr).
+func wxReg(n uint32, size int) string {
 	if size == 8 {
 		return xreg(n)
 	}
@@ -309,8 +309,8 @@ func decodeAtomic(x uint32) (lse, bool) {
 	return lse{}, false
 }
 
-// atomic writes an LSE atomic as GNU does.
-func atomic(x uint32) (string, bool) {
+// atomicText writes an LSE atomic as GNU does.
+func atomicText(x uint32) (string, bool) {
 	l, ok := decodeAtomic(x)
 	if !ok {
 		return "", false
@@ -318,15 +318,15 @@ func atomic(x uint32) (string, bool) {
 	w := min(l.size, 8)
 	if l.pair {
 		w = l.size / 2
-		return fmt.Sprintf("%s %s, %s, %s, %s, [%s]", l.name, reg(l.rs, w), reg(l.rs+1, w), reg(l.rt, w), reg(l.rt+1, w), xregSP(l.rn)), true
+		return fmt.Sprintf("%s %s, %s, %s, %s, [%s]", l.name, wxReg(l.rs, w), wxReg(l.rs+1, w), wxReg(l.rt, w), wxReg(l.rt+1, w), xregSP(l.rn)), true
 	}
 	if w < 4 {
 		w = 4
 	}
 	if l.store {
-		return fmt.Sprintf("%s %s, [%s]", l.name, reg(l.rs, w), xregSP(l.rn)), true
+		return fmt.Sprintf("%s %s, [%s]", l.name, wxReg(l.rs, w), xregSP(l.rn)), true
 	}
-	return fmt.Sprintf("%s %s, %s, [%s]", l.name, reg(l.rs, w), reg(l.rt, w), xregSP(l.rn)), true
+	return fmt.Sprintf("%s %s, %s, [%s]", l.name, wxReg(l.rs, w), wxReg(l.rt, w), xregSP(l.rn)), true
 }
 
 // Call reports whether code starts with a call, an instruction that links
@@ -407,7 +407,7 @@ func immAccess(op arm64asm.Op, regs []arm64asm.Reg, m arm64asm.MemImmediate) (ar
 	if len(regs) == 0 || m.Mode == arm64asm.AddrPostReg {
 		return arch.MemAccess{}, false
 	}
-	size := regSize(regs[0])
+	size := dataRegSize(regs[0])
 	switch {
 	case strings.HasSuffix(name, "SW"):
 		size = 4
@@ -446,9 +446,9 @@ func immAccess(op arm64asm.Op, regs []arm64asm.Reg, m arm64asm.MemImmediate) (ar
 	return a, true
 }
 
-// regSize is the size in bytes of a data register, 0 for one that is
+// dataRegSize is the size in bytes of a data register, 0 for one that is
 // none (a vector with an arrangement).
-func regSize(r arm64asm.Reg) int {
+func dataRegSize(r arm64asm.Reg) int {
 	switch {
 	case r >= arm64asm.W0 && r <= arm64asm.WZR:
 		return 4

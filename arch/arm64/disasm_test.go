@@ -7,7 +7,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/arch"
 )
 
-func word(x uint32) []byte { return binary.LittleEndian.AppendUint32(nil, x) }
+func insnBytes(x uint32) []byte { return binary.LittleEndian.AppendUint32(nil, x) }
 
 // TestDisassembleSystem checks the instructions a kernel is made of that
 // arm64asm does not decode, or writes otherwise than objdump (whose text,
@@ -63,7 +63,7 @@ func TestDisassembleSystem(t *testing.T) {
 		{0x910003fd, "mov x29, sp"},
 		{0xd65f03c0, "ret"},
 	} {
-		got := debugger{}.Disassemble(word(c.x), 0xffff800008010000, 1, nil)
+		got := debugger{}.Disassemble(insnBytes(c.x), 0xffff800008010000, 1, nil)
 		if len(got) != 1 || got[0].Text != c.want || !got[0].Known {
 			t.Errorf("%08x: %+v, want %q", c.x, got, c.want)
 		}
@@ -79,7 +79,7 @@ func TestDisassembleBranchesAndData(t *testing.T) {
 	}
 	// From el1h_64_sync_handler: bl __panic_unhandled, b.eq forward, a
 	// word no decoder knows, and half an instruction at the end.
-	code := append(append(append(word(0x97ffff20), word(0x540004c0)...), word(0xffffffff)...), 0x1f, 0x20)
+	code := append(append(append(insnBytes(0x97ffff20), insnBytes(0x540004c0)...), insnBytes(0xffffffff)...), 0x1f, 0x20)
 	got := debugger{}.Disassemble(code, 0xffff800008325580, 10, sym)
 	want := []arch.Instruction{
 		{Addr: 0xffff800008325580, Encoding: "97ffff20", Text: "bl 0xffff800008325200", Target: "__panic_unhandled", Known: true},
@@ -94,7 +94,7 @@ func TestDisassembleBranchesAndData(t *testing.T) {
 			t.Errorf("instruction %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if got := (debugger{}).Disassemble(word(0x97ffff20+0x10), 0xffff800008325580, 1, sym); got[0].Target != "__panic_unhandled+0x40" {
+	if got := (debugger{}).Disassemble(insnBytes(0x97ffff20+0x10), 0xffff800008325580, 1, sym); got[0].Target != "__panic_unhandled+0x40" {
 		t.Errorf("bl into a function: target %q, want __panic_unhandled+0x40", got[0].Target)
 	}
 	if got := (debugger{}).Disassemble(code, 0, 2, nil); len(got) != 2 {
@@ -116,11 +116,11 @@ func TestCall(t *testing.T) {
 		{0xd65f03c0, false}, // ret
 		{0xa9bf7bfd, false}, // stp
 	} {
-		n, call := debugger{}.Call(word(c.x))
+		n, call := debugger{}.Call(insnBytes(c.x))
 		if n != 4 || call != c.call {
 			t.Errorf("%08x: Call = %d, %v; want 4, %v", c.x, n, call, c.call)
 		}
-		if got := (debugger{}).CallBefore(word(c.x)); got != c.call {
+		if got := (debugger{}).CallBefore(insnBytes(c.x)); got != c.call {
 			t.Errorf("%08x: CallBefore = %v, want %v", c.x, got, c.call)
 		}
 	}
@@ -171,10 +171,10 @@ func TestAccess(t *testing.T) {
 		{0xf9800000, "prfm pldl1keep, [x0]", arch.MemAccess{}, false},
 		{0x910003fd, "mov x29, sp", arch.MemAccess{}, false},
 	} {
-		if got := (debugger{}).Disassemble(word(c.x), 0, 1, nil)[0].Text; got != c.text {
+		if got := (debugger{}).Disassemble(insnBytes(c.x), 0, 1, nil)[0].Text; got != c.text {
 			t.Errorf("%08x reads %q, want %q", c.x, got, c.text)
 		}
-		got, ok := debugger{}.Access(word(c.x))
+		got, ok := debugger{}.Access(insnBytes(c.x))
 		if ok != c.ok || ok && got != c.want {
 			t.Errorf("%s: Access = %+v, %v; want %+v, %v", c.text, got, ok, c.want, c.ok)
 		}

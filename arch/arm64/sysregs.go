@@ -1,10 +1,10 @@
 package arm64
 
-// sysRegs names the system registers by their MRS/MSR encoding (bits 20..5:
+// sysRegNames names the system registers by their MRS/MSR encoding (bits 20..5:
 // op0, op1, CRn, CRm, op2) as GNU objdump does; arm64asm prints them all
 // as S<op0>_<op1>_C<n>_C<m>_<op2>. Made by assembling each name with
 // aarch64-linux-gnu-as 2.40 and reading the encoding back.
-var sysRegs = map[uint16]string{
+var sysRegNames = map[uint16]string{
 	0x8004: "dbgbvr0_el1",
 	0x8005: "dbgbcr0_el1",
 	0x8006: "dbgwvr0_el1",

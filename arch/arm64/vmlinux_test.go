@@ -64,9 +64,9 @@ var (
 	dataDump    = regexp.MustCompile(`^[0-9a-f]{8} `)
 )
 
-// normalize reduces an instruction's text to what both sides show: no
+// objdumpNormal reduces an instruction's text to what both sides show: no
 // comment, no symbol, addresses without 0x, single spaces.
-func normalize(s string) string {
+func objdumpNormal(s string) string {
 	if i := strings.Index(s, "//"); i >= 0 {
 		s = s[:i]
 	}
@@ -121,7 +121,7 @@ func TestDisassembleMatchesObjdump(t *testing.T) {
 			t.Errorf("%#x: encoding %s, objdump %s", addr, got[0].Encoding, m[2])
 		}
 		n++
-		want, have := normalize(m[3]), normalize(got[0].Text)
+		want, have := objdumpNormal(m[3]), objdumpNormal(got[0].Text)
 		if want == have {
 			same++
 			continue
