@@ -3,6 +3,7 @@ package qemumcp
 import (
 	"fmt"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -103,23 +104,35 @@ type docLink struct {
 	target string
 }
 
+// proseLines yields a Markdown document's lines outside fenced code
+// blocks, with their index.
+func proseLines(doc string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fence := ""
+		for i, l := range strings.Split(doc, "\n") {
+			trimmed := strings.TrimSpace(l)
+			if fence != "" {
+				if strings.HasPrefix(trimmed, fence) {
+					fence = ""
+				}
+				continue
+			}
+			if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+				fence = trimmed[:3]
+				continue
+			}
+			if !yield(i, l) {
+				return
+			}
+		}
+	}
+}
+
 // docLinks returns the relative links of a Markdown document outside code
 // blocks and code spans.
 func docLinks(doc string) []docLink {
 	var links []docLink
-	fence := ""
-	for i, l := range strings.Split(doc, "\n") {
-		trimmed := strings.TrimSpace(l)
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			continue
-		}
+	for i, l := range proseLines(doc) {
 		l = codeSpanRE.ReplaceAllStringFunc(l, func(s string) string { return strings.Repeat(" ", len(s)) })
 		for _, m := range mdLinkRE.FindAllStringSubmatchIndex(l, -1) {
 			target := l[m[2]:m[3]]
@@ -138,19 +151,7 @@ func docLinks(doc string) []docLink {
 func headingAnchors(doc string) map[string]bool {
 	a := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, l := range strings.Split(doc, "\n") {
-		trimmed := strings.TrimSpace(l)
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			continue
-		}
+	for _, l := range proseLines(doc) {
 		m := headingRE.FindStringSubmatch(l)
 		if m == nil {
 			continue

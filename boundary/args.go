@@ -2,12 +2,12 @@ package boundary
 
 import (
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 
-	"sort"
 	"strings"
 )
 
@@ -352,7 +352,7 @@ func checkOption(name, value string, env *propEnv) *refusal {
 		v, _ := p.value.(string)
 		switch {
 		case name == "machine" && p.key == "type" && !boards[v]:
-			return refuse(RuleGuestConfig, "-machine type %s is not one of the boards (%s)", describe(v), strings.Join(sortedKeys(boards), ", "))
+			return refuse(RuleGuestConfig, "-machine type %s is not one of the boards (%s)", describe(v), strings.Join(slices.Sorted(maps.Keys(boards)), ", "))
 		case (name == "machine" && p.key == "accel" || name == "accel" && p.key == "accel") && v != "tcg":
 			return refuse(RuleHostDevice, "accelerator %s: only tcg is allowed (kvm opens the host's /dev/kvm)", describe(v))
 		}
@@ -365,15 +365,6 @@ func ruleSummaryOption(rule string) string {
 		return "a host window, terminal or display server"
 	}
 	return ruleSummary(rule)
-}
-
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // serverManaged is the qemu package's list of options the server manages,

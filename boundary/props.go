@@ -3,6 +3,7 @@ package boundary
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -248,7 +249,7 @@ func checkValue(t PropertyTypes, typ, desc string, value any) string {
 			return fmt.Sprintf("%s is not a value of any of this QEMU's enumerations", describe(value))
 		}
 		if list := enumList(t, desc); list != nil && !list[s] {
-			return fmt.Sprintf("%s is not one of %s", describe(value), strings.Join(sortedKeys(list), ", "))
+			return fmt.Sprintf("%s is not one of %s", describe(value), strings.Join(slices.Sorted(maps.Keys(list)), ", "))
 		}
 		return ""
 	}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +211,7 @@ func TestQEMUGuestDevices(t *testing.T) {
 	// A USB port path such as "1.2"; a PCI slot.function such as "01.0"
 	// (a string since QEMU 9, an int32 before).
 	stringOK := map[string]bool{"port": true, "addr": true}
-	for _, driver := range sortedKeys(boolKeys(GuestDevices)) {
+	for _, driver := range slices.Sorted(maps.Keys(GuestDevices)) {
 		var props []struct{ Name, Type string }
 		execute(t, m, "device-list-properties", map[string]any{"typename": driver}, &props)
 		for _, p := range props {
@@ -382,14 +384,6 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
-}
-
-func boolKeys(m map[string]string) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
 }
 
 func itoa(n int) string {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 )
 
 // unitPrefixLen is how much of a compilation unit is read to decode its
@@ -478,22 +480,30 @@ func (f *File) dwarfUnits() (*dwarfData, []unitRef, error) {
 	return dw, units, err
 }
 
-func (f *File) dieRanges() (*rangeIndex, error) {
+// unitIndex is an index built over the DWARF units, once: once guards v
+// and verr, which hold what build made of them; note records the build's
+// time and what the index holds in the stats.
+func unitIndex[T any](f *File, once *sync.Once, v *T, verr *error, build func(*dwarfData, []unitRef) (T, error), note func(T, error, time.Duration)) (T, error) {
 	dw, units, err := f.dwarfUnits()
 	if err != nil {
-		return nil, err
+		var zero T
+		return zero, err
 	}
-	f.cuRangesOnce.Do(func() {
-		d := timed(func() {
-			f.cuRanges, f.cuRangesErr = f.buildDIERanges(dw, units)
-		})
+	once.Do(func() {
+		d := timed(func() { *v, *verr = build(dw, units) })
+		note(*v, *verr, d)
+	})
+	return *v, *verr
+}
+
+func (f *File) dieRanges() (*rangeIndex, error) {
+	return unitIndex(f, &f.cuRangesOnce, &f.cuRanges, &f.cuRangesErr, f.buildDIERanges, func(r *rangeIndex, _ error, d time.Duration) {
 		var held int64
-		if f.cuRanges != nil {
-			held = int64(len(f.cuRanges.r)) * 32
+		if r != nil {
+			held = int64(len(r.r)) * 32
 		}
 		f.addStats(func(s *Stats) { s.RangeIndex = d; s.BytesHeld += held })
 	})
-	return f.cuRanges, f.cuRangesErr
 }
 
 func (f *File) buildDIERanges(dw *dwarfData, units []unitRef) (*rangeIndex, error) {

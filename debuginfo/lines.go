@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Location says where an address is: in which symbol, how far into it, and
@@ -304,26 +305,19 @@ type fileIndex struct {
 }
 
 func (f *File) fileIndex() (*fileIndex, error) {
-	dw, units, err := f.dwarfUnits()
-	if err != nil {
-		return nil, err
-	}
-	f.filesOnce.Do(func() {
-		d := timed(func() {
-			f.files, f.filesErr = f.buildFileIndex(dw, units)
-		})
-		if f.filesErr == nil {
-			var held int64
-			for _, s := range f.files.files {
-				held += int64(len(s.path)) + 2*16 + 24 + int64(cap(s.units))*4
-				if s.rel != s.path {
-					held += int64(len(s.rel))
-				}
-			}
-			f.addStats(func(s *Stats) { s.FileIndex = d; s.Files = len(f.files.files); s.BytesHeld += held })
+	return unitIndex(f, &f.filesOnce, &f.files, &f.filesErr, f.buildFileIndex, func(fi *fileIndex, err error, d time.Duration) {
+		if err != nil {
+			return
 		}
+		var held int64
+		for _, s := range fi.files {
+			held += int64(len(s.path)) + 2*16 + 24 + int64(cap(s.units))*4
+			if s.rel != s.path {
+				held += int64(len(s.rel))
+			}
+		}
+		f.addStats(func(s *Stats) { s.FileIndex = d; s.Files = len(fi.files); s.BytesHeld += held })
 	})
-	return f.files, f.filesErr
 }
 
 func (f *File) buildFileIndex(dw *dwarfData, units []unitRef) (*fileIndex, error) {

@@ -1,13 +1,14 @@
 package debuginfo
 
 import (
-	"bufio"
 	"debug/elf"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 const tinyELF = "../testdata/images/tiny.elf"
@@ -57,24 +58,6 @@ func elfSym(t *testing.T, path, name string) elf.Symbol {
 	}
 	t.Fatalf("%s: debug/elf has no symbol %q", path, name)
 	return elf.Symbol{}
-}
-
-// sourceLine is the 1-based line of the first line of file equal to text.
-func sourceLine(t *testing.T, file, text string) int {
-	t.Helper()
-	fh, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for n := 1; sc.Scan(); n++ {
-		if strings.TrimSpace(sc.Text()) == text {
-			return n
-		}
-	}
-	t.Fatalf("%s: no line %q", file, text)
-	return 0
 }
 
 func TestTinyMachine(t *testing.T) {
@@ -132,7 +115,7 @@ func TestTinySymbolizeAsm(t *testing.T) {
 	if loc.Function != "cmd_echo" || loc.Offset != 4 || !strings.HasSuffix(loc.File, "kernel.S") || loc.Line <= 0 {
 		t.Fatalf("Symbolize(cmd_echo+4) = %+v, want cmd_echo+4 in kernel.S", loc)
 	}
-	label := sourceLine(t, "../testdata/images/tiny/kernel.S", "cmd_echo:")
+	label := testguest.SourceLine(t, "../testdata/images/tiny/kernel.S", "cmd_echo:")
 	loc0, _ := f.Symbolize(s.Addr)
 	if loc0.Line != label+1 {
 		t.Errorf("Symbolize(cmd_echo) line %d, want %d (the line after the label)", loc0.Line, label+1)
@@ -145,7 +128,7 @@ func TestTinySymbolizeAsm(t *testing.T) {
 func TestTinyLineAddrsAsm(t *testing.T) {
 	f := openTiny(t)
 	s, _ := f.Lookup("cmd_echo")
-	label := sourceLine(t, "../testdata/images/tiny/kernel.S", "cmd_echo:")
+	label := testguest.SourceLine(t, "../testdata/images/tiny/kernel.S", "cmd_echo:")
 	m, err := f.LineAddrs("kernel.S", label+1)
 	if err != nil {
 		t.Fatal(err)
@@ -278,7 +261,7 @@ func TestNoDWARF(t *testing.T) {
 // File, so the lazy indexes are built under contention (run with -race).
 func TestTinyConcurrent(t *testing.T) {
 	f := openTiny(t)
-	label := sourceLine(t, "../testdata/images/tiny/kernel.S", "cmd_echo:")
+	label := testguest.SourceLine(t, "../testdata/images/tiny/kernel.S", "cmd_echo:")
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Go(func() {

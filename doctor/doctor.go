@@ -238,29 +238,30 @@ func (res *Result) sweepStores(opts Options) error {
 	var errs []error
 	if opts.Snapshots != "" {
 		st := snapshot.Store{Dir: opts.Snapshots, Owner: self, Logger: opts.Logger}
-		r, err := sweepStore(st.Leftovers, st.Reap, opts.Cleanup)
+		var err error
+		res.Snapshots, err = sweepStore(st.Leftovers, st.Reap, opts.Cleanup, snapshotSection)
 		errs = append(errs, err)
-		if !snapshotSection(&r).empty() {
-			res.Snapshots = &r
-		}
 	}
 	if opts.Recordings != "" {
 		st := recording.Store{Dir: opts.Recordings, Owner: self, Logger: opts.Logger}
-		r, err := sweepStore(st.Leftovers, st.Reap, opts.Cleanup)
+		var err error
+		res.Recordings, err = sweepStore(st.Leftovers, st.Reap, opts.Cleanup, recordingSection)
 		errs = append(errs, err)
-		if !recordingSection(&r).empty() {
-			res.Recordings = &r
-		}
 	}
 	return errors.Join(errs...)
 }
 
-// sweepStore is list, or with cleanup reap, of either kind of store.
-func sweepStore[R any](list, reap func() (R, error), cleanup bool) (R, error) {
+// sweepStore is list, or with cleanup reap, of either kind of store; its
+// report, nil when section finds nothing in it to say.
+func sweepStore[R any](list, reap func() (R, error), cleanup bool, section func(*R) storeSection) (*R, error) {
 	if cleanup {
-		return reap()
+		list = reap
 	}
-	return list()
+	r, err := list()
+	if section(&r).empty() {
+		return nil, err
+	}
+	return &r, err
 }
 
 func orphan(s Server, opts Options) Orphan {

@@ -281,17 +281,10 @@ func (m *Process) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	if connectTimeout <= 0 {
 		connectTimeout = 10 * time.Second
 	}
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
 	// A QEMU that dies at start (bad option) must fail the connect at
 	// once, not after the timeout.
-	go func() {
-		select {
-		case <-m.done:
-			cancel()
-		case <-cctx.Done():
-		}
-	}()
+	cctx, cancel := m.whileAlive(ctx, connectTimeout)
+	defer cancel()
 	if err := m.mon.ConnectContext(cctx); err != nil {
 		return m.startError("connect to QMP", err)
 	}
@@ -299,15 +292,8 @@ func (m *Process) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 	// start) has a minute, not what is left of the connect's bound: a
 	// large state loads for seconds on a busy host. A QEMU that dies
 	// under it still ends it at once.
-	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	rctx, rcancel := m.whileAlive(ctx, time.Minute)
 	defer rcancel()
-	go func() {
-		select {
-		case <-m.done:
-			rcancel()
-		case <-rctx.Done():
-		}
-	}()
 	if rt.BeforeCont != nil {
 		if err := rt.BeforeCont(rctx, m); err != nil {
 			return m.startError("prepare the guest", err)
@@ -320,6 +306,19 @@ func (m *Process) start(ctx context.Context, rt Runtime, cfg Config, bin string)
 		return m.startError("resume guest", err)
 	}
 	return nil
+}
+
+// whileAlive is ctx bounded by d that also ends as soon as QEMU exits.
+func (m *Process) whileAlive(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	go func() {
+		select {
+		case <-m.done:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, cancel
 }
 
 // startError explains a failed start with what QEMU itself said, which is

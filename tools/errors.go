@@ -89,20 +89,14 @@ var says = map[advice.Action]func(a advice.Advice) (placement, string){
 	advice.StopCapture:         text(after, ": call qemu_pcap_stop first"),
 	advice.BootLost:            text(after, ": boot it again with qemu_boot"),
 	advice.BootWithDisplay:     text(after, ": boot with gpu: true"),
-	advice.ProjectArgument: func(a advice.Advice) (placement, string) {
-		return instead, "project_root" + a.Keep
-	},
+	advice.ProjectArgument:     renamed("project_root"),
 	advice.RelativeToProject: func(a advice.Advice) (placement, string) {
 		return instead, fmt.Sprintf("%s (relative paths are relative to project_root %s)", a.Keep, a.Name)
 	},
-	advice.AttachReadOnly: text(after, "; attach it with readonly: true, or copy it into the project"),
-	advice.ExtraArgument: func(a advice.Advice) (placement, string) {
-		return instead, "extra_args" + a.Keep
-	},
+	advice.AttachReadOnly:   text(after, "; attach it with readonly: true, or copy it into the project"),
+	advice.ExtraArgument:    renamed("extra_args"),
 	advice.InExtraArguments: text(before, "extra_args: "),
-	advice.StopOwnGuest: func(a advice.Advice) (placement, string) {
-		return instead, a.Keep + "; shut down the QEMU it runs (qemu_shutdown) before booting again"
-	},
+	advice.StopOwnGuest:     keepThen("; shut down the QEMU it runs (qemu_shutdown) before booting again"),
 	advice.AskOwner: func(a advice.Advice) (placement, string) {
 		return instead, a.Keep + fmt.Sprintf("; it is not yours to stop: ask %s to shut their guests down (qemu_shutdown), or root to stop process %d", a.Name, a.N)
 	},
@@ -129,17 +123,27 @@ var says = map[advice.Action]func(a advice.Advice) (placement, string){
 	advice.QueriesOnly: func(a advice.Advice) (placement, string) {
 		return instead, fmt.Sprintf("guest %q replays recording %q: qmp_command runs only query-* commands on it (the debug_* tools move the replay)", a.Name, a.Other)
 	},
-	advice.TypeSlowly:     text(after, "; give char_delay_ms for input it does not echo"),
-	advice.ListRecordings: text(after, ": qemu_recordings lists the project's recordings"),
-	advice.ShutdownFirst:  text(after, ": shut it down first"),
-	advice.ReplayOwnMachine: func(a advice.Advice) (placement, string) {
-		return instead, a.Keep + "; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)"
-	},
-	advice.KeysOrConsole: text(after, " (use qemu_send_key for special keys, or serial_send for text on the console)"),
+	advice.TypeSlowly:       text(after, "; give char_delay_ms for input it does not echo"),
+	advice.ListRecordings:   text(after, ": qemu_recordings lists the project's recordings"),
+	advice.ShutdownFirst:    text(after, ": shut it down first"),
+	advice.ReplayOwnMachine: keepThen("; leave the machine arguments out to replay it on its own (its kernel and files must be as they were)"),
+	advice.KeysOrConsole:    text(after, " (use qemu_send_key for special keys, or serial_send for text on the console)"),
 	advice.PersistentTAP: func(a advice.Advice) (placement, string) {
 		return after, fmt.Sprintf("; or, for a TAP without privileges, have root make you a persistent one once and boot with network: \"tap\", tap: \"qmtap0\"; as root: "+
 			"ip tuntap add dev qmtap0 mode tap user %s && ip link set qmtap0 up && ip addr add 10.0.2.2/24 dev qmtap0 (or, to join a bridge instead of the address: ip link set qmtap0 master BRIDGE)", a.Name)
 	},
+}
+
+// renamed is advice that names the argument by the tool's name for it,
+// name, followed by what the error keeps of its message.
+func renamed(name string) func(advice.Advice) (placement, string) {
+	return func(a advice.Advice) (placement, string) { return instead, name + a.Keep }
+}
+
+// keepThen is advice that keeps what the error keeps of its message and
+// adds s.
+func keepThen(s string) func(advice.Advice) (placement, string) {
+	return func(a advice.Advice) (placement, string) { return instead, a.Keep + s }
 }
 
 // text is advice that is the same words whatever the error holds.

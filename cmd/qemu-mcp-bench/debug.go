@@ -111,8 +111,14 @@ func symbolIndex(path string) (ours, raw time.Duration, size int64, err error) {
 // timed runs step n times after 5 to warm up, prep (untimed) before each,
 // and returns the times of step.
 func timed(n int, prep func() error, step func(i int) error) ([]time.Duration, error) {
+	return timedAfter(5, n, prep, step)
+}
+
+// timedAfter runs step warm+n times, prep (untimed) before each, and
+// returns the times of the last n.
+func timedAfter(warm, n int, prep func() error, step func(i int) error) ([]time.Duration, error) {
 	var ds []time.Duration
-	for i := range n + 5 {
+	for i := range warm + n {
 		if prep != nil {
 			if err := prep(); err != nil {
 				return nil, err
@@ -122,7 +128,7 @@ func timed(n int, prep func() error, step func(i int) error) ([]time.Duration, e
 		if err := step(i); err != nil {
 			return nil, err
 		}
-		if i >= 5 {
+		if i >= warm {
 			ds = append(ds, time.Since(t))
 		}
 	}

@@ -345,20 +345,7 @@ func repeats(ds []time.Duration) string {
 // a replay costs seconds, and there is nothing to warm up but the page
 // cache, which the runs before each figure fill.
 func timedOnce(n int, prep, step func() error) ([]time.Duration, error) {
-	var ds []time.Duration
-	for range n {
-		if prep != nil {
-			if err := prep(); err != nil {
-				return nil, err
-			}
-		}
-		t := time.Now()
-		if err := step(); err != nil {
-			return nil, err
-		}
-		ds = append(ds, time.Since(t))
-	}
-	return ds, nil
+	return timedAfter(0, n, prep, func(int) error { return step() })
 }
 
 func fileSize(p string) int64 {

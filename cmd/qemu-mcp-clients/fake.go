@@ -199,42 +199,54 @@ func textOf(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// anthropic is the Messages API (Claude Code).
-type anthropic struct{}
-
-func (anthropic) parse(body []byte) (map[string]json.RawMessage, []seen, error) {
-	var req struct {
-		Tools []struct {
-			Name        string          `json:"name"`
-			InputSchema json.RawMessage `json:"input_schema"`
-		} `json:"tools"`
-		Messages []struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
+// parseRequest decodes body as the API's request R; read fills tools with
+// the tools it offers and returns the tool results it carries, in order.
+func parseRequest[R any](body []byte, read func(req *R, tools map[string]json.RawMessage) []seen) (map[string]json.RawMessage, []seen, error) {
+	var req R
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, nil, err
 	}
 	tools := map[string]json.RawMessage{}
-	for _, t := range req.Tools {
-		tools[t.Name] = t.InputSchema
-	}
-	var res []seen
-	for _, m := range req.Messages {
-		var blocks []struct {
-			Type    string          `json:"type"`
-			Content json.RawMessage `json:"content"`
+	return tools, read(&req, tools), nil
+}
+
+// seenOf is a tool result whose text is textOf its JSON.
+func seenOf(raw json.RawMessage) seen { return seen{Raw: raw, Text: textOf(raw)} }
+
+// anthropic is the Messages API (Claude Code).
+type anthropic struct{}
+
+type anthropicRequest struct {
+	Tools []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	} `json:"tools"`
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+}
+
+func (anthropic) parse(body []byte) (map[string]json.RawMessage, []seen, error) {
+	return parseRequest(body, func(req *anthropicRequest, tools map[string]json.RawMessage) (res []seen) {
+		for _, t := range req.Tools {
+			tools[t.Name] = t.InputSchema
 		}
-		if json.Unmarshal(m.Content, &blocks) != nil {
-			continue
-		}
-		for _, b := range blocks {
-			if b.Type == "tool_result" {
-				res = append(res, seen{Raw: b.Content, Text: textOf(b.Content)})
+		for _, m := range req.Messages {
+			var blocks []struct {
+				Type    string          `json:"type"`
+				Content json.RawMessage `json:"content"`
+			}
+			if json.Unmarshal(m.Content, &blocks) != nil {
+				continue
+			}
+			for _, b := range blocks {
+				if b.Type == "tool_result" {
+					res = append(res, seenOf(b.Content))
+				}
 			}
 		}
-	}
-	return tools, res, nil
+		return res
+	})
 }
 
 func (anthropic) answer(w http.ResponseWriter, r *http.Request, n int, tool string, args map[string]any, text string) {
@@ -262,45 +274,45 @@ func (anthropic) answer(w http.ResponseWriter, r *http.Request, n int, tool stri
 	send("message_stop", map[string]any{"type": "message_stop"})
 }
 
+// function is a tool as OpenAI's APIs declare it.
+type function struct {
+	Name       string          `json:"name"`
+	Parameters json.RawMessage `json:"parameters"`
+}
+
 // responses is OpenAI's Responses API over SSE (Codex CLI).
 type responses struct{}
 
+type responsesRequest struct {
+	Tools []struct {
+		function
+		Type string `json:"type"`
+		// A namespace of tools (an MCP server's) nests them.
+		Tools []function `json:"tools"`
+	} `json:"tools"`
+	Input []struct {
+		Type   string          `json:"type"`
+		Output json.RawMessage `json:"output"`
+	} `json:"input"`
+}
+
 func (responses) parse(body []byte) (map[string]json.RawMessage, []seen, error) {
-	var req struct {
-		Tools []struct {
-			Type       string          `json:"type"`
-			Name       string          `json:"name"`
-			Parameters json.RawMessage `json:"parameters"`
-			// A namespace of tools (an MCP server's) nests them.
-			Tools []struct {
-				Name       string          `json:"name"`
-				Parameters json.RawMessage `json:"parameters"`
-			} `json:"tools"`
-		} `json:"tools"`
-		Input []struct {
-			Type   string          `json:"type"`
-			Output json.RawMessage `json:"output"`
-		} `json:"input"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, nil, err
-	}
-	tools := map[string]json.RawMessage{}
-	for _, t := range req.Tools {
-		if t.Name != "" {
-			tools[t.Name] = t.Parameters
+	return parseRequest(body, func(req *responsesRequest, tools map[string]json.RawMessage) (res []seen) {
+		for _, t := range req.Tools {
+			if t.Name != "" {
+				tools[t.Name] = t.Parameters
+			}
+			for _, nt := range t.Tools {
+				tools[t.Name+"."+nt.Name] = nt.Parameters
+			}
 		}
-		for _, nt := range t.Tools {
-			tools[t.Name+"."+nt.Name] = nt.Parameters
+		for _, it := range req.Input {
+			if it.Type == "function_call_output" || it.Type == "custom_tool_call_output" {
+				res = append(res, seenOf(it.Output))
+			}
 		}
-	}
-	var res []seen
-	for _, it := range req.Input {
-		if it.Type == "function_call_output" || it.Type == "custom_tool_call_output" {
-			res = append(res, seen{Raw: it.Output, Text: textOf(it.Output)})
-		}
-	}
-	return tools, res, nil
+		return res
+	})
 }
 
 func (responses) answer(w http.ResponseWriter, r *http.Request, n int, tool string, args map[string]any, text string) {
@@ -327,33 +339,28 @@ func (responses) answer(w http.ResponseWriter, r *http.Request, n int, tool stri
 // chat is OpenAI's Chat Completions API, streamed (Copilot CLI).
 type chat struct{}
 
+type chatRequest struct {
+	Tools []struct {
+		Function function `json:"function"`
+	} `json:"tools"`
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+}
+
 func (chat) parse(body []byte) (map[string]json.RawMessage, []seen, error) {
-	var req struct {
-		Tools []struct {
-			Function struct {
-				Name       string          `json:"name"`
-				Parameters json.RawMessage `json:"parameters"`
-			} `json:"function"`
-		} `json:"tools"`
-		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, nil, err
-	}
-	tools := map[string]json.RawMessage{}
-	for _, t := range req.Tools {
-		tools[t.Function.Name] = t.Function.Parameters
-	}
-	var res []seen
-	for _, m := range req.Messages {
-		if m.Role == "tool" {
-			res = append(res, seen{Raw: m.Content, Text: textOf(m.Content)})
+	return parseRequest(body, func(req *chatRequest, tools map[string]json.RawMessage) (res []seen) {
+		for _, t := range req.Tools {
+			tools[t.Function.Name] = t.Function.Parameters
 		}
-	}
-	return tools, res, nil
+		for _, m := range req.Messages {
+			if m.Role == "tool" {
+				res = append(res, seenOf(m.Content))
+			}
+		}
+		return res
+	})
 }
 
 func (chat) answer(w http.ResponseWriter, r *http.Request, n int, tool string, args map[string]any, text string) {
@@ -376,60 +383,62 @@ func (chat) answer(w http.ResponseWriter, r *http.Request, n int, tool string, a
 // gemini is the Gemini API (Gemini CLI).
 type gemini struct{}
 
+type geminiRequest struct {
+	Tools []struct {
+		FunctionDeclarations []struct {
+			Name                 string          `json:"name"`
+			Parameters           json.RawMessage `json:"parameters"`
+			ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
+		} `json:"functionDeclarations"`
+	} `json:"tools"`
+	Contents []struct {
+		Parts []struct {
+			FunctionResponse *struct {
+				Response json.RawMessage `json:"response"`
+				Parts    json.RawMessage `json:"parts"`
+			} `json:"functionResponse"`
+		} `json:"parts"`
+	} `json:"contents"`
+}
+
 func (gemini) parse(body []byte) (map[string]json.RawMessage, []seen, error) {
-	var req struct {
-		Tools []struct {
-			FunctionDeclarations []struct {
-				Name                 string          `json:"name"`
-				Parameters           json.RawMessage `json:"parameters"`
-				ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
-			} `json:"functionDeclarations"`
-		} `json:"tools"`
-		Contents []struct {
-			Parts []struct {
-				FunctionResponse *struct {
-					Response json.RawMessage `json:"response"`
-					Parts    json.RawMessage `json:"parts"`
-				} `json:"functionResponse"`
-			} `json:"parts"`
-		} `json:"contents"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, nil, err
-	}
-	tools := map[string]json.RawMessage{}
-	for _, t := range req.Tools {
-		for _, d := range t.FunctionDeclarations {
-			p := d.ParametersJSONSchema
-			if p == nil {
-				p = d.Parameters
-			}
-			tools[d.Name] = p
-		}
-	}
-	var res []seen
-	for _, c := range req.Contents {
-		for _, p := range c.Parts {
-			if fr := p.FunctionResponse; fr != nil {
-				raw := fr.Response
-				var resp map[string]json.RawMessage
-				text := string(raw)
-				if json.Unmarshal(raw, &resp) == nil {
-					var b strings.Builder
-					for _, k := range []string{"output", "content", "error"} {
-						if v, ok := resp[k]; ok {
-							b.WriteString(textOf(v))
-						}
-					}
-					if b.Len() > 0 {
-						text = b.String()
-					}
+	return parseRequest(body, func(req *geminiRequest, tools map[string]json.RawMessage) (res []seen) {
+		for _, t := range req.Tools {
+			for _, d := range t.FunctionDeclarations {
+				p := d.ParametersJSONSchema
+				if p == nil {
+					p = d.Parameters
 				}
-				res = append(res, seen{Raw: raw, Text: text})
+				tools[d.Name] = p
 			}
 		}
+		for _, c := range req.Contents {
+			for _, p := range c.Parts {
+				if fr := p.FunctionResponse; fr != nil {
+					res = append(res, seen{Raw: fr.Response, Text: geminiText(fr.Response)})
+				}
+			}
+		}
+		return res
+	})
+}
+
+// geminiText is the text a model reads in a function response: its
+// output, content and error, else the response's JSON itself.
+func geminiText(raw json.RawMessage) string {
+	var resp map[string]json.RawMessage
+	if json.Unmarshal(raw, &resp) == nil {
+		var b strings.Builder
+		for _, k := range []string{"output", "content", "error"} {
+			if v, ok := resp[k]; ok {
+				b.WriteString(textOf(v))
+			}
+		}
+		if b.Len() > 0 {
+			return b.String()
+		}
 	}
-	return tools, res, nil
+	return string(raw)
 }
 
 func (gemini) answer(w http.ResponseWriter, r *http.Request, n int, tool string, args map[string]any, text string) {

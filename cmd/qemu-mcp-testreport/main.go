@@ -19,10 +19,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -275,17 +275,8 @@ func printRunRegexp(path string) int {
 		fmt.Fprintln(os.Stderr, "testreport: the run has no QEMU-facing test")
 		return 1
 	}
-	fmt.Printf("^(%s)$\n%s\n", strings.Join(sorted(names), "|"), strings.Join(sorted(pkgs), " "))
+	fmt.Printf("^(%s)$\n%s\n", strings.Join(slices.Sorted(maps.Keys(names)), "|"), strings.Join(slices.Sorted(maps.Keys(pkgs)), " "))
 	return 0
-}
-
-func sorted(m map[string]bool) []string {
-	s := make([]string, 0, len(m))
-	for k := range m {
-		s = append(s, k)
-	}
-	sort.Strings(s)
-	return s
 }
 
 // expectedSkip is one line of the skips file: a test that may skip on

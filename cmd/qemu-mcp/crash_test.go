@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
@@ -153,7 +154,7 @@ func (w *sweep) start() (*server, chan string) {
 func (w *sweep) call(s *server, name string, args map[string]any, out any) {
 	w.t.Helper()
 	if res := s.call(w.t, name, args, out); res.IsError {
-		w.t.Fatalf("%s: %s", name, resultText(res))
+		w.t.Fatalf("%s: %s", name, mcptest.Text(res))
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 )
 
 // httpServer starts qemu-mcp -http and returns its base URL, read from the
@@ -207,7 +209,7 @@ func TestHTTPHygiene(t *testing.T) {
 	defer a.cs.Close()
 	defer b.cs.Close()
 	if res := a.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	var r struct {
 		OutputStart int64 `json:"output_start"`
@@ -283,7 +285,7 @@ func TestHTTPAbandonedSessions(t *testing.T) {
 	cs := connectHTTP(t, url, "")
 	defer cs.Close()
 	if res := (&server{cs: cs}).call(t, "qemu_list", nil, nil); res.IsError {
-		t.Errorf("qemu_list after the flood of sessions: %s", resultText(res))
+		t.Errorf("qemu_list after the flood of sessions: %s", mcptest.Text(res))
 	}
 }
 

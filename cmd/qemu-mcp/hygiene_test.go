@@ -17,6 +17,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
@@ -97,16 +98,6 @@ func (s *server) call(t *testing.T, name string, args map[string]any, out any) *
 	return res
 }
 
-func resultText(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if t, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(t.Text)
-		}
-	}
-	return b.String()
-}
-
 func gitRepo(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
@@ -147,7 +138,7 @@ func TestSeed000KilledServerLeavesNothingThatBlocks(t *testing.T) {
 		var b bootWithReap
 		res := s.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 30}, &b)
 		if res.IsError || !b.Matched {
-			t.Fatalf("round %d: boot failed: %s", i, resultText(res))
+			t.Fatalf("round %d: boot failed: %s", i, mcptest.Text(res))
 		}
 		if want := filepath.Join(repo, ".git", ".qemu.lock"); b.Lock != want {
 			t.Errorf("round %d: lock %q, want %q", i, b.Lock, want)
@@ -171,7 +162,7 @@ func TestSeed000KilledServerLeavesNothingThatBlocks(t *testing.T) {
 	// any dead PID remains.
 	s := startServer(t, dir, repo, "QEMU_MCP_LOCK_FILE=")
 	if res := s.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("final boot: %s", resultText(res))
+		t.Fatalf("final boot: %s", mcptest.Text(res))
 	}
 	s.call(t, "qemu_shutdown", nil, nil)
 	s.cs.Close()
@@ -206,7 +197,7 @@ func TestKilledServerWithTwoInstances(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		var b bootWithReap
 		if res := s.call(t, "qemu_boot", map[string]any{"instance": name, "wait_for": `tiny> $`, "timeout": 30}, &b); res.IsError || !b.Matched {
-			t.Fatalf("boot %s: %s", name, resultText(res))
+			t.Fatalf("boot %s: %s", name, mcptest.Text(res))
 		}
 		info, err := proc.Stat(b.PID)
 		if err != nil {
@@ -229,7 +220,7 @@ func TestKilledServerWithTwoInstances(t *testing.T) {
 	next := startServer(t, dir, t.TempDir())
 	var b bootWithReap
 	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &b); res.IsError || !b.Matched {
-		t.Fatalf("boot after the kill: %s", resultText(res))
+		t.Fatalf("boot after the kill: %s", mcptest.Text(res))
 	}
 	// The server may have been probing its QEMU (qemu/caps) when it was
 	// killed: that probe's directory goes too.
@@ -267,14 +258,14 @@ func TestSecondServerSameRepoAndWorktree(t *testing.T) {
 	a := startServer(t, runtimeDir(t), repo, "QEMU_MCP_LOCK_FILE=")
 	for _, name := range []string{"default", "router"} {
 		if res := a.call(t, "qemu_boot", map[string]any{"instance": name, "wait_for": `tiny> $`}, nil); res.IsError {
-			t.Fatalf("boot of %s: %s", name, resultText(res))
+			t.Fatalf("boot of %s: %s", name, mcptest.Text(res))
 		}
 	}
 	lockPath := filepath.Join(repo, ".git", ".qemu.lock")
 	for _, cwd := range []string{repo, wt} {
 		b := startServer(t, runtimeDir(t), cwd, "QEMU_MCP_LOCK_FILE=")
 		res := b.call(t, "qemu_boot", nil, nil)
-		msg := resultText(res)
+		msg := mcptest.Text(res)
 		if !res.IsError {
 			t.Fatalf("second server in %s booted while the lock is held", cwd)
 		}
@@ -298,12 +289,12 @@ func TestSecondServerSameRepoAndWorktree(t *testing.T) {
 	// not before.
 	a.call(t, "qemu_shutdown", nil, nil)
 	b := startServer(t, runtimeDir(t), wt, "QEMU_MCP_LOCK_FILE=")
-	if res := b.call(t, "qemu_boot", nil, nil); !res.IsError || !strings.Contains(resultText(res), "instance(s) router since") {
-		t.Fatalf("boot while router still runs: %s", resultText(res))
+	if res := b.call(t, "qemu_boot", nil, nil); !res.IsError || !strings.Contains(mcptest.Text(res), "instance(s) router since") {
+		t.Fatalf("boot while router still runs: %s", mcptest.Text(res))
 	}
 	a.call(t, "qemu_shutdown", map[string]any{"instance": "router"}, nil)
 	if res := b.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("boot from the worktree after release: %s", resultText(res))
+		t.Fatalf("boot from the worktree after release: %s", mcptest.Text(res))
 	}
 }
 
@@ -312,12 +303,12 @@ func TestDoctor(t *testing.T) {
 	dir := runtimeDir(t)
 	live := startServer(t, dir, t.TempDir())
 	if res := live.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	dead := startServer(t, dir, t.TempDir(), "QEMU_MCP_LOCK_FILE="+dir+"-2.lock")
 	var b bootWithReap
 	if res := dead.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &b); res.IsError {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	defer os.Remove(dir + "-2.lock")
 	defer os.Remove(dir + "-2.lock.guard")

@@ -13,6 +13,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 )
 
 // termThenKill sends the server SIGTERM and, delay later, SIGKILL, as
@@ -75,7 +76,7 @@ func TestTermThenKillWithGuest(t *testing.T) {
 		s := startServer(t, dir, t.TempDir())
 		var b bootWithReap
 		if res := s.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 30}, &b); res.IsError || !b.Matched {
-			t.Fatalf("boot: %s", resultText(res))
+			t.Fatalf("boot: %s", mcptest.Text(res))
 		}
 		info, err := proc.Stat(b.PID)
 		if err != nil {
@@ -87,7 +88,7 @@ func TestTermThenKillWithGuest(t *testing.T) {
 		next := startServer(t, dir, t.TempDir())
 		var nb bootWithReap
 		if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &nb); res.IsError || !nb.Matched {
-			t.Fatalf("boot after the kill %v: %s", d, resultText(res))
+			t.Fatalf("boot after the kill %v: %s", d, mcptest.Text(res))
 		}
 		if len(left) > 0 && (nb.Reaped == nil || !slices.Contains(nb.Reaped.DeadServers, o.PID)) {
 			t.Errorf("SIGKILL %v after SIGTERM left %v, and the next boot reaped %+v", d, left, nb.Reaped)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
@@ -77,10 +78,10 @@ func TestTAPAndCapture(t *testing.T) {
 		PID int `json:"pid"`
 	}
 	if res := a.call(t, "qemu_snapshot_save", map[string]any{"name": "net"}, nil); res.IsError {
-		t.Fatalf("save: %s", resultText(res))
+		t.Fatalf("save: %s", mcptest.Text(res))
 	}
 	if res := a.call(t, "qemu_snapshot_load", map[string]any{"name": "net"}, &lo); res.IsError || lo.PID == 0 {
-		t.Fatalf("load: %s", resultText(res))
+		t.Fatalf("load: %s", mcptest.Text(res))
 	}
 	a.call(t, "serial_send", map[string]any{"data": "ping 192.0.2.1", "wait_for": `host 192\.0\.2\.1 is alive`, "timeout": 20}, &w)
 	if !w.Matched || !linkExists(ns, b.TAP) {
@@ -104,7 +105,7 @@ func TestTAPAndCapture(t *testing.T) {
 	// After SIGKILL of the server, the next server's reaper deletes its TAP.
 	res := a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap_cidr": "198.51.100.1/24", "wait_for": `tiny> $`}, &b)
 	if res.IsError || !linkExists(ns, b.TAP) {
-		t.Fatalf("second boot: %s", resultText(res))
+		t.Fatalf("second boot: %s", mcptest.Text(res))
 	}
 	a.cmd.Process.Kill()
 	<-a.done
@@ -150,7 +151,7 @@ func reapedTAPs(t *testing.T, ns, dir string) []string {
 		} `json:"reaped"`
 	}
 	if res := next.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &nb); res.IsError {
-		t.Fatalf("boot after the kill: %s", resultText(res))
+		t.Fatalf("boot after the kill: %s", mcptest.Text(res))
 	}
 	return nb.Reaped.DeletedTAPs
 }
@@ -196,7 +197,7 @@ func TestTAPWithoutPrivilege(t *testing.T) {
 	cmd.SysProcAttr = unprivileged()
 	s := startServerCmd(t, cmd, cmd.Env)
 	res := s.call(t, "qemu_boot", map[string]any{"network": "tap"}, nil)
-	msg := resultText(res)
+	msg := mcptest.Text(res)
 	if !res.IsError || !strings.Contains(msg, "CAP_NET_ADMIN") || !strings.Contains(msg, `network: "user"`) ||
 		!strings.Contains(msg, "ip tuntap add dev qmtap0 mode tap user nobody") || !strings.Contains(msg, `tap: "qmtap0"`) {
 		t.Fatalf("boot with tap as nobody: %s", msg)
@@ -234,7 +235,7 @@ func TestTwoGuestsOnABridge(t *testing.T) {
 			"network": "tap", "bridge": "br0", "pcap": g.name == "b", "wait_for": testguest.LinuxPrompt, "timeout": 60,
 		}, &b)
 		if res.IsError || !b.Matched || !linkExists(ns, b.TAP) {
-			t.Fatalf("boot %s: %s", g.name, resultText(res))
+			t.Fatalf("boot %s: %s", g.name, mcptest.Text(res))
 		}
 		taps[g.name] = b.TAP
 		var w struct {
@@ -242,7 +243,7 @@ func TestTwoGuestsOnABridge(t *testing.T) {
 		}
 		if res := s.call(t, "serial_send", map[string]any{"instance": g.name, "data": "ip addr add " + g.addr + "/24 dev eth0 && ip link set eth0 up",
 			"wait_for": testguest.LinuxPrompt, "timeout": 10}, &w); res.IsError || !w.Matched {
-			t.Fatalf("configure %s: %s", g.name, resultText(res))
+			t.Fatalf("configure %s: %s", g.name, mcptest.Text(res))
 		}
 	}
 	if taps["a"] == taps["b"] {
@@ -255,7 +256,7 @@ func TestTwoGuestsOnABridge(t *testing.T) {
 	res := s.call(t, "serial_send", map[string]any{"instance": "a", "data": "ping -c 3 -W 2 192.0.2.12",
 		"wait_for": `packets received`, "timeout": 30}, &w)
 	if res.IsError || !strings.Contains(w.Output, "3 packets transmitted, 3 packets received") {
-		t.Fatalf("ping from a to b: %s", resultText(res))
+		t.Fatalf("ping from a to b: %s", mcptest.Text(res))
 	}
 	var p struct {
 		Packets []struct {
@@ -294,7 +295,7 @@ func TestLinuxPingsHost(t *testing.T) {
 		"network": "tap", "tap_cidr": "192.0.2.1/24", "wait_for": testguest.LinuxPrompt, "timeout": 60,
 	}, nil)
 	if res.IsError {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	var w struct {
 		Output string `json:"output"`
@@ -302,7 +303,7 @@ func TestLinuxPingsHost(t *testing.T) {
 	res = s.call(t, "serial_send", map[string]any{"data": "ip addr add 192.0.2.15/24 dev eth0 && ip link set eth0 up && ping -c 3 -W 2 192.0.2.1",
 		"wait_for": `packets received`, "timeout": 30}, &w)
 	if res.IsError || !strings.Contains(w.Output, "3 packets transmitted, 3 packets received") {
-		t.Fatalf("ping the host: %s", resultText(res))
+		t.Fatalf("ping the host: %s", mcptest.Text(res))
 	}
 }
 
@@ -324,21 +325,21 @@ func TestExistingTAPAsRoot(t *testing.T) {
 		PCAP string `json:"pcap"`
 	}
 	if res := a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap": "qmtapr", "pcap": true, "wait_for": `tiny> $`}, &b); res.IsError {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	if b.TAP != "qmtapr" || b.PCAP == "" {
 		t.Errorf("boot result %+v", b)
 	}
 	// A second guest cannot have it while the first does.
-	if res := a.call(t, "qemu_boot", map[string]any{"instance": "two", "network": "tap", "tap": "qmtapr"}, nil); !res.IsError || !strings.Contains(resultText(res), "in use") {
-		t.Errorf("a second guest on the same TAP: %s", resultText(res))
+	if res := a.call(t, "qemu_boot", map[string]any{"instance": "two", "network": "tap", "tap": "qmtapr"}, nil); !res.IsError || !strings.Contains(mcptest.Text(res), "in use") {
+		t.Errorf("a second guest on the same TAP: %s", mcptest.Text(res))
 	}
 	a.call(t, "qemu_shutdown", nil, nil)
 	if !linkExists(ns, "qmtapr") {
 		t.Fatal("shutdown deleted the TAP it was given")
 	}
 	if res := a.call(t, "qemu_boot", map[string]any{"network": "tap", "tap": "qmtapr", "wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("second boot: %s", resultText(res))
+		t.Fatalf("second boot: %s", mcptest.Text(res))
 	}
 	a.cmd.Process.Kill()
 	<-a.done
@@ -374,7 +375,7 @@ func ubootPing(t *testing.T, s *server, network map[string]any) ubootBoot {
 	}
 	var b ubootBoot
 	if res := s.call(t, "qemu_boot", args, &b); res.IsError || !b.Matched {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	var w struct {
 		Matched bool   `json:"matched"`

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testusers"
 )
 
@@ -264,7 +265,7 @@ func TestLockFilesHeldByOtherUser(t *testing.T) {
 			Lock string `json:"lock"`
 		}
 		if res := s.call(t, "qemu_boot", nil, &b); res.IsError {
-			t.Fatalf("boot: %s", resultText(res))
+			t.Fatalf("boot: %s", mcptest.Text(res))
 		}
 		el := time.Since(start)
 		if b.Lock != lockFile {
@@ -311,7 +312,7 @@ func TestTwoProjectsOutsideGit(t *testing.T) {
 			Matched bool   `json:"matched"`
 		}
 		if res := s.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &b); res.IsError || !b.Matched {
-			t.Fatalf("boot in %s: %s", name, resultText(res))
+			t.Fatalf("boot in %s: %s", name, mcptest.Text(res))
 		}
 		if filepath.Dir(b.Lock) != dir {
 			t.Errorf("lock of %s: %s, want one in the runtime directory %s", name, b.Lock, dir)
@@ -339,7 +340,7 @@ func TestGDBTCPOnlyOwner(t *testing.T) {
 		} `json:"paths"`
 	}
 	if res := s.call(t, "qemu_boot", map[string]any{"gdb": true, "wait_for": `tiny> $`}, &b); res.IsError || b.Paths.GDBAddress == "" {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	gdbAs := func(a account) string {
 		out, err := a.helper("gdbtcp", "QEMU_MCP_TEST_URL="+b.Paths.GDBAddress).Output()
@@ -359,7 +360,7 @@ func TestGDBTCPOnlyOwner(t *testing.T) {
 		Matched bool `json:"matched"`
 	}
 	if res := s.call(t, "serial_send", map[string]any{"data": "echo still-running", "wait_for": `still-running\r\ntiny> $`, "timeout": 10}, &w); res.IsError || !w.Matched {
-		t.Errorf("the guest after both attempts: %s", resultText(res))
+		t.Errorf("the guest after both attempts: %s", mcptest.Text(res))
 	}
 }
 
@@ -377,7 +378,7 @@ func TestVNCOnlyOwner(t *testing.T) {
 		VNC string `json:"vnc"`
 	}
 	if res := s.call(t, "qemu_boot", map[string]any{"gpu": true, "vnc": true}, &b); res.IsError || b.VNC == "" {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	dial := func(a account) string {
 		out, err := a.helper("dial", "QEMU_MCP_TEST_PATHS="+b.VNC).Output()

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/mcptest"
 )
 
 // A restart that would fail leaves the running guest as it was: its QEMU,
@@ -25,7 +27,7 @@ func TestRefusedRestartKeepsGuest(t *testing.T) {
 	cmd2 := owner.serverCmd(owner.dir(t, "run2", 0o700), other)
 	s2 := startServerCmd(t, cmd2, append(cmd2.Env, "QEMU_MCP_LOCK_FILE="))
 	if res := s2.call(t, "qemu_boot", nil, nil); res.IsError {
-		t.Fatalf("boot of the other server: %s", resultText(res))
+		t.Fatalf("boot of the other server: %s", mcptest.Text(res))
 	}
 
 	cmd := owner.serverCmd(dir, work)
@@ -34,7 +36,7 @@ func TestRefusedRestartKeepsGuest(t *testing.T) {
 		PID int `json:"pid"`
 	}
 	if res := s.call(t, "qemu_boot", map[string]any{"wait_for": `tiny> $`}, &b); res.IsError {
-		t.Fatalf("boot: %s", resultText(res))
+		t.Fatalf("boot: %s", mcptest.Text(res))
 	}
 	var r struct {
 		Cursor int64  `json:"cursor"`
@@ -51,7 +53,7 @@ func TestRefusedRestartKeepsGuest(t *testing.T) {
 	} {
 		args["restart"] = true
 		res := s.call(t, "qemu_boot", args, nil)
-		msg := resultText(res)
+		msg := mcptest.Text(res)
 		if !res.IsError {
 			t.Fatalf("%s: the restart succeeded: %s", what, msg)
 		}
@@ -137,8 +139,8 @@ func TestUserTAPByName(t *testing.T) {
 		for k, v := range extra {
 			args[k] = v
 		}
-		if res := s.call(t, "qemu_boot", args, nil); !res.IsError || !strings.Contains(resultText(res), "used as it is") {
-			t.Errorf("tap with %v: %s", extra, resultText(res))
+		if res := s.call(t, "qemu_boot", args, nil); !res.IsError || !strings.Contains(mcptest.Text(res), "used as it is") {
+			t.Errorf("tap with %v: %s", extra, mcptest.Text(res))
 		}
 	}
 
@@ -165,7 +167,7 @@ func TestUserTAPByName(t *testing.T) {
 		Packets int64 `json:"packets"`
 	}
 	if res := s.call(t, "qemu_pcap_start", map[string]any{"filter": "icmp"}, &st); res.IsError {
-		t.Fatalf("pcap start: %s", resultText(res))
+		t.Fatalf("pcap start: %s", mcptest.Text(res))
 	}
 	s.call(t, "serial_send", map[string]any{"data": "ping 192.0.2.1", "wait_for": `is alive`, "timeout": 20}, &w)
 	s.call(t, "qemu_pcap_stop", nil, &stop)
@@ -185,7 +187,7 @@ func TestUserTAPByName(t *testing.T) {
 	<-s.done
 	next := userTAPServer(t, owner, ns, dir, owner.home)
 	if res := next.call(t, "qemu_boot", map[string]any{"network": "tap", "tap": "qmtapa", "wait_for": `tiny> $`}, nil); res.IsError {
-		t.Fatalf("boot after the kill: %s", resultText(res))
+		t.Fatalf("boot after the kill: %s", mcptest.Text(res))
 	}
 	if !linkExists(ns, "qmtapa") {
 		t.Error("the user's TAP was reaped")

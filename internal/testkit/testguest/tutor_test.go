@@ -237,31 +237,36 @@ func TestTutorShell(t *testing.T) {
 	}
 }
 
+// insertBefore is a Tutor patch that puts text before line, which the
+// source file (a slash-separated path in the tutor's directory) must hold
+// once.
+func insertBefore(t *testing.T, file, line, text string) func(dir string) error {
+	return func(dir string) error {
+		p := filepath.Join(dir, filepath.FromSlash(file))
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if n := bytes.Count(b, []byte(line)); n != 1 {
+			t.Fatalf("%s has %d lines %q, want 1", file, n, line)
+		}
+		return os.WriteFile(p, bytes.Replace(b, []byte(line), []byte(text+line), 1), 0o644)
+	}
+}
+
 // A hart that comes late (on a loaded host, QEMU's thread for it may not
 // run for a while) still says it started before the shell's first
 // prompt: the kernel waits for every hart the machine has, not only for
 // those that reached it by the time hart 0 was ready.
 func TestTutorLateHart(t *testing.T) {
-	dir := Tutor(t, func(dir string) error {
-		p := filepath.Join(dir, "kernel", "start.c")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		const line = "\tcsr_write(mepc, main);\n"
-		if n := bytes.Count(b, []byte(line)); n != 1 {
-			t.Fatalf("kernel/start.c has %d lines %q, want 1", n, line)
-		}
-		// Hart 2 spends a second in start(), longer than a boot to
-		// the prompt takes.
-		delay := "\tif (hart == 2) {\n" +
-			"\t\tuint64 t0 = *(volatile uint64 *)CLINT_MTIME;\n" +
-			"\t\twhile (*(volatile uint64 *)CLINT_MTIME - t0 < 10000000)\n" +
-			"\t\t\t;\n" +
-			"\t}\n"
-		b = bytes.Replace(b, []byte(line), []byte(delay+line), 1)
-		return os.WriteFile(p, b, 0o644)
-	})
+	// Hart 2 spends a second in start(), longer than a boot to the prompt
+	// takes.
+	dir := Tutor(t, insertBefore(t, "kernel/start.c", "\tcsr_write(mepc, main);\n",
+		"\tif (hart == 2) {\n"+
+			"\t\tuint64 t0 = *(volatile uint64 *)CLINT_MTIME;\n"+
+			"\t\twhile (*(volatile uint64 *)CLINT_MTIME - t0 < 10000000)\n"+
+			"\t\t\t;\n"+
+			"\t}\n"))
 	c := bootTutor(t, dir, tutorArgs(t, TutorQEMULine(t, dir), nil))
 	if next := c.expect(`hart 1 starting\n(\$ |hart 2 starting\n)`)[1]; next != "hart 2 starting\n" {
 		t.Fatalf("after hart 1 the console showed %q, want hart 2's line before the prompt", next)
@@ -297,19 +302,7 @@ func TestTutorDiskErrors(t *testing.T) {
 // A NULL store planted in sys_ticks faults in the kernel: kerneltrap
 // reports the trap and panics.
 func TestTutorNullStore(t *testing.T) {
-	dir := Tutor(t, func(dir string) error {
-		p := filepath.Join(dir, "kernel", "syscall.c")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		const line = "  return ticks;\n"
-		if n := bytes.Count(b, []byte(line)); n != 1 {
-			t.Fatalf("kernel/syscall.c has %d lines %q, want 1", n, line)
-		}
-		b = bytes.Replace(b, []byte(line), []byte("  *(volatile int *)0 = 1;\n"+line), 1)
-		return os.WriteFile(p, b, 0o644)
-	})
+	dir := Tutor(t, insertBefore(t, "kernel/syscall.c", "  return ticks;\n", "  *(volatile int *)0 = 1;\n"))
 	c := bootTutor(t, dir, tutorArgs(t, TutorQEMULine(t, dir), nil))
 	c.expect(`\$ $`)
 	c.send("ticks\n")
