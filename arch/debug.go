@@ -67,6 +67,12 @@ type Registers struct {
 	Priv string
 	// Wait is the instruction a vCPU waits in for an interrupt.
 	Wait string
+	// CSRNames says register results name the last traps into the
+	// kernel's and the firmware's levels "scause" and "mcause", the
+	// system registers "csrs" and the translation "satp": riscv64's own
+	// names, which its users rely on. Otherwise they are "exception",
+	// "firmware_exception", "system" and "translation".
+	CSRNames bool
 	// CPUMap is Linux's table of CPU numbers to vCPU IDs (a 64-bit ID per
 	// CPU number), "" if there is none.
 	CPUMap string
@@ -174,8 +180,12 @@ type Traps interface {
 
 // Walk is a page-table walk of one virtual address, as the MMU does it.
 type Walk struct {
-	VA   string `json:"va"`
-	Satp string `json:"satp"`
+	VA string `json:"va"`
+	// Satp is riscv64's root; TTBR and TCR are aarch64's (the table
+	// base register the address selects, and the control register).
+	Satp string `json:"satp,omitempty"`
+	TTBR string `json:"ttbr,omitempty"`
+	TCR  string `json:"tcr,omitempty"`
 	// Mode is the translation mode ("Bare" for none).
 	Mode   string  `json:"mode"`
 	Levels []Level `json:"levels,omitempty"`
@@ -205,16 +215,15 @@ type Level struct {
 
 // Paging walks page tables.
 type Paging interface {
-	// Root is the register naming the current page table.
+	// Root is the register naming the current page table, whose value a
+	// caller may give instead of the vCPU's; "" when the tables have no
+	// single root (the walk reads several registers).
 	Root() string
-	// Translates says whether root translates at all (else addresses
-	// are physical and a walk reads nothing).
-	Translates(root uint64) bool
-	// Walk walks va through the page table root names, reading entries
-	// with read (physical addresses; nil when root does not translate).
-	// Only an error of read is an error; a walk that finds no page says
-	// why in Fault.
-	Walk(va, root uint64, read func(pa uint64) (uint64, error)) (Walk, error)
+	// Walk walks va as the MMU does: reg reads the vCPU's registers the
+	// walk needs (Root's value, or the one given instead), read the
+	// 64-bit entry at a physical address. Only an error of reg or read
+	// is an error; a walk that finds no page says why in Fault.
+	Walk(va uint64, reg func(name string) (uint64, error), read func(pa uint64) (uint64, error)) (Walk, error)
 }
 
 // Instruction is one decoded instruction.
@@ -300,9 +309,15 @@ type Unwinder interface {
 	IsFirst(fn string) bool
 	// TrapFrameSize is the size of the kernel's trap frame (pt_regs).
 	TrapFrameSize() int
-	// TrapFrame decodes a trap frame: the trap, the trapped context, and
-	// whether it came from user mode.
-	TrapFrame(b []byte) (t Trap, f Frame, user bool)
+	// TrapFrameAt is where the trap frame of entry code is, the entry's
+	// frame being f and the handler it called having its CFA (the stack
+	// pointer at the call) at calleeCFA.
+	TrapFrameAt(f Frame, calleeCFA uint64) uint64
+	// TrapFrame decodes a trap frame, b, that entry code (function
+	// entry) left: the trap, the trapped context, and whether it came
+	// from user mode. r reads what the frame does not keep (a syndrome
+	// register of the vCPU, on an architecture whose frames lack it).
+	TrapFrame(ctx context.Context, r Reader, entry string, b []byte) (t Trap, f Frame, user bool)
 	// InVector recovers the context a trap interrupted while the vCPU is
 	// in the trap vector at f (live registers), whose prologue so far is
 	// pro: the trapped context, its trap, and whether it came from user

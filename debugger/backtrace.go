@@ -111,13 +111,14 @@ func frameLimit(max int) string {
 func (s *Session) trapFrame(ctx context.Context, th *gdb.Thread, st unwindState, f Frame, bt *Backtrace, max int) (unwindState, Frame, bool) {
 	bt.Frames = append(bt.Frames, f)
 	size := s.d.TrapFrameSize()
-	b, err := th.ReadMemory(ctx, st.calleeCFA, size)
+	at := s.d.TrapFrameAt(arch.Frame{PC: st.pc, SP: st.sp, FP: st.fp, RA: st.ra}, st.calleeCFA)
+	b, err := th.ReadMemory(ctx, at, size)
 	if err != nil || len(b) < size {
-		bt.End = fmt.Sprintf("could not read the trap frame at %s", hex(st.calleeCFA))
+		bt.End = fmt.Sprintf("could not read the trap frame at %s", hex(at))
 		return st, f, true
 	}
-	at, regs, user := s.d.TrapFrame(b)
-	t := s.trap(at, false)
+	tr, regs, user := s.d.TrapFrame(ctx, th, f.Function, b)
+	t := s.trap(tr, false)
 	st = unwindState{pc: regs.PC, ra: regs.RA, sp: regs.SP, fp: regs.FP, exact: true}
 	f = Frame{Where: s.Where(st.pc), Trap: &t}
 	if len(bt.Frames) >= max {

@@ -15,7 +15,7 @@ import (
 // anything connects to its stub.
 func TestUnsupportedArch(t *testing.T) {
 	s := New(Config{
-		Arch: arm64.Arch,
+		Arch: noDebugger{arm64.Arch},
 		Dial: func(context.Context) (*gdb.Client, error) {
 			t.Error("dialled the stub of an unsupported architecture")
 			return nil, errors.New("no stub")
@@ -27,13 +27,19 @@ func TestUnsupportedArch(t *testing.T) {
 	})
 	_, err := s.Registers(context.Background(), LastHart)
 	var u *arch.UnsupportedError
-	if !errors.As(err, &u) || err.Error() != "the debugger does not support aarch64 guests yet" {
+	if !errors.As(err, &u) || err.Error() != "the debugger does not support fake64 guests yet" {
 		t.Errorf("registers of an aarch64 guest: %v", err)
 	}
 	if _, _, err := s.Backtrace(context.Background(), LastHart, 8); !errors.As(err, &u) {
 		t.Errorf("backtrace of an aarch64 guest: %v", err)
 	}
 }
+
+// noDebugger is an architecture the debugger does not support.
+type noDebugger struct{ arch.Arch }
+
+func (noDebugger) Name() string            { return "fake64" }
+func (noDebugger) Debugger() arch.Debugger { return nil }
 
 func TestHexdump(t *testing.T) {
 	data := make([]byte, 80)

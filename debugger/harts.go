@@ -172,10 +172,11 @@ var stateWords = map[string]string{
 	"trap":     "in a trap handler (an interrupt or exception)",
 	"idle":     "idle",
 	"user":     "in user mode",
-	"firmware": "in M-mode firmware (OpenSBI), not started or parked",
-	// A kernel's own code in M-mode: booted with -bios none, before it
-	// drops to S-mode, or a kernel that runs in M-mode throughout.
-	"machine mode": "running kernel code in M-mode",
+	"firmware": "in firmware (code outside the kernel's symbols at the firmware's level, such as OpenSBI), not started or parked",
+	// A kernel's own code at the firmware's level: booted without
+	// firmware, before it drops to the kernel's level, or a kernel that
+	// stays there throughout.
+	"machine mode": "running kernel code at the firmware's level (M-mode, EL2 or EL3)",
 	"running":      "running kernel code",
 }
 

@@ -2,6 +2,7 @@ package debugger
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -33,32 +34,44 @@ func (s *Session) Translate(ctx context.Context, hart int, loc string, root *uin
 }
 
 func (s *Session) translate(ctx context.Context, th *gdb.Thread, va uint64, root *uint64) (Walk, error) {
-	var rv uint64
-	if root != nil {
-		rv = *root
-	} else {
-		v, err := th.ReadRegister(ctx, s.d.Root())
+	if root != nil && s.d.Root() == "" {
+		return Walk{}, fmt.Errorf("a %s page table has no single root register to give: the walk uses the hart's own registers", s.cfg.Arch.Name())
+	}
+	reg := func(name string) (uint64, error) {
+		if root != nil && name == s.d.Root() {
+			return *root, nil
+		}
+		v, err := th.ReadRegister(ctx, name)
 		if err != nil {
-			return Walk{}, fmt.Errorf("read %s: %w", s.d.Root(), err)
+			return 0, fmt.Errorf("read %s: %w", name, err)
 		}
-		rv = v
+		return v, nil
 	}
-	if !s.d.Translates(rv) {
-		return s.d.Walk(va, rv, nil)
-	}
-	if err := th.Client().SetPhysicalMemory(ctx, true); err != nil {
-		if errors.Is(err, gdb.ErrUnsupported) {
-			return Walk{}, errors.New("this QEMU's gdbstub cannot read physical memory (Qqemu.PhyMemMode), which a page walk needs")
+	// Entries are read at physical addresses; the stub reads those only
+	// in its physical mode, turned on at the first entry read.
+	var physical bool
+	defer func() {
+		if physical {
+			th.Client().SetPhysicalMemory(context.WithoutCancel(ctx), false)
 		}
-		return Walk{}, err
-	}
-	defer th.Client().SetPhysicalMemory(context.WithoutCancel(ctx), false)
-	return s.d.Walk(va, rv, func(pa uint64) (uint64, error) {
+	}()
+	return s.d.Walk(va, reg, func(pa uint64) (uint64, error) {
+		if !physical {
+			if err := th.Client().SetPhysicalMemory(ctx, true); err != nil {
+				if errors.Is(err, gdb.ErrUnsupported) {
+					return 0, errors.New("this QEMU's gdbstub cannot read physical memory (Qqemu.PhyMemMode), which a page walk needs")
+				}
+				return 0, err
+			}
+			physical = true
+		}
 		b, err := th.ReadMemory(ctx, pa, 8)
 		if err != nil {
 			return 0, err
 		}
-		return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56, nil
+		if len(b) < 8 {
+			return 0, fmt.Errorf("read %d of the 8 bytes at physical %s", len(b), hex(pa))
+		}
+		return binary.LittleEndian.Uint64(b), nil
 	})
 }

@@ -72,6 +72,13 @@ type Registers struct {
 	// Status decodes sstatus/mstatus fields; Satp the translation mode.
 	Status string `json:"status,omitempty"`
 	Satp   string `json:"satp,omitempty"`
+	// Exception and FirmwareException, System and Translation are
+	// SCause and MCause, CSRs and Satp on architectures other than
+	// riscv64.
+	Exception         *Trap  `json:"exception,omitempty"`
+	FirmwareException *Trap  `json:"firmware_exception,omitempty"`
+	System            Values `json:"system,omitempty"`
+	Translation       string `json:"translation,omitempty"`
 	// Unavailable lists CSRs the stub does not expose on this QEMU.
 	Unavailable []string `json:"unavailable,omitempty"`
 	// Verdict explains the trap the hart is taking, when it is stopped
@@ -165,6 +172,10 @@ func (s *Session) readRegisters(ctx context.Context, th *gdb.Thread) (Registers,
 	r.Status, r.Satp = v.Status, v.Translation
 	if v.Taking != nil {
 		r.Verdict, _ = s.explain(ctx, th, *v.Taking)
+	}
+	if !s.regs.CSRNames {
+		r.Exception, r.FirmwareException, r.System, r.Translation = r.SCause, r.MCause, r.CSRs, r.Satp
+		r.SCause, r.MCause, r.CSRs, r.Satp = nil, nil, nil, ""
 	}
 	return r, nil
 }

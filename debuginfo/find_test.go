@@ -45,8 +45,8 @@ func TestFindKernelSymbols(t *testing.T) {
 	df.Close()
 
 	var u *arch.UnsupportedError
-	if _, _, err := FindKernelSymbols(image, arm64.Arch, open); !errors.As(err, &u) {
-		t.Errorf("aarch64: %v, want the debugger's unsupported architecture", err)
+	if _, _, err := FindKernelSymbols(image, noDebugger{arm64.Arch}, open); !errors.As(err, &u) {
+		t.Errorf("an architecture without the debugger: %v, want the debugger's unsupported architecture", err)
 	}
 
 	other := append([]byte(nil), elfData...)
@@ -63,3 +63,8 @@ func TestFindKernelSymbols(t *testing.T) {
 		t.Errorf("aarch64 symbols for a riscv64 kernel: %v", err)
 	}
 }
+
+// noDebugger is an architecture the debugger does not support.
+type noDebugger struct{ arch.Arch }
+
+func (noDebugger) Debugger() arch.Debugger { return nil }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 )
 
@@ -716,7 +717,8 @@ func TestFakeThreads(t *testing.T) {
 
 // A stub without a target description sends the 'g' registers of the
 // guest's architecture: riscv64's x0..x31 and pc, also known as x5 and
-// s0; an architecture the debugger does not know has none to assume.
+// s0; aarch64's x0..x30, sp and pc, x29 also known as fp; an architecture
+// the debugger does not know has none to assume.
 func TestFakeNoDescription(t *testing.T) {
 	s := newFakeStub(t)
 	s.features = "PacketSize=1000"
@@ -732,7 +734,21 @@ func TestFakeNoDescription(t *testing.T) {
 	}
 	s2 := newFakeStub(t)
 	s2.features = "PacketSize=1000"
-	if regs := s2.dial(t, WithArch(arm64.Arch)).Registers(); len(regs) != 0 {
-		t.Errorf("aarch64 without a description: %+v", regs)
+	c2 := s2.dial(t, WithArch(arm64.Arch))
+	if regs := c2.Registers(); len(regs) != 33 || regs[31].Name != "sp" || regs[32].Name != "pc" || c2.Arch() != "aarch64" {
+		t.Errorf("aarch64 without a description: %s, %+v", c2.Arch(), regs)
+	}
+	if r, ok := c2.Register("fp"); !ok || r.Name != "x29" {
+		t.Errorf("aarch64's fp = %+v, %v", r, ok)
+	}
+	s3 := newFakeStub(t)
+	s3.features = "PacketSize=1000"
+	if regs := s3.dial(t, WithArch(noDebugger{arm64.Arch})).Registers(); len(regs) != 0 {
+		t.Errorf("an architecture without the debugger, without a description: %+v", regs)
 	}
 }
+
+// noDebugger is an architecture the debugger does not support.
+type noDebugger struct{ arch.Arch }
+
+func (noDebugger) Debugger() arch.Debugger { return nil }

@@ -187,8 +187,6 @@ func TestArchRefusals(t *testing.T) {
 	}
 	s.wantError("qemu_boot", map[string]any{"instance": "b", "kernel": "Image", "arch": "riscv64"},
 		"is a aarch64 kernel, but arch riscv64 was asked")
-	s.wantError("qemu_boot", map[string]any{"instance": "c", "arch": "aarch64", "gdb": true}, "the debugger does not support aarch64 guests yet")
-	s.wantError("qemu_boot", map[string]any{"instance": "c", "arch": "aarch64", "record": "run"}, "time travel (record and replay) does not support aarch64 guests yet")
 }
 
 // The aarch64 Linux guest, its architecture read from its Image header,

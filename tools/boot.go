@@ -24,9 +24,9 @@ type BootInput struct {
 	DTB          string       `json:"dtb,omitempty" jsonschema:"device tree blob replacing QEMU's (-dtb)"`
 	BIOS         string       `json:"bios,omitempty" jsonschema:"firmware: 'default' (riscv64: OpenSBI), 'none' or a path"`
 	Memory       string       `json:"memory,omitempty" jsonschema:"guest RAM, such as 128M or 1G; default 128M"`
-	SMP          int          `json:"smp,omitempty" jsonschema:"number of harts; default 1"`
+	SMP          int          `json:"smp,omitempty" jsonschema:"number of vCPUs (harts); default 1"`
 	Append       string       `json:"append,omitempty" jsonschema:"kernel command line"`
-	Drives       []qemu.Drive `json:"drives,omitempty" maxitems:"32" jsonschema:"disk images on virtio-mmio (bus virtio-mmio-bus.0: the lowest address); paths relative to project_root"`
+	Drives       []qemu.Drive `json:"drives,omitempty" maxitems:"32" jsonschema:"disk images (virtio), relative to project_root"`
 	Shares       []ShareArg   `json:"shares,omitempty" maxitems:"8" jsonschema:"host directories the guest mounts over virtio-9p (the result gives the mount command)"`
 	ExtraArgs    []string     `json:"extra_args,omitempty" maxitems:"256" jsonschema:"extra QEMU arguments (checked by the host-access boundary)"`
 	Timeout      float64      `json:"timeout,omitempty" default:"30" jsonschema:"seconds to wait for wait_for (fractions allowed)"`
@@ -34,16 +34,16 @@ type BootInput struct {
 	Restart      bool         `json:"restart,omitempty" jsonschema:"stop a running guest of the same instance first instead of failing"`
 	VirtioModern bool         `json:"virtio_modern,omitempty" jsonschema:"modern-only virtio-mmio (force-legacy=false), as xv6-like kernels need"`
 	GPU          bool         `json:"gpu,omitempty" jsonschema:"virtio display (headless), keyboard and tablet, for the screenshot, key, text and mouse tools"`
-	VNC          bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on a unix socket only you can open (reported as vnc)"`
-	Network      string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, no privileges) or tap (a TAP of the guest's own; made by the server with CAP_NET_ADMIN, else give tap)"`
-	Tap          string       `json:"tap,omitempty" jsonschema:"with network tap: your persistent TAP, used as it is (no privileges; root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
+	VNC          bool         `json:"vnc,omitempty" jsonschema:"also serve the display over VNC on a unix socket only you can open"`
+	Network      string       `json:"network,omitempty" jsonschema:"none (default), user (QEMU's slirp, unprivileged) or tap (the guest's own TAP: the server makes it with CAP_NET_ADMIN, else give tap)"`
+	Tap          string       `json:"tap,omitempty" jsonschema:"with network tap: your persistent TAP, used as is (root makes it once: ip tuntap add dev NAME mode tap user YOU)"`
 	TapCIDR      string       `json:"tap_cidr,omitempty" jsonschema:"host address of the TAP, such as 192.0.2.1/24; default 10.0.2.2/24 (network tap without bridge)"`
 	Bridge       string       `json:"bridge,omitempty" jsonschema:"attach the TAP to this existing bridge instead of giving it an address"`
 	PCAP         bool         `json:"pcap,omitempty" jsonschema:"start a capture on the TAP at boot (see qemu_pcap_read)"`
 	PCAPFilter   string       `json:"pcap_filter,omitempty" jsonschema:"filter for the boot-time capture (the tcpdump subset of qemu_pcap_start)"`
 	Snapshot     string       `json:"snapshot,omitempty" max:"64" jsonschema:"boot into this snapshot of the project; machine arguments not given are the snapshot's, given ones must match"`
 	GDB          bool         `json:"gdb,omitempty" jsonschema:"QEMU's gdbstub for the debug_* tools (breakpoints, registers, memory, backtraces, crash triage)"`
-	Symbols      string       `json:"symbols,omitempty" jsonschema:"kernel ELF with symbols (vmlinux); implies gdb; default the kernel if an ELF, else a vmlinux beside it or atop its build tree"`
+	Symbols      string       `json:"symbols,omitempty" jsonschema:"vmlinux (ELF with symbols); implies gdb; default the kernel if ELF, else a vmlinux beside it or atop its build tree"`
 	Profile      string       `json:"profile,omitempty" jsonschema:"profile from project_root/.qemu-mcp.json (default: its default); explicit arguments override it"`
 	Record       string       `json:"record,omitempty" max:"64" jsonschema:"record the run as this recording of the project (input paced by the guest's echo)"`
 	Replay       string       `json:"replay,omitempty" max:"64" jsonschema:"replay this recording, halted at its start, with the debugger (it goes back too)"`

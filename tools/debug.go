@@ -266,6 +266,9 @@ func (s *Server) debugRegisters(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if r.SCause != nil {
 		t += "; last trap into S-mode: " + r.SCause.Cause
 	}
+	if r.Exception != nil {
+		t += "; last exception into the kernel: " + r.Exception.Cause
+	}
 	return textResult(t), r, nil
 }
 
@@ -499,7 +502,7 @@ func (s *Server) debugWatch(ctx context.Context, _ *mcp.CallToolRequest, in Watc
 // TranslateInput is debug_translate's arguments.
 type TranslateInput struct {
 	Address string `json:"address" max:"512" jsonschema:"virtual address: 0xADDRESS, symbol or symbol+0xOFFSET"`
-	Satp    string `json:"satp,omitempty" max:"32" jsonschema:"satp (0x...) whose page table to walk; default the hart's"`
+	Satp    string `json:"satp,omitempty" max:"32" jsonschema:"riscv64: satp (0x...) whose page table to walk; default the hart's"`
 	HartArg
 	Target
 }
@@ -560,7 +563,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	add(s, ms, tool("debug_step", "Step", mutating,
 		"Execute count instructions on one hart, the others stay stopped (over: a call counts as one). A step that cannot finish (wfi, a call waiting on a stopped hart) ends at timeout and says why."), s.debugStep)
 	add(s, ms, tool("debug_registers", "Registers", reading,
-		"pc, x1..x31 by ABI name, privilege mode, and the trap CSRs (sstatus, sepc, scause, stval, satp, mstatus, mepc, mcause...) with causes decoded."), s.debugRegisters)
+		"pc, general registers, privilege level, and the trap registers with causes decoded (riscv64: sstatus, sepc, scause, stval, satp, mstatus, mcause...; aarch64: ESR_EL1, FAR_EL1, ELR_EL1, SPSR_EL1, TCR_EL1, TTBRn_EL1)."), s.debugRegisters)
 	add(s, ms, tool("debug_memory", "Read memory", reading,
 		"Hexdump up to 64 KiB of guest memory at a symbol or address (virtual through a hart's MMU, or physical), unreadable ranges reported."), s.debugMemory)
 	add(s, ms, tool("debug_backtrace", "Backtrace", reading,
@@ -572,7 +575,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	add(s, ms, tool("debug_last_write", "Last write", reading,
 		"Replays only: the last write that changed a location before now (or before an icount): old and new value, instruction, function, file:line, backtrace, icount; or that none did."), s.debugLastWrite)
 	add(s, ms, tool("debug_translate", "Translate", reading,
-		"Walk the page table for a virtual address as a hart's MMU does (Sv39/48/57): each level's PTE and flags, then the physical address and page size, or why the walk stops."), s.debugTranslate)
+		"Walk the page table for a virtual address as a hart's MMU does (riscv64 Sv39/48/57; aarch64 4K pages, TTBR0/1): each level's PTE and flags, then the physical address and page size, or why the walk stops."), s.debugTranslate)
 	add(s, ms, tool("debug_symbolize", "Symbolize", reading,
 		"Name an address (function+offset, file:line), or find the address of a symbol or file.c:LINE."), s.debugSymbolize)
 }

@@ -117,8 +117,15 @@ func bootLinux(t *testing.T, s *session, extra map[string]any) bootOut {
 // checkpoints exist get the same answers at the same counts.
 func TestTimeTravelLinux(t *testing.T) {
 	s, lin, recDir := linuxRecordSession(t)
+	timeTravelLinux(t, s, lin, recDir, func(extra map[string]any) { bootLinux(t, s, extra) }, func() bool { return replayCheckpoints(t, s) })
+}
+
+// timeTravelLinux is TestTimeTravelLinux on the Linux guest lin, booted by
+// boot, its recordings in recDir; checkpoints says whether the guest's
+// QEMU reloads replay checkpoints.
+func timeTravelLinux(t *testing.T, s *session, lin testguest.Linux, recDir string, boot func(extra map[string]any), checkpoints func() bool) {
 	t0 := time.Now()
-	bootLinux(t, s, map[string]any{"record": "crash", "gdb": true})
+	boot(map[string]any{"record": "crash", "gdb": true})
 	t.Logf("recorded boot in %v", time.Since(t0))
 	// Where RAM is in the machine (a replay answers only query-*).
 	var mtree struct {
@@ -156,7 +163,7 @@ func TestTimeTravelLinux(t *testing.T) {
 	t.Logf("recording: %+v (%d console bytes)", list.Recordings[0], len(recorded))
 	// Whether this QEMU reloads replay checkpoints is probed after the
 	// first boot; the replay below takes them if it does.
-	inPlace := replayCheckpoints(t, s)
+	inPlace := checkpoints()
 
 	var b struct {
 		bootOut

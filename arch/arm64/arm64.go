@@ -72,9 +72,7 @@ func (arm64) Kernel(head []byte) bool {
 	return len(head) >= 60 && bytes.Equal(head[56:60], []byte("ARM\x64"))
 }
 
-// Debugger is nil until every part of the debugger's aarch64 is in
-// place: the methods of debugger, in this package's other files.
-func (arm64) Debugger() arch.Debugger { return nil }
+func (arm64) Debugger() arch.Debugger { return debugger{} }
 
 // debugger is what the kernel debugger knows of AArch64.
 type debugger struct{}

@@ -38,10 +38,14 @@ func (debugger) IsFirst(fn string) bool { return fn == "smp_callin" }
 
 func (debugger) TrapFrameSize() int { return ptSize }
 
+// TrapFrameAt is calleeCFA: the entry code calls its handler with the
+// stack pointer at the pt_regs it saved.
+func (debugger) TrapFrameAt(_ arch.Frame, calleeCFA uint64) uint64 { return calleeCFA }
+
 // TrapFrame decodes a pt_regs: the trap (scause, stval, sstatus as the
 // entry code saved them) and the trapped context; sstatus.SPP says it
 // came from user mode.
-func (debugger) TrapFrame(b []byte) (arch.Trap, arch.Frame, bool) {
+func (debugger) TrapFrame(_ context.Context, _ arch.Reader, _ string, b []byte) (arch.Trap, arch.Frame, bool) {
 	word := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
 	t := DecodeCause(word(ptCause))
 	t.PC, t.Addr, t.HasAddr, t.Status = word(ptEPC), word(ptBadaddr), true, word(ptStatus)

@@ -46,11 +46,12 @@ var pageSizes = []string{"4K", "2M", "1G", "512G", "256T"}
 // Root is satp, whose mode is Bare, Sv39, Sv48 or Sv57.
 func (debugger) Root() string { return "satp" }
 
-// Translates is false for satp's Bare mode.
-func (debugger) Translates(satp uint64) bool { return satp>>60 != 0 }
-
 // Walk walks va through the page table that satp names, as the MMU does.
-func (debugger) Walk(va, satp uint64, read func(pa uint64) (uint64, error)) (arch.Walk, error) {
+func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa uint64) (uint64, error)) (arch.Walk, error) {
+	satp, err := reg("satp")
+	if err != nil {
+		return arch.Walk{}, err
+	}
 	w := arch.Walk{VA: hex(va), Satp: hex(satp)}
 	var levels int
 	switch satp >> 60 {

@@ -64,7 +64,7 @@ func TestWalk(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := memory{}
 			tables(m, root, tc.levels, tc.va, tc.level, tc.pte)
-			w, err := debugger{}.Walk(tc.va, satpOf(tc.mode, root), m.read)
+			w, err := debugger{}.Walk(tc.va, satpReg(satpOf(tc.mode, root)), m.read)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,20 +78,30 @@ func TestWalk(t *testing.T) {
 	}
 
 	// Nothing mapped at the top level: the walk stops there.
-	w, _ := debugger{}.Walk(0, satpOf(10, root), memory{}.read)
+	w, _ := debugger{}.Walk(0, satpReg(satpOf(10, root)), memory{}.read)
 	if len(w.Levels) != 1 || !strings.Contains(w.Fault, "level 4 PTE at 0x80400000: not valid") {
 		t.Errorf("empty Sv57 table: %+v", w)
 	}
 	// A non-canonical address faults before any read.
-	w, _ = debugger{}.Walk(0x0000800000000000, satpOf(8, root), memory{}.read)
+	w, _ = debugger{}.Walk(0x0000800000000000, satpReg(satpOf(8, root)), memory{}.read)
 	if len(w.Levels) != 0 || !strings.Contains(w.Fault, "not a valid Sv39 address") {
 		t.Errorf("non-canonical Sv39 address: %+v", w)
 	}
 	// Bare: no translation.
-	if w, _ := (debugger{}).Walk(0x80200000, 0, nil); w.PA != "0x80200000" || w.Mode != "Bare" {
+	if w, _ := (debugger{}).Walk(0x80200000, satpReg(0), nil); w.PA != "0x80200000" || w.Mode != "Bare" {
 		t.Errorf("Bare: %+v", w)
 	}
 	if got := pteFlags(leaf(0, pteR|pteW|pteA|pteD|pteG)); got != "VRW--GAD" {
 		t.Errorf("flags %q", got)
+	}
+}
+
+// satpReg reads satp as v, and nothing else.
+func satpReg(v uint64) func(string) (uint64, error) {
+	return func(name string) (uint64, error) {
+		if name != "satp" {
+			return 0, fmt.Errorf("the walk read %s", name)
+		}
+		return v, nil
 	}
 }

@@ -57,10 +57,11 @@ func (debugger) Registers() arch.Registers {
 		General: general,
 		Other:   map[string]string{"s0": "fp"},
 		PC:      "pc", SP: "sp", FP: "s0", RA: "ra",
-		Trap:   trapCSRs,
-		Priv:   "priv",
-		Wait:   "wfi",
-		CPUMap: "__cpuid_to_hartid_map",
+		Trap:     trapCSRs,
+		Priv:     "priv",
+		Wait:     "wfi",
+		CPUMap:   "__cpuid_to_hartid_map",
+		CSRNames: true,
 	}
 }
 

@@ -1,0 +1,209 @@
+package tools_test
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
+)
+
+// The debugger on the aarch64 Linux guest with four vCPUs (hart n is
+// vCPU n, and Linux's CPU n: its MPIDR): every vCPU at a glance at EL1;
+// registers with the syndrome and translation decoded; a write
+// watchpoint on panic_timeout names the store in do_proc_dointvec_conv
+// at kernel/sysctl.c with old and new, on the vCPU that wrote; a
+// breakpoint reached from a task pinned to CPU 3 names CPU 3 and the
+// system call it came from; the walk of linux_banner agrees with QEMU's
+// gva2gpa and names its leaf level; LKDTM's WRITE_RO forced onto CPU 2 is
+// triaged on CPU 2 as a permission fault, ACCESS_NULL as a translation
+// fault at 0x0.
+func TestAarch64DebugLinux(t *testing.T) {
+	lin := testguest.ArchLinux(t, arm64.Arch)
+	s, _ := aarch64Session(t, func(c *testConfig) { c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir} })
+	boot := func() {
+		t.Helper()
+		var b bootOut
+		s.mustCall("qemu_boot", map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": lin.Append, "memory": "256M", "smp": 4,
+			"gdb": true, "wait_for": testguest.LinuxPrompt, "timeout": 90, "restart": true}, &b)
+		if !b.Matched {
+			t.Fatalf("boot: %+v", b)
+		}
+	}
+	boot()
+	pin := func(cpu int, cmd string) string { return fmt.Sprintf("taskset 0x%x sh -c '%s'", 1<<cpu, cmd) }
+
+	var all struct {
+		Harts []hartOut `json:"harts"`
+	}
+	res := s.call("debug_backtrace", map[string]any{"all_harts": true}, &all)
+	t.Logf("all_harts:\n%s", text(res))
+	if len(all.Harts) != 4 {
+		t.Fatalf("all_harts: %+v", all)
+	}
+	for i, h := range all.Harts {
+		if h.Hart != i || h.Processor == nil || *h.Processor != i || h.Priv != "EL1" || h.State == "" || len(h.Backtrace) == 0 {
+			t.Errorf("all_harts[%d]: %+v", i, h)
+		}
+	}
+	var regs struct {
+		Priv        string            `json:"priv"`
+		System      map[string]string `json:"system"`
+		Status      string            `json:"status"`
+		Translation string            `json:"translation"`
+		SCause      *struct{}         `json:"scause"`
+	}
+	res = s.call("debug_registers", map[string]any{"hart": 1}, &regs)
+	t.Logf("registers: %s\n%+v", text(res), regs)
+	if regs.Priv != "EL1" || regs.System["ESR_EL1"] == "" || regs.System["VBAR_EL1"] == "" || !strings.Contains(regs.Translation, "48-bit VA, 4K granule") ||
+		!strings.HasPrefix(regs.Status, "PSTATE EL1h") || regs.SCause != nil {
+		t.Errorf("registers of hart 1: %+v", regs)
+	}
+
+	// Who wrote panic_timeout, and from which vCPU.
+	s.watchWrites("panic_timeout", 4)
+	s.mustCall("serial_send", map[string]any{"data": pin(1, "echo 7 > /proc/sys/kernel/panic")}, nil)
+	var ws watchStopOut
+	res = s.call("debug_continue", map[string]any{"timeout": 20}, &ws)
+	t.Logf("watch stop: %s", text(res))
+	if ws.Hart == nil || *ws.Hart != 1 || ws.Access == nil || ws.Access.Old != "0x0" || ws.Access.New != "0x7" ||
+		ws.Access.Insn.Function != "do_proc_dointvec_conv" || ws.Access.Insn.File != "kernel/sysctl.c" || ws.Access.Insn.Line == 0 ||
+		!strings.HasPrefix(ws.Access.Text, "str") {
+		t.Fatalf("watch stop: %+v, access %+v", ws.hartStopOut, ws.Access)
+	}
+	if ws.Backtrace == nil || len(ws.Backtrace.Frames) < 3 {
+		t.Errorf("watch stop backtrace: %+v", ws.Backtrace)
+	}
+	s.mustCall("debug_watch", map[string]any{"location": "panic_timeout", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
+	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
+
+	// A breakpoint from CPU 3, and the system call under it.
+	s.mustCall("debug_break", map[string]any{"location": "version_proc_show"}, nil)
+	s.mustCall("serial_send", map[string]any{"data": "taskset 0x8 cat /proc/version"}, nil)
+	var st hartStopOut
+	res = s.call("debug_continue", map[string]any{"timeout": 20}, &st)
+	if st.Hart == nil || *st.Hart != 3 || st.Processor == nil || *st.Processor != 3 || st.Function != "version_proc_show" {
+		t.Fatalf("breakpoint from CPU 3: %s: %+v", text(res), st)
+	}
+	var bt struct {
+		backtraceOut
+		Hart *int `json:"hart"`
+	}
+	res = s.call("debug_backtrace", nil, &bt)
+	t.Logf("backtrace on CPU 3:\n%s", text(res))
+	last := bt.Frames[len(bt.Frames)-1]
+	if bt.Hart == nil || *bt.Hart != 3 || bt.Frames[0].Function != "version_proc_show" || !last.User || last.Trap == nil ||
+		!strings.HasPrefix(last.Trap.Cause, "system call (SVC)") {
+		t.Errorf("backtrace of CPU 3: %+v", bt)
+	}
+	s.mustCall("debug_break", map[string]any{"location": "version_proc_show", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
+	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
+
+	// The walk agrees with QEMU's, and names its leaf level.
+	var sym struct {
+		Locations []whereOut `json:"locations"`
+	}
+	s.mustCall("debug_symbolize", map[string]any{"address": "linux_banner"}, &sym)
+	var hmp struct {
+		Return string `json:"return"`
+	}
+	for range 50 {
+		s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa " + sym.Locations[0].Addr}}, &hmp)
+		if strings.Contains(hmp.Return, "gpa:") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var walk struct {
+		Mode   string `json:"mode"`
+		PA     string `json:"pa"`
+		Flags  string `json:"flags"`
+		Fault  string `json:"fault"`
+		TTBR   string `json:"ttbr"`
+		Levels []struct {
+			Level int `json:"level"`
+		} `json:"levels"`
+	}
+	res = s.call("debug_translate", map[string]any{"address": "linux_banner"}, &walk)
+	t.Logf("gva2gpa: %q; walk: %s", hmp.Return, text(res))
+	if walk.PA == "" || !strings.Contains(hmp.Return, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.TTBR == "" ||
+		!strings.HasPrefix(walk.Flags, fmt.Sprintf("level-%d ", walk.Levels[len(walk.Levels)-1].Level)) || !strings.Contains(walk.Flags, "EL1 read-only") {
+		t.Errorf("translate linux_banner: %+v; QEMU says %q", walk, hmp.Return)
+	}
+	s.mustCall("debug_translate", map[string]any{"address": "0x0"}, &walk)
+	if walk.PA != "" || !strings.Contains(walk.Fault, "not valid") {
+		t.Errorf("translate 0x0: %+v", walk)
+	}
+
+	type triaged struct {
+		Panicked bool `json:"panicked"`
+		Triage   *struct {
+			Hart    int       `json:"hart"`
+			Culprit *whereOut `json:"culprit"`
+			Verdict string    `json:"verdict"`
+		} `json:"triage"`
+		TriageError string `json:"triage_error"`
+	}
+	for _, tc := range []struct {
+		crash, culprit string
+		cpu            int
+		verdict        []string
+	}{
+		{"WRITE_RO", "lkdtm_WRITE_RO", 2, []string{"data abort: permission fault at level ", "write to a read-only page at 0x", " from EL1 at 0x", "the walk's leaf is a level-3 page"}},
+		{"ACCESS_NULL", "lkdtm_ACCESS_NULL", 0, []string{"data abort: translation fault at level ", "address 0x0", "NULL pointer"}},
+	} {
+		if tc.crash != "WRITE_RO" {
+			boot()
+		}
+		s.mustCall("serial_send", map[string]any{"data": "mount -t debugfs none /sys/kernel/debug; echo 1 > /proc/sys/kernel/panic_on_oops", "wait_for": testguest.LinuxPrompt}, nil)
+		var p triaged
+		res := s.call("serial_send", map[string]any{"data": pin(tc.cpu, "echo "+tc.crash+" > /sys/kernel/debug/provoke-crash/DIRECT"), "wait_for": testguest.LinuxPrompt, "timeout": 30}, &p)
+		t.Logf("%s: %s", tc.crash, text(res))
+		if !p.Panicked || p.Triage == nil || p.Triage.Hart != tc.cpu || p.Triage.Culprit == nil || p.Triage.Culprit.Function != tc.culprit {
+			t.Errorf("%s on CPU %d: %+v (%s)", tc.crash, tc.cpu, p.Triage, p.TriageError)
+			continue
+		}
+		for _, v := range tc.verdict {
+			if !strings.Contains(p.Triage.Verdict, v) {
+				t.Errorf("%s verdict %q lacks %q", tc.crash, p.Triage.Verdict, v)
+			}
+		}
+	}
+}
+
+// TestTimeTravelLinux on the aarch64 Linux guest: record, replay, the last
+// write to panic_timeout and the one before it, reverse continue and step,
+// an instruction count, triage; checkpoints where this QEMU was probed to
+// reload them.
+func TestAarch64TimeTravelLinux(t *testing.T) {
+	lin := testguest.ArchLinux(t, arm64.Arch)
+	state := t.TempDir()
+	s, _ := aarch64Session(t, func(c *testConfig) {
+		c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir}
+		c.Captures = filepath.Join(state, "captures")
+		os.MkdirAll(c.Captures, 0o700)
+	})
+	boot := func(extra map[string]any) {
+		t.Helper()
+		args := map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": lin.Append, "memory": "256M",
+			"wait_for": testguest.LinuxPrompt, "timeout": 120, "restart": true}
+		maps.Copy(args, extra)
+		var b bootOut
+		if res := s.call("qemu_boot", args, &b); res.IsError || !b.Matched {
+			t.Fatalf("boot %v: %s %+v", extra, text(res), b)
+		}
+	}
+	checkpoints := func() bool {
+		a, _, _ := probedArch(t, s, "aarch64")
+		t.Logf("%s: replay checkpoints %+v", a.Version, a.Caps.Replay)
+		return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
+	}
+	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints)
+}
