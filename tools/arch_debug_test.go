@@ -205,5 +205,5 @@ func TestAarch64TimeTravelLinux(t *testing.T) {
 		t.Logf("%s: replay checkpoints %+v", a.Version, a.Caps.Replay)
 		return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
 	}
-	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints)
+	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints, "__arm64_sys_newuname")
 }

@@ -117,13 +117,14 @@ func bootLinux(t *testing.T, s *session, extra map[string]any) bootOut {
 // checkpoints exist get the same answers at the same counts.
 func TestTimeTravelLinux(t *testing.T) {
 	s, lin, recDir := linuxRecordSession(t)
-	timeTravelLinux(t, s, lin, recDir, func(extra map[string]any) { bootLinux(t, s, extra) }, func() bool { return replayCheckpoints(t, s) })
+	timeTravelLinux(t, s, lin, recDir, func(extra map[string]any) { bootLinux(t, s, extra) }, func() bool { return replayCheckpoints(t, s) }, "sys_newuname")
 }
 
 // timeTravelLinux is TestTimeTravelLinux on the Linux guest lin, booted by
 // boot, its recordings in recDir; checkpoints says whether the guest's
-// QEMU reloads replay checkpoints.
-func timeTravelLinux(t *testing.T, s *session, lin testguest.Linux, recDir string, boot func(extra map[string]any), checkpoints func() bool) {
+// QEMU reloads replay checkpoints, and uname is the function uname(2)
+// reaches on this architecture.
+func timeTravelLinux(t *testing.T, s *session, lin testguest.Linux, recDir string, boot func(extra map[string]any), checkpoints func() bool, uname string) {
 	t0 := time.Now()
 	boot(map[string]any{"record": "crash", "gdb": true})
 	t.Logf("recorded boot in %v", time.Since(t0))
@@ -231,11 +232,11 @@ func timeTravelLinux(t *testing.T, s *session, lin testguest.Linux, recDir strin
 	}
 
 	// A breakpoint hit earlier: uname's system call.
-	s.mustCall("debug_break", map[string]any{"location": "sys_newuname"}, nil)
+	s.mustCall("debug_break", map[string]any{"location": uname}, nil)
 	t0 = time.Now()
 	res = s.call("debug_continue", map[string]any{"reverse": true}, &st)
 	t.Logf("reverse continue in %v: %s", time.Since(t0), text(res))
-	if res.IsError || st.Reason != "breakpoint" || st.Function != "sys_newuname" || st.ICount == nil || *st.ICount >= end || *st.ICount <= *second.ICount {
+	if res.IsError || st.Reason != "breakpoint" || st.Function != uname || st.ICount == nil || *st.ICount >= end || *st.ICount <= *second.ICount {
 		t.Fatalf("reverse continue: %s", text(res))
 	}
 	hitAt := *st.ICount
@@ -245,7 +246,7 @@ func timeTravelLinux(t *testing.T, s *session, lin testguest.Linux, recDir strin
 	if res.IsError || st.ICount == nil || *st.ICount != hitAt-1 {
 		t.Fatalf("reverse step from %d: %s", hitAt, text(res))
 	}
-	s.mustCall("debug_break", map[string]any{"location": "sys_newuname", "remove": true}, nil)
+	s.mustCall("debug_break", map[string]any{"location": uname, "remove": true}, nil)
 	target := *first.ICount - 1000
 	res = s.call("debug_continue", map[string]any{"icount": target}, &st)
 	if res.IsError || st.ICount == nil || *st.ICount != target {
