@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/debuginfo"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/qmp"
@@ -28,6 +30,11 @@ var (
 	longOnly = flag.String("long-only", "", "measure only these of the 10^9-instruction recordings (busy, idle: comma-separated), nothing else")
 )
 
+var (
+	ttArch      = flag.String("timetravel-arch", "riscv64", "the Linux guest's architecture for the time-travel figures: riscv64, or aarch64 (its QEMU: -qemu-aarch64)")
+	qemuAarch64 = flag.String("qemu-aarch64", "qemu-system-aarch64", "the aarch64 QEMU, for -timetravel-arch aarch64")
+)
+
 const (
 	linuxPrompt = "qemu-mcp-linux# "
 	linuxAppend = "console=ttyS0 earlycon=sbi"
@@ -37,11 +44,43 @@ const (
 type ttServer struct {
 	*server
 	dir string // the Linux guest
+	// arch is the guest's architecture, qemu its QEMU and append its
+	// kernel command line.
+	arch   arch.Arch
+	qemu   string
+	append string
+}
+
+// ttLinuxServer starts a server for the Linux guest of -timetravel-arch;
+// none (and no error) when that guest is not built.
+func ttLinuxServer(ctx context.Context) (*ttServer, error) {
+	a, err := archs.Lookup(*ttArch)
+	if err != nil {
+		return nil, err
+	}
+	if a.Name() == archs.Default().Name() {
+		srv, dir, err := linuxServer(ctx, "time-travel figures")
+		if srv == nil {
+			return nil, err
+		}
+		return &ttServer{server: srv, dir: dir, arch: a, qemu: *qemuBin, append: linuxAppend}, nil
+	}
+	out, err := exec.Command("scripts/build-linux", "--arch", a.Name(), "--print-dir").Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no %s Linux guest (run scripts/build-linux --arch %s): time-travel figures skipped\n", a.Name(), a.Name())
+		return nil, nil
+	}
+	dir := strings.TrimSpace(string(out))
+	srv, err := startServer(ctx, "-qemu", a.Name()+"="+*qemuAarch64, "-allow-path", dir)
+	if err != nil {
+		return nil, err
+	}
+	return &ttServer{server: srv, dir: dir, arch: a, qemu: *qemuAarch64, append: "console=" + a.QEMU().Console + " earlycon"}, nil
 }
 
 func (s *ttServer) boot(ctx context.Context, extra map[string]any) (time.Duration, error) {
 	args := map[string]any{"kernel": filepath.Join(s.dir, "Image"), "initrd": filepath.Join(s.dir, "initramfs.cpio.gz"),
-		"append": linuxAppend, "memory": "256M", "wait_for": linuxPrompt + "$", "timeout": 120, "restart": true}
+		"append": s.append, "memory": "256M", "wait_for": linuxPrompt + "$", "timeout": 120, "restart": true}
 	for k, v := range extra {
 		args[k] = v
 	}
@@ -149,12 +188,12 @@ func (s *ttServer) lastWrite(ctx context.Context, runs int) ([]time.Duration, tt
 // Linux guest, each beside what raw QEMU and a gdb client do on the same
 // recording.
 func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
-	srv, dir, err := linuxServer(ctx, "time-travel figures")
-	if srv == nil {
+	s, err := ttLinuxServer(ctx)
+	if s == nil {
 		return nil, err
 	}
-	defer srv.close()
-	s := &ttServer{server: srv, dir: dir}
+	defer s.close()
+	dir := s.dir
 	var rows []row
 	if *longOnly != "" {
 		return s.longRows(ctx, runs, dir, rows)
@@ -195,7 +234,7 @@ func timeTravelRows(ctx context.Context, runs int) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := newRawReplay(ctx, meta, dir)
+	raw, err := newRawReplay(ctx, s, meta, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +319,7 @@ func (s *ttServer) longRows(ctx context.Context, runs int, dir string, rows []ro
 			return nil, err
 		}
 		back := end - *lw.ICount
-		raw, err := newRawReplay(ctx, meta, dir)
+		raw, err := newRawReplay(ctx, s, meta, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -314,19 +353,25 @@ func (s *ttServer) longRows(ctx context.Context, runs int, dir string, rows []ro
 // once it is probed (it is, in the background, after the first boot).
 func (s *ttServer) checkpoints(ctx context.Context) bool {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		type capsOf struct {
+			State  string `json:"state"`
+			Replay *struct {
+				Answer string `json:"answer"`
+			} `json:"replay_checkpoint"`
+		}
 		var info struct {
-			Caps struct {
-				State  string `json:"state"`
-				Replay *struct {
-					Answer string `json:"answer"`
-				} `json:"replay_checkpoint"`
-			} `json:"qemu_capabilities"`
+			Arches []struct {
+				Name string `json:"name"`
+				Caps capsOf `json:"capabilities"`
+			} `json:"architectures"`
 		}
 		if err := s.call(ctx, "server_info", nil, &info); err != nil {
 			return false
 		}
-		if info.Caps.State == "probed" {
-			return info.Caps.Replay != nil && info.Caps.Replay.Answer == "yes"
+		for _, a := range info.Arches {
+			if a.Name == s.arch.Name() && a.Caps.State == "probed" {
+				return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
+			}
 		}
 	}
 	return false
@@ -367,15 +412,16 @@ type rawReplay struct {
 	c           *gdb.Client
 	mon         *qmp.Monitor
 	addr        uint64
-	checkpoints bool // QEMU's own reverse execution works (not on 7.2)
+	checkpoints bool // QEMU's own reverse execution works
+	s           *ttServer
 }
 
-func newRawReplay(ctx context.Context, meta recording.Meta, linux string) (*rawReplay, error) {
+func newRawReplay(ctx context.Context, s *ttServer, meta recording.Meta, linux string) (*rawReplay, error) {
 	dir, err := os.MkdirTemp("", "qmrr")
 	if err != nil {
 		return nil, err
 	}
-	r := &rawReplay{meta: meta, dir: dir, linux: linux}
+	r := &rawReplay{meta: meta, dir: dir, linux: linux, s: s}
 	syms, err := debuginfo.Open(filepath.Join(linux, "vmlinux"))
 	if err != nil {
 		return nil, err
@@ -386,8 +432,9 @@ func newRawReplay(ctx context.Context, meta recording.Meta, linux string) (*rawR
 		return nil, err
 	}
 	r.addr = sym.Addr
-	out, _ := exec.Command(*qemuBin, "--version").Output()
-	r.checkpoints = !strings.Contains(string(out), "version 7.")
+	// QEMU's own reverse execution loads its snapshots during a replay:
+	// it works where the server's probe found replay checkpoints reload.
+	r.checkpoints = s.checkpoints(ctx)
 	return r, nil
 }
 
@@ -402,18 +449,26 @@ func (r *rawReplay) start(ctx context.Context) error {
 	gdbSock, qmpSock := filepath.Join(r.dir, "gdb"), filepath.Join(r.dir, "qmp")
 	os.Remove(gdbSock)
 	os.Remove(qmpSock)
-	r.cmd = exec.Command(*qemuBin, "-machine", "virt", "-nodefaults", "-display", "none", "-S", "-m", "256M", "-smp", "1", "-bios", "default",
-		"-kernel", filepath.Join(r.linux, "Image"), "-initrd", filepath.Join(r.linux, "initramfs.cpio.gz"), "-append", linuxAppend,
+	q := r.s.arch.QEMU()
+	args := []string{"-machine", q.Machine, "-nodefaults", "-display", "none", "-S", "-m", "256M", "-smp", "1"}
+	if q.CPU != "" {
+		args = append(args, "-cpu", q.CPU)
+	}
+	if q.Firmware != "" {
+		args = append(args, "-bios", q.Firmware)
+	}
+	r.cmd = exec.Command(r.s.qemu, append(args,
+		"-kernel", filepath.Join(r.linux, "Image"), "-initrd", filepath.Join(r.linux, "initramfs.cpio.gz"), "-append", r.s.append,
 		"-chardev", "file,id=serial0,path=/dev/null", "-serial", "chardev:serial0",
 		"-qmp", "unix:"+qmpSock+",server=on,wait=off", "-gdb", "unix:"+gdbSock+",server=on,wait=off",
 		"-icount", "shift=auto,rr=replay,rrfile="+r.meta.Log()+",rrsnapshot=init",
-		"-drive", "file="+img+",format=qcow2,if=none,id=rr")
+		"-drive", "file="+img+",format=qcow2,if=none,id=rr")...)
 	r.cmd.Stderr = os.Stderr
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
 	var err error
-	if r.c, err = gdb.Dial(ctx, "unix", gdbSock); err != nil {
+	if r.c, err = gdb.Dial(ctx, "unix", gdbSock, gdb.WithArch(r.s.arch)); err != nil {
 		return err
 	}
 	r.mon = qmp.New(qmpSock)
