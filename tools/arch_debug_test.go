@@ -102,6 +102,24 @@ func TestAarch64DebugLinux(t *testing.T) {
 		!strings.HasPrefix(last.Trap.Cause, "system call (SVC)") {
 		t.Errorf("backtrace of CPU 3: %+v", bt)
 	}
+	// Stepping, disassembly, and a breakpoint by file:LINE.
+	var dis struct {
+		Instructions []string `json:"instructions"`
+	}
+	s.mustCall("debug_disassemble", map[string]any{"location": "version_proc_show", "count": 4}, &dis)
+	if all := strings.Join(dis.Instructions, "\n"); !strings.Contains(all, "<version_proc_show>:") || !strings.Contains(all, "stp\tx29, x30, [sp, #-") && !strings.Contains(all, "stp x29, x30, [sp, #-") || strings.Contains(all, ".word") {
+		t.Errorf("disassembly of version_proc_show:\n%s", all)
+	}
+	s.mustCall("debug_step", map[string]any{"count": 2}, &st)
+	if st.Hart == nil || *st.Hart != 3 || st.Function != "version_proc_show" || st.Offset != "0x8" {
+		t.Errorf("two steps into version_proc_show on CPU 3: %+v", st)
+	}
+	var br breakOut
+	s.mustCall("debug_break", map[string]any{"location": "kernel/sysctl.c:455"}, &br)
+	if len(br.Breakpoints) == 0 || br.Breakpoints[0].Function != "do_proc_dointvec_conv" {
+		t.Errorf("a breakpoint at kernel/sysctl.c:455: %+v", br)
+	}
+	s.mustCall("debug_break", map[string]any{"location": "kernel/sysctl.c:455", "remove": true}, nil)
 	s.mustCall("debug_break", map[string]any{"location": "version_proc_show", "remove": true}, nil)
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
 	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
@@ -136,6 +154,11 @@ func TestAarch64DebugLinux(t *testing.T) {
 	if walk.PA == "" || !strings.Contains(hmp.Return, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.TTBR == "" ||
 		!strings.HasPrefix(walk.Flags, fmt.Sprintf("level-%d ", walk.Levels[len(walk.Levels)-1].Level)) || !strings.Contains(walk.Flags, "EL1 read-only") {
 		t.Errorf("translate linux_banner: %+v; QEMU says %q", walk, hmp.Return)
+	}
+	var mem memoryOut
+	s.mustCall("debug_memory", map[string]any{"location": "linux_banner", "length": 32}, &mem)
+	if !strings.Contains(mem.Hexdump, "|Linux version 6.") {
+		t.Errorf("linux_banner:\n%s", mem.Hexdump)
 	}
 	s.mustCall("debug_translate", map[string]any{"address": "0x0"}, &walk)
 	if walk.PA != "" || !strings.Contains(walk.Fault, "not valid") {
@@ -206,4 +229,71 @@ func TestAarch64TimeTravelLinux(t *testing.T) {
 		return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
 	}
 	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints, "__arm64_sys_newuname")
+}
+
+// The built-in aarch64 tiny kernel under the debugger, its own ELF the
+// symbols: a breakpoint by symbol stops the shell's echo; at EL1 with the
+// MMU off, registers say so and a translation is the identity; the
+// backtrace, a step and the disassembly of its halt loop read.
+func TestAarch64DebugTinyKernel(t *testing.T) {
+	s, _ := aarch64Session(t, nil)
+	var b struct {
+		bootOut
+		Symbols string `json:"symbols"`
+	}
+	s.mustCall("qemu_boot", map[string]any{"arch": "aarch64", "gdb": true, "wait_for": prompt, "timeout": 30}, &b)
+	if !b.Matched || !strings.HasSuffix(b.Symbols, ".elf") {
+		t.Fatalf("boot: %+v", b)
+	}
+	s.breakIn("cmd_echo", "testdata/images/tiny-aarch64/kernel.S")
+	s.mustCall("serial_send", map[string]any{"data": "echo hi"}, nil)
+	var st hartStopOut
+	s.mustCall("debug_continue", map[string]any{"timeout": 10}, &st)
+	if st.Reason != "breakpoint" || st.Function != "cmd_echo" || st.Insn == "" {
+		t.Fatalf("continue to cmd_echo: %+v", st)
+	}
+	var regs struct {
+		Priv        string `json:"priv"`
+		Translation string `json:"translation"`
+		PC          whereOut
+	}
+	s.mustCall("debug_registers", nil, &regs)
+	if regs.Priv != "EL1" || !strings.HasPrefix(regs.Translation, "MMU off") {
+		t.Errorf("registers at cmd_echo: %+v", regs)
+	}
+	var walk struct {
+		Mode string `json:"mode"`
+		PA   string `json:"pa"`
+	}
+	s.mustCall("debug_translate", map[string]any{"address": "cmd_echo"}, &walk)
+	var sym struct {
+		Locations []whereOut `json:"locations"`
+	}
+	s.mustCall("debug_symbolize", map[string]any{"address": "cmd_echo"}, &sym)
+	if walk.Mode != "MMU off" || len(sym.Locations) == 0 || walk.PA != sym.Locations[0].Addr {
+		t.Errorf("translate cmd_echo with the MMU off: %+v (cmd_echo at %+v)", walk, sym.Locations)
+	}
+	var bt backtraceOut
+	s.mustCall("debug_backtrace", nil, &bt)
+	if len(bt.Frames) < 2 || bt.Frames[0].Function != "cmd_echo" {
+		t.Errorf("backtrace at cmd_echo: %+v", bt)
+	}
+	s.mustCall("debug_step", nil, &st)
+	if st.Reason != "step" || st.Function != "cmd_echo" || st.Offset != "0x4" {
+		t.Errorf("a step from cmd_echo: %+v", st)
+	}
+	var dis struct {
+		Instructions []string `json:"instructions"`
+	}
+	s.mustCall("debug_disassemble", map[string]any{"location": "halt", "count": 3}, &dis)
+	if all := strings.Join(dis.Instructions, "\n"); !strings.Contains(all, "<halt>:") || !strings.Contains(all, "wfi") || strings.Contains(all, ".word") {
+		t.Errorf("disassembly of halt:\n%s", all)
+	}
+	s.mustCall("debug_break", map[string]any{"location": "cmd_echo", "remove": true}, nil)
+	s.mustCall("debug_continue", map[string]any{"timeout": 0.2}, nil)
+	var w waitOut
+	s.mustCall("serial_read", map[string]any{"wait_for": "hi\r\n" + prompt, "timeout": 5}, &w)
+	if !w.Matched {
+		t.Errorf("echo after continuing: %+v", w)
+	}
 }
