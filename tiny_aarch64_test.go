@@ -380,3 +380,51 @@ func TestTinyAarch64Images(t *testing.T) {
 		t.Errorf("DWARF line tables name %v; want kernel.S and virtio.c", files)
 	}
 }
+
+// A line typed before the kernel runs reaches its shell whole, on the
+// Image and the ELF: the kernel keeps what the UART holds when it turns
+// the FIFOs on.
+func TestTinyAarch64EarlyInput(t *testing.T) {
+	for _, kernel := range []string{tinyAarch64, tinyAarch64ELF} {
+		t.Run(filepath.Base(kernel), func(t *testing.T) {
+			g := bootAarch64(t, kernel, true, "-M", "virt,gic-version=3", "-cpu", "max", "-S")
+			if _, err := io.WriteString(g.in, "echo typed before the kernel ran\r"); err != nil {
+				t.Fatal(err)
+			}
+			// QEMU takes what it can of the input while the CPU stands.
+			time.Sleep(200 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := g.qmp.Execute(ctx, "cont", nil); err != nil {
+				t.Fatal(err)
+			}
+			want := tinyBanner + tinyPrompt + "echo typed before the kernel ran\r\ntyped before the kernel ran\r\n" + tinyPrompt
+			g.waitFor(0, "ran\r\n"+tinyPrompt)
+			if got := g.output(); got != want {
+				t.Errorf("console %q\nwant    %q", got, want)
+			}
+		})
+	}
+}
+
+// A recording QEMU hands the UART bytes typed together at once, whatever
+// room it said it had: the kernel takes them all (the server types four
+// at a time to a recording guest, each after the echo of the last).
+func TestTinyAarch64RecordingTakesBursts(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "rec.bin")
+	g := bootAarch64(t, tinyAarch64, false, "-M", "virt,gic-version=3", "-cpu", "max",
+		"-icount", "shift=auto,rr=record,rrfile="+log)
+	at := g.waitFor(0, tinyPrompt)
+	line := "echo four bytes at a time"
+	for i := 0; i < len(line); i += 4 {
+		chunk := line[i:min(i+4, len(line))]
+		if _, err := io.WriteString(g.in, chunk); err != nil {
+			t.Fatal(err)
+		}
+		at = g.waitFor(at, chunk)
+	}
+	out, _ := g.run(at, "")
+	if out != "four bytes at a time\r\n" {
+		t.Errorf("the recording guest printed %q for %q, want its echo", g.output(), line)
+	}
+}

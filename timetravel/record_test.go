@@ -25,6 +25,8 @@ type rig struct {
 	dir   string
 	root  string
 	store recording.Store
+	// guest is the QEMU and kernel the rig records; nil is tinyConfig.
+	guest func(*testing.T) qemu.Config
 }
 
 // newRig is a rig for t, and t's context.
@@ -37,6 +39,14 @@ func newRig(t *testing.T) (context.Context, *rig) {
 func tinyConfig(t *testing.T) qemu.Config {
 	t.Helper()
 	return qemu.NewConfig(qemu.WithBinary(testguest.QEMU(t)), qemu.WithKernel(testguest.Tiny(t)))
+}
+
+// config is the QEMU and kernel the rig records and replays.
+func (r *rig) config() qemu.Config {
+	if r.guest != nil {
+		return r.guest(r.t)
+	}
+	return tinyConfig(r.t)
 }
 
 // runtime puts a QEMU's files in the rig's directory, named after what.
@@ -65,7 +75,7 @@ type recordingGuest struct {
 
 func (r *rig) record(ctx context.Context, name string) *recordingGuest {
 	r.t.Helper()
-	cfg := tinyConfig(r.t)
+	cfg := r.config()
 	rec, err := Begin(ctx, RecordConfig{Store: r.store, Root: r.root, Name: name, Instance: "a", RuntimeDir: r.dir, Log: discard()}, &cfg)
 	if err != nil {
 		r.t.Fatal(err)

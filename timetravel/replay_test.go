@@ -84,7 +84,8 @@ type replaying struct {
 func (r *rig) replay(ctx context.Context, meta recording.Meta, keep bool) *replaying {
 	t := r.t
 	t.Helper()
-	if err := Check(ctx, meta, testguest.QEMU(t), r.dir); err != nil {
+	cfg, rt := r.config(), r.runtime("rep")
+	if err := Check(ctx, meta, cfg.Binary, r.dir); err != nil {
 		t.Fatal(err)
 	}
 	p := &replaying{g: &replayGuest{}, buf: serial.NewBuffer(),
@@ -101,7 +102,6 @@ func (r *rig) replay(ctx context.Context, meta recording.Meta, keep bool) *repla
 			}
 		}
 	})
-	cfg, rt := tinyConfig(t), r.runtime("rep")
 	rep, err := Prepare(ctx, p.g, ReplayConfig{Store: r.store, Meta: meta, Staged: p.staged, ConsoleFile: p.conFile,
 		RuntimeDir: r.dir, Keep: keep, Log: discard()}, &cfg, &rt, push)
 	if err != nil {

@@ -33,9 +33,9 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 )
 
-// probeVersion changes whenever a probe changes what it decides: cached
-// answers of another version are probed again.
-const probeVersion = 1
+// probeVersion changes whenever a probe changes what it decides (its
+// kernel included): cached answers of another version are probed again.
+const probeVersion = 2
 
 // Answers of a probe.
 const (

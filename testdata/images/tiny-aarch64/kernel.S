@@ -33,12 +33,15 @@
 	.equ	UART_BASE,	0x09000000	/* PL011 */
 	.equ	UART_DR,	0x000		/* data (32-bit access) */
 	.equ	UART_FR,	0x018		/* flags */
+	.equ	UART_LCR_H,	0x02c
 	.equ	UART_CR,	0x030
 	.equ	FR_BUSY_BIT,	3		/* transmitting */
 	.equ	FR_RXFE_BIT,	4		/* receive FIFO empty */
 	.equ	FR_TXFF_BIT,	5		/* transmit FIFO full */
 	.equ	FR_TXFE_BIT,	7		/* transmit FIFO empty */
+	.equ	LCR_H_8N1_FIFO,	0x70		/* WLEN 8 bits, FEN */
 	.equ	CR_ON,		0x301		/* UARTEN, TXE, RXE */
+	.equ	UART_QUIET,	0x10000		/* empty polls that end the boot's drain */
 
 	.equ	PSCI_SYSTEM_OFF, 0x84000008
 	.equ	SEMI_SYS_EXIT,	0x18		/* semihosting SYS_EXIT */
@@ -120,13 +123,37 @@ _start:
 	mov	x29, #0				/* end of the frame chain */
 	mov	x30, #0
 
-	/* The UART: enabled, receiver and transmitter on, as firmware would
-	 * leave it. The FIFOs stay as they are (off after reset): turning
-	 * them on empties the receive FIFO, and QEMU 11.1 then stops handing
-	 * over input that arrived before (it resumes only on a DR read). */
+	/* The UART: enabled, receiver and transmitter on, 8N1 with FIFOs,
+	 * as firmware would leave it. The FIFOs matter under QEMU's
+	 * record/replay: a recording QEMU hands the UART every byte that
+	 * arrived at once, whatever room it said it had, and with the FIFOs
+	 * off QEMU 11.1 keeps only one of them (a holding register): bytes
+	 * typed together were lost. Turning the FIFOs on empties the receive
+	 * FIFO, so what was typed before the kernel started is first taken
+	 * into the typeahead buffer, until the receiver stayed empty for
+	 * UART_QUIET polls (QEMU hands over the next byte only after each
+	 * DR read). After the switch QEMU may hand over nothing more until
+	 * DR is read, so DR is read once more while the FIFO is empty. */
 	mov	x9, #UART_BASE
 	mov	w10, #CR_ON
 	str	w10, [x9, #UART_CR]
+	mov	x12, #UART_QUIET
+1:	ldr	w10, [x9, #UART_FR]
+	tbnz	w10, #FR_RXFE_BIT, 2f
+	ldr	w0, [x9, #UART_DR]
+	and	w0, w0, #0xff
+	bl	typeahead_push			/* uses x9..x11 */
+	mov	x9, #UART_BASE
+	mov	x12, #UART_QUIET
+	b	1b
+2:	subs	x12, x12, #1
+	b.ne	1b
+	mov	w10, #LCR_H_8N1_FIFO
+	str	w10, [x9, #UART_LCR_H]
+	ldr	w10, [x9, #UART_FR]
+	tbz	w10, #FR_RXFE_BIT, 3f
+	ldr	w10, [x9, #UART_DR]
+3:
 
 	/* The banner's number: the CPU's Aff0 (always 0, see above). */
 	mrs	x19, mpidr_el1
