@@ -476,7 +476,7 @@ func TestCheckExtraArgs(t *testing.T) {
 		{[]string{"-machine", "kernel=/x"}, RuleHostFile},
 		{[]string{"-machine", "virt,boot.splash=/x"}, RuleHostFile},
 		{[]string{"-M", "virt,memory-backend=m"}, RuleHostBackend},
-		{[]string{"-machine", "pc"}, RuleGuestConfig},
+		{[]string{"-machine", "malta"}, RuleGuestConfig},
 		{[]string{"-machine", "virt,,dumpdtb=/x"}, RuleGuestConfig},
 		{[]string{"-icount", "shift=1,rr=record,rrfile=/tmp/replay"}, RuleRecordReplay},
 		{[]string{"-boot", "menu=on,splash=/x.bmp"}, RuleHostFile},

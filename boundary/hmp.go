@@ -20,8 +20,8 @@ var HMPRules = []Rule{
 		Name:  RuleVMLifecycle,
 		Allow: true,
 		Commands: []string{"stop", "s", "cont", "c", "system_reset", "system_powerdown", "system_wakeup",
-			"quit", "q", "nmi", "watchdog_action", "boot_set"},
-		Rationale: "run state of the guest, its boot order and what QEMU does when its watchdog fires",
+			"quit", "q", "nmi", "mce", "watchdog_action", "boot_set"},
+		Rationale: "run state of the guest, its boot order, what QEMU does when its watchdog fires, and the machine checks (mce) and NMIs injected into it",
 	},
 	{
 		Name:      RulePreconfig,
@@ -176,6 +176,9 @@ var InfoSubcommands = map[string]bool{
 	"version": true, "virtio": true, "virtio-queue-element": true, "virtio-queue-status": true,
 	"virtio-status": true, "virtio-vhost-queue-status": true, "vm-generation-id": true, "vnc": true,
 	"accel": true, "accelerators": true, "cryptodev": true, "firmware-log": true, "via": true,
+	// x86's: the vCPU's local APIC, its page tables, and the guest's SEV
+	// and SGX settings.
+	"lapic": true, "tlb": true, "sev": true, "sgx": true,
 }
 
 // ClassifyHMP returns the rule covering an HMP command name, RuleUnlisted's

@@ -45,7 +45,7 @@ func startArchQEMU(t *testing.T, a arch.Arch, dir string, args ...string) *qmp.M
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	sock := filepath.Join(sockDir, "q.sock")
-	testguest.StartArchQEMU(t, a, dir, append([]string{"-M", "virt", "-S", "-display", "none", "-nodefaults",
+	testguest.StartArchQEMU(t, a, dir, append([]string{"-M", strings.SplitN(a.QEMU().Machine, ",", 2)[0], "-S", "-display", "none", "-nodefaults",
 		"-qmp", "unix:" + sock + ",server=on,wait=off"}, args...)...)
 	m := qmp.New(sock)
 	t.Cleanup(func() { m.Disconnect() })

@@ -232,10 +232,12 @@ var NotEverywhere = map[string]string{
 	"query-sgx": "x86 builds", "query-sgx-capabilities": "x86 builds", "xen-event-inject": "since 8.x", "xen-event-list": "since 8.x",
 	// HMP.
 	"singlestep": "up to 8.x (one-insn-per-tb since)", "one-insn-per-tb": "since 8.1", "clear": "since 10.x",
+	"mce": "x86 builds",
 	// info subcommands.
 	"info opcount": "up to 8.x", "info profile": "up to 8.x", "info rdma": "up to 10.0",
 	"info accel": "since 10.x", "info accelerators": "since 10.x", "info cryptodev": "since 8.x",
 	"info firmware-log": "since 11.x", "info via": "since 8.x",
+	"info lapic": "x86 builds", "info sev": "x86 builds", "info sgx": "x86 builds", "info tlb": "x86 and other builds with a software TLB dump",
 	// Options.
 	"-singlestep": "up to 8.x (-accel tcg,one-insn-per-tb=on since)",
 }

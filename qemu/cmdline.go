@@ -20,18 +20,20 @@ import (
 // DefaultBinary is the emulator of the default architecture's guests.
 var DefaultBinary = archs.Default().QEMU().Binary
 
-// Drive is a disk image attached as a virtio-mmio block device, which is what
-// bare-metal riscv kernels for the virt board usually probe.
+// Drive is a disk image attached as a virtio block device on the board's
+// transport: virtio-mmio on the virt boards (what bare-metal kernels for
+// them usually probe), virtio-pci on q35.
 type Drive struct {
 	Path     string `json:"path"`
 	ReadOnly bool   `json:"readonly,omitempty"`
 	// Format is QEMU's image format; empty means raw.
 	Format string `json:"format,omitempty"`
 	// Bus is the virtio-mmio transport the drive sits on, such as
-	// "virtio-mmio-bus.0" (the lowest address, 0x10001000 on virt, the
-	// only one small kernels probe). Empty leaves the choice to QEMU,
-	// which fills the transports from the highest address down, in
-	// command-line order.
+	// "virtio-mmio-bus.0" (the lowest address, 0x10001000 on riscv64's
+	// virt, the only one small kernels probe), or on a PCI board a bus
+	// and optionally a slot ("pcie.0:5"). Empty leaves the choice to QEMU,
+	// which fills virtio-mmio transports from the highest address down,
+	// in command-line order.
 	Bus string `json:"bus,omitempty"`
 }
 
@@ -396,13 +398,17 @@ func (c Config) Validate() error {
 			return fmt.Errorf("drives[%d]: path is empty", i)
 		}
 		if d.Bus != "" {
-			if !busRE().MatchString(d.Bus) {
-				return fmt.Errorf("drives[%d]: bus %q: want a bus name such as virtio-mmio-bus.0", i, d.Bus)
+			bus, slot, err := c.driveBus(d.Bus)
+			if err != nil {
+				return fmt.Errorf("drives[%d]: %w", i, err)
 			}
-			if j, dup := buses[d.Bus]; dup {
-				return fmt.Errorf("drives[%d]: bus %q is drives[%d]'s already: a virtio-mmio transport holds one device", i, d.Bus, j)
+			// A virtio-mmio transport holds one device, a PCI slot one.
+			if c.Platform().Virtio != "pci" || slot != "" {
+				if j, dup := buses[bus+slot]; dup {
+					return fmt.Errorf("drives[%d]: bus %q is drives[%d]'s already: it holds one device", i, d.Bus, j)
+				}
+				buses[bus+slot] = i
 			}
-			buses[d.Bus] = i
 		}
 		if c.RR != nil && !d.ReadOnly {
 			return fmt.Errorf("drives[%d] %s is writable: a recorded run reads its drives only (a replay must read what the recording read): attach it with readonly: true", i, d.Path)
@@ -472,7 +478,34 @@ func (c Config) checkDir(what, path string) error {
 	return nil
 }
 
-var busRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[0-9]+)?$`) })
+var (
+	busRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[0-9]+)?$`) })
+	slotRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(0x)?[0-9a-fA-F]{1,2}$`) })
+)
+
+// driveBus splits a drive's bus into the bus and, on a PCI board, the
+// slot ("pcie.0:5" is slot 5 of the root bus; "pcie.0" lets QEMU choose).
+func (c Config) driveBus(b string) (bus, slot string, err error) {
+	if b == "" {
+		return "", "", nil
+	}
+	q := c.Platform()
+	bus = b
+	if q.Virtio == "pci" {
+		if i := strings.LastIndexByte(b, ':'); i >= 0 {
+			bus, slot = b[:i], b[i+1:]
+			n, perr := strconv.ParseUint(strings.TrimPrefix(slot, "0x"), 16, 8)
+			if !slotRE().MatchString(slot) || perr != nil || n == 0 || n > 0x1f {
+				return "", "", fmt.Errorf("bus %q: want a PCI slot from 1 to 0x1f after the colon, such as %s:5", b, q.DriveBus)
+			}
+			slot = fmt.Sprintf("%#x", n)
+		}
+	}
+	if !busRE().MatchString(bus) {
+		return "", "", fmt.Errorf("bus %q: want a bus name such as %s", b, q.DriveBus)
+	}
+	return bus, slot, nil
+}
 
 var tagRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]{1,31}$`) })
 
@@ -570,8 +603,11 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 			argv = append(argv, "-drive", "driver=blkreplay,if=none,image="+img+",id="+id+",readonly=on")
 		}
 		dev := q.Device("blk") + ",drive=" + id
-		if d.Bus != "" {
-			dev += ",bus=" + d.Bus
+		if bus, slot, _ := c.driveBus(d.Bus); bus != "" {
+			dev += ",bus=" + bus
+			if slot != "" {
+				dev += ",addr=" + slot
+			}
 		}
 		argv = append(argv, "-device", dev)
 	}

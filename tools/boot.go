@@ -18,7 +18,7 @@ import (
 // BootInput is qemu_boot's arguments.
 type BootInput struct {
 	CommandLine  any          `json:"command_line,omitempty" anyof:"string,[]string" max:"16384" maxitems:"512" jsonschema:"the project's QEMU command (what make -n qemu prints), a string or its words; other fields override it; the result lists options kept, replaced, refused"`
-	Arch         string       `json:"arch,omitempty" jsonschema:"riscv64 or aarch64; default the kernel's, else riscv64"`
+	Arch         string       `json:"arch,omitempty" jsonschema:"riscv64, aarch64 or x86_64; default the kernel's, else riscv64"`
 	Kernel       string       `json:"kernel,omitempty" jsonschema:"kernel image, relative to project_root; default the built-in tiny kernel (prompt 'tiny> ')"`
 	Initrd       string       `json:"initrd,omitempty" jsonschema:"initramfs (-initrd)"`
 	DTB          string       `json:"dtb,omitempty" jsonschema:"device tree blob replacing QEMU's (-dtb)"`

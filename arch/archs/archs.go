@@ -10,10 +10,11 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 	"github.com/qemu-mcp/qemu-mcp/arch/riscv64"
+	"github.com/qemu-mcp/qemu-mcp/arch/x86_64"
 )
 
 // all are the architectures, the default first.
-var all = []arch.Arch{riscv64.Arch, arm64.Arch}
+var all = []arch.Arch{riscv64.Arch, arm64.Arch, x86_64.Arch}
 
 // All returns the architectures the server knows, the default first.
 func All() []arch.Arch { return append([]arch.Arch(nil), all...) }

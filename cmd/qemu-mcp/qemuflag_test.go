@@ -11,7 +11,7 @@ func TestQEMUFlag(t *testing.T) {
 		{"aarch64=/opt/q/qemu-system-aarch64", "aarch64", "/opt/q/qemu-system-aarch64", ""},
 		{"arm64=qemu-system-aarch64", "aarch64", "qemu-system-aarch64", ""},
 		{"/opt/a=b/qemu", "riscv64", "/opt/a=b/qemu", ""},
-		{"mips=/opt/q/qemu-system-mips", "", "", `architecture "mips": want one of riscv64, aarch64`},
+		{"mips=/opt/q/qemu-system-mips", "", "", `architecture "mips": want one of riscv64, aarch64, x86_64`},
 	} {
 		arch, path, err := qemuFlag(c.in)
 		if got := errText(err); got != c.err || arch != c.arch || path != c.path {
