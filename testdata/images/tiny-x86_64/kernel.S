@@ -6,8 +6,8 @@
  *
  * tiny-x86_64.elf is an ELF64 (EM_X86_64) with a PVH entry note
  * (XEN_ELFNOTE_PHYS32_ENTRY): QEMU's -kernel loads such an ELF at its
- * physical addresses (link address 1 MiB) and its option ROM (pvh.bin
- * under SeaBIOS; qboot on microvm) enters pvh_start in 32-bit protected
+ * physical addresses (link address 1 MiB) and its pvh.bin option ROM (run
+ * by SeaBIOS, or qboot on microvm) enters pvh_start in 32-bit protected
  * mode, paging off, with ebx = the hvm_start_info (unused). The 32-bit
  * entry clears .bss, builds page tables that identity-map the first 4 GiB
  * with 2 MiB pages, switches to long mode and jumps to start64; from there
