@@ -27,6 +27,14 @@ var TinyKernelAarch64 []byte
 //go:embed testdata/images/tiny-aarch64.elf
 var TinyKernelAarch64ELF []byte
 
+// TinyKernelX86_64 is the tiny kernel for x86_64
+// (testdata/images/tiny-x86_64/): the same shell on the first 16550, an
+// ELF64 that SeaBIOS enters through its PVH note; the ELF is both what
+// QEMU boots and the symbols.
+//
+//go:embed testdata/images/tiny-x86_64.elf
+var TinyKernelX86_64 []byte
+
 // Image is a built-in kernel: what QEMU boots, and its ELF with symbols.
 type Image struct{ Kernel, ELF []byte }
 
@@ -37,4 +45,5 @@ func Tiny(arch string) Image { return tiny[arch] }
 var tiny = map[string]Image{
 	"riscv64": {TinyKernel, TinyKernelELF},
 	"aarch64": {TinyKernelAarch64, TinyKernelAarch64ELF},
+	"x86_64":  {TinyKernelX86_64, TinyKernelX86_64},
 }

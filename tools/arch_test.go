@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
@@ -19,7 +20,14 @@ import (
 // riscv64's.
 func aarch64Session(t *testing.T, adjust func(*testConfig)) (*session, string) {
 	t.Helper()
-	kernel, elf, q := testguest.ArchTiny(t, arm64.Arch)
+	return archSession(t, arm64.Arch, adjust)
+}
+
+// archSession is a session whose server boots a's guests with the tests'
+// QEMU for a and a's built-in tiny kernel, beside riscv64's.
+func archSession(t *testing.T, a arch.Arch, adjust func(*testConfig)) (*session, string) {
+	t.Helper()
+	kernel, elf, q := testguest.ArchTiny(t, a)
 	k, err := os.ReadFile(kernel)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +37,7 @@ func aarch64Session(t *testing.T, adjust func(*testConfig)) (*session, string) {
 		t.Fatal(err)
 	}
 	s := newSessionWith(t, func(c *testConfig) {
-		c.Platforms = map[string]instance.Platform{"aarch64": {QEMU: q, Kernel: k, Symbols: e}}
+		c.Platforms = map[string]instance.Platform{a.Name(): {QEMU: q, Kernel: k, Symbols: e}}
 		if adjust != nil {
 			adjust(c)
 		}

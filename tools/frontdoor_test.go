@@ -17,7 +17,7 @@ import (
 	"time"
 
 	qemumcp "github.com/qemu-mcp/qemu-mcp"
-	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/selftest"
@@ -539,10 +539,13 @@ func checkSelftest(t *testing.T, e docExample) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	arm := qemumcp.Tiny("aarch64")
+	platforms := map[string]instance.Platform{}
+	for _, a := range archs.All()[1:] {
+		k := qemumcp.Tiny(a.Name())
+		platforms[a.Name()] = instance.Platform{QEMU: testguest.ArchQEMU(t, a), Kernel: k.Kernel, Symbols: k.ELF}
+	}
 	set := settings.Settings{RuntimeDir: dir, BuiltinKernel: kernel, BuiltinSymbols: symbols, Version: "test",
-		Logger: slog.New(slog.DiscardHandler), QEMUBinary: testguest.QEMU(t),
-		Platforms: map[string]instance.Platform{"aarch64": {QEMU: testguest.ArchQEMU(t, arm64.Arch), Kernel: arm.Kernel, Symbols: arm.ELF}}}
+		Logger: slog.New(slog.DiscardHandler), QEMUBinary: testguest.QEMU(t), Platforms: platforms}
 	if err := selftest.Run(ctx, &out, set, tools.Config{Version: "test", Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatalf("selftest: %v\n%s", err, out.String())
 	}

@@ -55,7 +55,11 @@ func ArchTiny(t testing.TB, a arch.Arch) (kernel, elf, qemu string) {
 		name += "-" + a.Name()
 	}
 	dir := filepath.Join(Repo(), "testdata", "images")
-	return filepath.Join(dir, name+".bin"), filepath.Join(dir, name+".elf"), qemu
+	kernel = filepath.Join(dir, name+".bin")
+	if _, err := os.Stat(kernel); err != nil {
+		kernel = filepath.Join(dir, name+".elf") // booted as its ELF (x86_64's, through its PVH note)
+	}
+	return kernel, filepath.Join(dir, name+".elf"), qemu
 }
 
 // StartArchQEMU is StartQEMU for a's QEMU (see ArchQEMU).
