@@ -55,7 +55,7 @@ func TestDisassembleSystem(t *testing.T) {
 		{0xb8e00041, "ldaddal w0, w1, [x2]"},
 		{0xf820001f | 2<<5, "stadd x0, [x2]"},
 		{0xf8a08062, "swpa x0, x2, [x3]"},
-		{0x88e0ffe2 | 0, "casal w0, w2, [sp]"},
+		{0x88e0ffe2, "casal w0, w2, [sp]"},
 		{0x48207c82, "casp x0, x1, x2, x3, [x4]"},
 		{0xa9bf7bfd, "stp x29, x30, [sp, #-16]!"},
 		{0xf84107e0, "ldr x0, [sp], #16"},
