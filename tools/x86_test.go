@@ -57,8 +57,3 @@ func TestX86TinyKernel(t *testing.T) {
 	}
 }
 
-// The x86_64 Linux guest, its architecture read from its bzImage header,
-// on four vCPUs: to its shell; guest_exec's exit statuses; a share read;
-// a snapshot restored three times with its state and a live timer; a
-// boot from the snapshot.
-func TestX86Linux(t *testing.T) { archLinux(t, x86_64.Arch) }
