@@ -68,32 +68,7 @@ func bootAarch64(t *testing.T, kernel string, withQMP bool, extra ...string) *aa
 		sock = filepath.Join(dir, "qmp.sock")
 		args = append(args, "-qmp", "unix:"+sock+",server=on,wait=off")
 	}
-	g := &aarch64Guest{t: t, cmd: exec.Command(qemuAarch64(t), args...), done: make(chan struct{}), grew: make(chan struct{})}
-	g.cmd.Stderr = &lockedWriter{g: g, b: &g.stderr}
-	in, err := g.cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := g.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.in = in
-	if err := g.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", g.cmd.Path, err)
-	}
-	go func() {
-		io.Copy(&lockedWriter{g: g, b: &g.out}, out)
-		g.cmd.Wait()
-		close(g.done)
-	}()
-	t.Cleanup(func() {
-		g.cmd.Process.Kill()
-		<-g.done
-		if t.Failed() {
-			t.Logf("qemu %q\nstderr: %s\nconsole: %q", args, g.stderrText(), g.output())
-		}
-	})
+	g := startGuest(t, qemuAarch64(t), args)
 	if withQMP {
 		g.qmp = qmp.New(sock)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -427,4 +402,37 @@ func TestTinyAarch64RecordingTakesBursts(t *testing.T) {
 	if out != "four bytes at a time\r\n" {
 		t.Errorf("the recording guest printed %q for %q, want its echo", g.output(), line)
 	}
+}
+
+// startGuest starts the QEMU binary with args, its console on stdin and
+// stdout; QEMU is killed when the test ends.
+func startGuest(t *testing.T, binary string, args []string) *aarch64Guest {
+	t.Helper()
+	g := &aarch64Guest{t: t, cmd: exec.Command(binary, args...), done: make(chan struct{}), grew: make(chan struct{})}
+	g.cmd.Stderr = &lockedWriter{g: g, b: &g.stderr}
+	in, err := g.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := g.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.in = in
+	if err := g.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", g.cmd.Path, err)
+	}
+	go func() {
+		io.Copy(&lockedWriter{g: g, b: &g.out}, out)
+		g.cmd.Wait()
+		close(g.done)
+	}()
+	t.Cleanup(func() {
+		g.cmd.Process.Kill()
+		<-g.done
+		if t.Failed() {
+			t.Logf("qemu %q\nstderr: %s\nconsole: %q", args, g.stderrText(), g.output())
+		}
+	})
+	return g
 }

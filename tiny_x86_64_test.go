@@ -53,32 +53,7 @@ func bootX86(t *testing.T, extra ...string) *aarch64Guest {
 	t.Helper()
 	args := append(append([]string{}, extra...), "-m", "128M", "-nodefaults", "-display", "none",
 		"-serial", "stdio", "-kernel", tinyX86ELF)
-	g := &aarch64Guest{t: t, cmd: exec.Command(qemuX86(t), args...), done: make(chan struct{}), grew: make(chan struct{})}
-	g.cmd.Stderr = &lockedWriter{g: g, b: &g.stderr}
-	in, err := g.cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := g.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.in = in
-	if err := g.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", g.cmd.Path, err)
-	}
-	go func() {
-		io.Copy(&lockedWriter{g: g, b: &g.out}, out)
-		g.cmd.Wait()
-		close(g.done)
-	}()
-	t.Cleanup(func() {
-		g.cmd.Process.Kill()
-		<-g.done
-		if t.Failed() {
-			t.Logf("qemu %q\nstderr: %s\nconsole: %q", args, g.stderrText(), g.output())
-		}
-	})
+	g := startGuest(t, qemuX86(t), args)
 	return g
 }
 

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
@@ -125,20 +124,10 @@ func TestAarch64DebugLinux(t *testing.T) {
 	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
 
 	// The walk agrees with QEMU's, and names its leaf level.
-	var sym struct {
-		Locations []whereOut `json:"locations"`
-	}
-	s.mustCall("debug_symbolize", map[string]any{"address": "linux_banner"}, &sym)
 	var hmp struct {
 		Return string `json:"return"`
 	}
-	for range 50 {
-		s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa " + sym.Locations[0].Addr}}, &hmp)
-		if strings.Contains(hmp.Return, "gpa:") {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hmp.Return = s.qemuTranslates("linux_banner")
 	var walk struct {
 		Mode   string `json:"mode"`
 		PA     string `json:"pa"`

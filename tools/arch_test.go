@@ -102,9 +102,17 @@ func TestAarch64TinyKernel(t *testing.T) {
 		!info.Arches[i].Found || !info.Arches[i].Builtin || info.Arches[i].Binary != q || !strings.Contains(info.Arches[i].Version, "QEMU emulator version") {
 		t.Errorf("server_info architectures: %+v", info.Arches)
 	}
+	s.poweroffExits()
+}
+
+// poweroffExits types the tiny kernel's poweroff and checks that QEMU
+// exits with status 0.
+func (s *session) poweroffExits() {
+	s.t.Helper()
+	var w waitOut
 	s.mustCall("serial_send", map[string]any{"data": "poweroff", "wait_for": prompt, "timeout": 20}, &w)
 	if !w.Exited {
-		t.Errorf("poweroff: %+v, want QEMU to exit", w)
+		s.t.Errorf("poweroff: %+v, want QEMU to exit", w)
 	}
 	var after struct {
 		State      string `json:"state"`
@@ -112,7 +120,7 @@ func TestAarch64TinyKernel(t *testing.T) {
 	}
 	s.mustCall("qemu_status", nil, &after)
 	if after.State != "stopped" || after.ExitStatus == nil || *after.ExitStatus != 0 {
-		t.Errorf("after poweroff: %+v", after)
+		s.t.Errorf("after poweroff: %+v", after)
 	}
 }
 

@@ -594,22 +594,10 @@ func TestDebugLinuxFaults(t *testing.T) {
 	}
 
 	// Translation agrees with HMP gva2gpa.
-	var sym struct {
-		Locations []whereOut `json:"locations"`
-	}
-	s.mustCall("debug_symbolize", map[string]any{"address": "linux_banner"}, &sym)
 	var hmp struct {
 		Return string `json:"return"`
 	}
-	// QEMU translates with the hart's current mode: while it is in
-	// OpenSBI (M-mode: an SBI call, a timer) it says Unmapped. Ask again.
-	for range 50 {
-		s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa " + sym.Locations[0].Addr}}, &hmp)
-		if strings.Contains(hmp.Return, "gpa:") {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	hmp.Return = s.qemuTranslates("linux_banner")
 	var walk struct {
 		Mode     string `json:"mode"`
 		PA       string `json:"pa"`
@@ -665,4 +653,26 @@ func TestDebugLinuxFaults(t *testing.T) {
 			t.Errorf("WRITE_RO verdict: %+v", p.Triage)
 		}
 	}
+}
+
+// qemuTranslates is QEMU's own translation of symbol (HMP gva2gpa).
+// QEMU translates with the hart's current mode: while it is in firmware
+// (RISC-V M-mode: an SBI call, a timer) it says Unmapped. It asks again.
+func (s *session) qemuTranslates(symbol string) string {
+	s.t.Helper()
+	var sym struct {
+		Locations []whereOut `json:"locations"`
+	}
+	s.mustCall("debug_symbolize", map[string]any{"address": symbol}, &sym)
+	var hmp struct {
+		Return string `json:"return"`
+	}
+	for range 50 {
+		s.mustCall("qmp_command", map[string]any{"command": "human-monitor-command", "arguments": map[string]any{"command-line": "gva2gpa " + sym.Locations[0].Addr}}, &hmp)
+		if strings.Contains(hmp.Return, "gpa:") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return hmp.Return
 }

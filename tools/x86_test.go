@@ -43,17 +43,5 @@ func TestX86TinyKernel(t *testing.T) {
 			t.Fatalf("restore %d: %+v", k+1, w)
 		}
 	}
-	s.mustCall("serial_send", map[string]any{"data": "poweroff", "wait_for": prompt, "timeout": 20}, &w)
-	if !w.Exited {
-		t.Errorf("poweroff: %+v, want QEMU to exit", w)
-	}
-	var after struct {
-		State      string `json:"state"`
-		ExitStatus *int   `json:"exit_status"`
-	}
-	s.mustCall("qemu_status", nil, &after)
-	if after.State != "stopped" || after.ExitStatus == nil || *after.ExitStatus != 0 {
-		t.Errorf("after poweroff: %+v", after)
-	}
+	s.poweroffExits()
 }
-
