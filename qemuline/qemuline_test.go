@@ -130,8 +130,12 @@ func TestDrivesAndNetwork(t *testing.T) {
 }
 
 func TestOtherBinaryAndBareWords(t *testing.T) {
-	_, rep := Parse([]string{"/usr/bin/qemu-system-x86_64", "-m", "1G", "disk.img"}, nil)
-	if got := options(rep.Refused); !reflect.DeepEqual(got, []string{"/usr/bin/qemu-system-x86_64", "disk.img"}) {
+	_, rep := Parse([]string{"/usr/bin/qemu-system-mips", "-m", "1G", "disk.img"}, nil)
+	if got := options(rep.Refused); !reflect.DeepEqual(got, []string{"/usr/bin/qemu-system-mips", "disk.img"}) {
 		t.Errorf("refused %q", got)
+	}
+	p, rep := Parse([]string{"/usr/bin/qemu-system-x86_64", "-m", "1G", "disk.img"}, nil)
+	if got := options(rep.Refused); p.Arch != "x86_64" || !reflect.DeepEqual(got, []string{"disk.img"}) {
+		t.Errorf("qemu-system-x86_64: arch %q, refused %q", p.Arch, got)
 	}
 }
