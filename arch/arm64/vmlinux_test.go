@@ -20,14 +20,20 @@ import (
 // testVmlinux opens the cached arm64 vmlinux, skipping the test without it.
 func testVmlinux(t *testing.T) (*elf.File, string) {
 	t.Helper()
-	home, err := os.UserHomeDir()
-	if err != nil {
-		t.Skip("no home directory for the cached vmlinux")
+	// The aarch64 Linux guest scripts/test builds (testguest.ArchLinux
+	// finds it the same way; this package's tests cannot import it).
+	dir := os.Getenv("QEMU_MCP_LINUX_DIR_AARCH64")
+	if dir == "" {
+		out, err := exec.Command("../../scripts/build-linux", "--arch", "aarch64", "--print-dir").Output()
+		if err != nil {
+			t.Skip("no aarch64 Linux guest to check against: scripts/build-linux --arch aarch64 builds it (scripts/test does)")
+		}
+		dir = strings.TrimSpace(string(out))
 	}
-	path := filepath.Join(home, ".cache/qemu-mcp/linux-aarch64-99c8717bfa45a367/vmlinux")
+	path := filepath.Join(dir, "vmlinux")
 	f, err := elf.Open(path)
 	if err != nil {
-		t.Skipf("no arm64 vmlinux to check against (%v): scripts/build-linux builds one", err)
+		t.Skipf("no arm64 vmlinux to check against (%v): scripts/build-linux --arch aarch64 builds one", err)
 	}
 	t.Cleanup(func() { f.Close() })
 	return f, path
