@@ -279,18 +279,7 @@ func TestTinyAarch64Boots(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := bootAarch64(t, c.kernel, false, c.args...)
-			g.waitFor(0, tinyPrompt)
-			if got := g.output(); got != tinyBanner+tinyPrompt {
-				t.Fatalf("boot output %q, want %q", got, tinyBanner+tinyPrompt)
-			}
-			io.WriteString(g.in, c.command+"\r")
-			code := g.exit()
-			if got, want := g.output(), tinyBanner+tinyPrompt+c.command+"\r\n"+c.output; got != want {
-				t.Errorf("console %q\nwant    %q", got, want)
-			}
-			if code != c.code {
-				t.Errorf("QEMU exited %d, want %d", code, c.code)
-			}
+			g.exits(c.command, c.output, c.code)
 		})
 	}
 }
@@ -435,4 +424,23 @@ func startGuest(t *testing.T, binary string, args []string) *aarch64Guest {
 		}
 	})
 	return g
+}
+
+// exits types command at the prompt after the banner and checks that the
+// console then shows output and that QEMU exits with code.
+func (g *aarch64Guest) exits(command, output string, code int) {
+	t := g.t
+	t.Helper()
+	g.waitFor(0, tinyPrompt)
+	if got := g.output(); got != tinyBanner+tinyPrompt {
+		t.Fatalf("boot output %q, want %q", got, tinyBanner+tinyPrompt)
+	}
+	io.WriteString(g.in, command+"\r")
+	got := g.exit()
+	if out, want := g.output(), tinyBanner+tinyPrompt+command+"\r\n"+output; out != want {
+		t.Errorf("console %q\nwant    %q", out, want)
+	}
+	if got != code {
+		t.Errorf("QEMU exited %d, want %d", got, code)
+	}
 }

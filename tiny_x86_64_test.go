@@ -182,18 +182,7 @@ func TestTinyX86_64Boots(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := bootX86(t, c.args...)
-			g.waitFor(0, tinyPrompt)
-			if got := g.output(); got != tinyBanner+tinyPrompt {
-				t.Fatalf("boot output %q, want %q", got, tinyBanner+tinyPrompt)
-			}
-			io.WriteString(g.in, c.command+"\r")
-			code := g.exit()
-			if got, want := g.output(), tinyBanner+tinyPrompt+c.command+"\r\n"+c.output; got != want {
-				t.Errorf("console %q\nwant    %q", got, want)
-			}
-			if code != c.code {
-				t.Errorf("QEMU exited %d, want %d", code, c.code)
-			}
+			g.exits(c.command, c.output, c.code)
 		})
 	}
 }

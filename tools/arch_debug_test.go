@@ -124,25 +124,13 @@ func TestAarch64DebugLinux(t *testing.T) {
 	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
 
 	// The walk agrees with QEMU's, and names its leaf level.
-	var hmp struct {
-		Return string `json:"return"`
-	}
-	hmp.Return = s.qemuTranslates("linux_banner")
-	var walk struct {
-		Mode   string `json:"mode"`
-		PA     string `json:"pa"`
-		Flags  string `json:"flags"`
-		Fault  string `json:"fault"`
-		TTBR   string `json:"ttbr"`
-		Levels []struct {
-			Level int `json:"level"`
-		} `json:"levels"`
-	}
+	gpa := s.qemuTranslates("linux_banner")
+	var walk walkOut
 	res = s.call("debug_translate", map[string]any{"address": "linux_banner"}, &walk)
-	t.Logf("gva2gpa: %q; walk: %s", hmp.Return, text(res))
-	if walk.PA == "" || !strings.Contains(hmp.Return, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.TTBR == "" ||
+	t.Logf("gva2gpa: %q; walk: %s", gpa, text(res))
+	if walk.PA == "" || !strings.Contains(gpa, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.TTBR == "" ||
 		!strings.HasPrefix(walk.Flags, fmt.Sprintf("level-%d ", walk.Levels[len(walk.Levels)-1].Level)) || !strings.Contains(walk.Flags, "EL1 read-only") {
-		t.Errorf("translate linux_banner: %+v; QEMU says %q", walk, hmp.Return)
+		t.Errorf("translate linux_banner: %+v; QEMU says %q", walk, gpa)
 	}
 	var mem memoryOut
 	s.mustCall("debug_memory", map[string]any{"location": "linux_banner", "length": 32}, &mem)
@@ -250,10 +238,7 @@ func TestAarch64DebugTinyKernel(t *testing.T) {
 	if regs.Priv != "EL1" || !strings.HasPrefix(regs.Translation, "MMU off") {
 		t.Errorf("registers at cmd_echo: %+v", regs)
 	}
-	var walk struct {
-		Mode string `json:"mode"`
-		PA   string `json:"pa"`
-	}
+	var walk walkOut
 	s.mustCall("debug_translate", map[string]any{"address": "cmd_echo"}, &walk)
 	var sym struct {
 		Locations []whereOut `json:"locations"`

@@ -39,6 +39,20 @@ type breakOut struct {
 	Set         int        `json:"set"`
 }
 
+// walkOut is debug_translate's result.
+type walkOut struct {
+	Mode     string `json:"mode"`
+	PA       string `json:"pa"`
+	PageSize string `json:"page_size"`
+	Flags    string `json:"flags"`
+	Fault    string `json:"fault"`
+	TTBR     string `json:"ttbr"`
+	Levels   []struct {
+		Level int    `json:"level"`
+		Flags string `json:"flags"`
+	} `json:"levels"`
+}
+
 // memoryOut is debug_memory's result.
 type memoryOut struct {
 	Addr    string `json:"addr"`
@@ -598,17 +612,7 @@ func TestDebugLinuxFaults(t *testing.T) {
 		Return string `json:"return"`
 	}
 	hmp.Return = s.qemuTranslates("linux_banner")
-	var walk struct {
-		Mode     string `json:"mode"`
-		PA       string `json:"pa"`
-		PageSize string `json:"page_size"`
-		Flags    string `json:"flags"`
-		Fault    string `json:"fault"`
-		Levels   []struct {
-			Level int    `json:"level"`
-			Flags string `json:"flags"`
-		} `json:"levels"`
-	}
+	var walk walkOut
 	s.mustCall("debug_translate", map[string]any{"address": "linux_banner"}, &walk)
 	t.Logf("gva2gpa: %q; walk: %+v", hmp.Return, walk)
 	if walk.PA == "" || !strings.Contains(hmp.Return, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.Levels[len(walk.Levels)-1].Flags[1] != 'R' {

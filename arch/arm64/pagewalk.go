@@ -63,10 +63,11 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 	}
 	w.TCR = hex(tcr)
 	upper := va>>55&1 == 1
-	ttbrName, size, tg, epd, tbi := "TTBR0_EL1", tcr&0x3f, granule0[tcr>>14&3], tcr>>7&1, tcr>>37&1
+	half, size, tg, epd, tbi := 0, tcr&0x3f, granule0[tcr>>14&3], tcr>>7&1, tcr>>37&1
 	if upper {
-		ttbrName, size, tg, epd, tbi = "TTBR1_EL1", tcr>>16&0x3f, granule1[tcr>>30&3], tcr>>23&1, tcr>>38&1
+		half, size, tg, epd, tbi = 1, tcr>>16&0x3f, granule1[tcr>>30&3], tcr>>23&1, tcr>>38&1
 	}
+	ttbrName := fmt.Sprintf("TTBR%d_EL1", half)
 	ttbr, err := reg(ttbrName)
 	if err != nil {
 		return w, err
@@ -84,7 +85,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 	case vaBits < 25 || vaBits > 48:
 		return w, fmt.Errorf("TCR_EL1 gives a %d-bit VA for %s: this walker knows 25 to 48 bits", vaBits, ttbrName)
 	case epd == 1:
-		return fault(fmt.Sprintf("walks through %s are disabled (TCR_EL1.EPD%d=1): a translation fault at level 0", ttbrName, map[bool]int{false: 0, true: 1}[upper]))
+		return fault(fmt.Sprintf("walks through %s are disabled (TCR_EL1.EPD%d=1): a translation fault at level 0", ttbrName, half))
 	}
 	top := uint(64)
 	if tbi == 1 {

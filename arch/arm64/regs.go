@@ -3,6 +3,7 @@ package arm64
 import (
 	"debug/elf"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,13 +35,11 @@ var trapRegs = []string{
 }
 
 func (debugger) Registers() arch.Registers {
-	var fallback []string
-	fallback = append(fallback, general...)
 	return arch.Registers{
 		GDB: arch.GDB{
 			Arch:            "aarch64",
 			FeaturePrefix:   "org.gnu.gdb.aarch64.",
-			Fallback:        append(fallback, "pc"),
+			Fallback:        append(slices.Clone(general), "pc"),
 			FallbackFeature: "org.gnu.gdb.aarch64.core",
 			// QEMU 7.2 names SCTLR_EL1 and VBAR_EL1 "SCTLR" and "VBAR";
 			// fp and lr are x29 and x30 as the ABI calls them.
@@ -67,15 +66,19 @@ func (debugger) Privilege(cpsr uint64) arch.Privilege {
 	if cpsr>>4&1 == 1 {
 		return arch.Privilege{Name: "AArch32 " + aarch32Modes[cpsr&0xf], User: cpsr&0xf == 0}
 	}
-	switch el := cpsr >> 2 & 3; el {
-	case 0:
-		return arch.Privilege{Name: "EL0", User: true}
-	case 1:
-		return arch.Privilege{Name: "EL1"}
+	switch el := level(cpsr); el {
+	case "EL0":
+		return arch.Privilege{Name: el, User: true}
+	case "EL1":
+		return arch.Privilege{Name: el}
 	default:
-		return arch.Privilege{Name: "EL" + strconv.Itoa(int(el)), Firmware: true}
+		return arch.Privilege{Name: el, Firmware: true}
 	}
 }
+
+// level is the exception level a PSTATE (or an SPSR that saved one) is
+// at, by its M[3:2]: "EL0" to "EL3".
+func level(pstate uint64) string { return "EL" + strconv.Itoa(int(pstate>>2&3)) }
 
 var aarch32Modes = [16]string{0: "user", 1: "FIQ", 2: "IRQ", 3: "supervisor", 6: "monitor", 7: "abort",
 	10: "hypervisor", 11: "undefined", 15: "system"}
@@ -92,7 +95,7 @@ func decodePSTATE(v uint64) string {
 		if v&1 == 1 {
 			sp = "h"
 		}
-		f = append(f, fmt.Sprintf("EL%d%s", v>>2&3, sp))
+		f = append(f, level(v)+sp)
 	}
 	var masked []string
 	for i, n := range []string{"F", "I", "A", "D"} {

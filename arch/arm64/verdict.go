@@ -125,12 +125,11 @@ func (debugger) LastTrap(ctx context.Context, r arch.Reader, firmware bool) (arc
 // exception into that level taken from that level (SPSR's M[3:2]), a
 // fault. An exception from EL0 went back to user mode or killed a task.
 func (d debugger) Handling(ctx context.Context, r arch.Reader, p arch.Privilege) (arch.Trap, bool) {
-	el := map[string]string{"EL1": "EL1", "EL2": "EL2"}[p.Name]
-	if el == "" {
+	if p.Name != "EL1" && p.Name != "EL2" {
 		return arch.Trap{}, false
 	}
-	t, ok := lastTrap(ctx, r, el)
-	if !ok || !d.IsFault(t) || "EL"+fmt.Sprint(t.Status>>2&3) != el {
+	t, ok := lastTrap(ctx, r, p.Name)
+	if !ok || !d.IsFault(t) || level(t.Status) != p.Name {
 		return arch.Trap{}, false
 	}
 	return t, true
@@ -226,20 +225,16 @@ func (f fault) ec() uint64  { return f.esr() >> 26 & 0x3f }
 // from is the level the exception came from, by its class or its saved
 // PSTATE.
 func (f fault) from() string {
-	if isAbort, lower := abort(f.ec()); isAbort {
-		if lower {
-			return "EL0"
-		}
-		return fmt.Sprintf("EL%d", 1+b2i(f.trap.Firmware))
+	isAbort, lower := abort(f.ec())
+	switch {
+	case isAbort && lower:
+		return "EL0"
+	case isAbort && f.trap.Firmware:
+		return "EL2"
+	case isAbort:
+		return "EL1"
 	}
-	return fmt.Sprintf("EL%d", f.trap.Status>>2&3)
-}
-
-func b2i(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
+	return level(f.trap.Status)
 }
 
 // verdict says in one sentence why the exception happened.

@@ -22,6 +22,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"golang.org/x/sys/unix"
 )
@@ -350,13 +352,16 @@ type server struct {
 	dir string
 }
 
-// linuxGuestDir returns the directory of the Linux guest scripts/build-linux
-// caches, or "" after saying on stderr that the figures named by skipped
-// are left out because there is none.
-func linuxGuestDir(skipped string) string {
-	out, err := exec.Command("scripts/build-linux", "--print-dir").Output()
+// linuxGuestDir returns the directory of the riscv64 Linux guest
+// scripts/build-linux caches, or "" after saying on stderr that the
+// figures named by skipped are left out because there is none.
+func linuxGuestDir(skipped string) string { return archGuestDir(archs.Default(), skipped) }
+
+// archGuestDir is linuxGuestDir for architecture a's guest.
+func archGuestDir(a arch.Arch, skipped string) string {
+	out, err := exec.Command("scripts/build-linux", "--arch", a.Name(), "--print-dir").Output()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: no Linux guest (run scripts/build-linux): %s skipped\n", skipped)
+		fmt.Fprintf(os.Stderr, "bench: no %s Linux guest (run scripts/build-linux --arch %s): %s skipped\n", a.Name(), a.Name(), skipped)
 		return ""
 	}
 	return strings.TrimSpace(string(out))

@@ -65,12 +65,10 @@ func ttLinuxServer(ctx context.Context) (*ttServer, error) {
 		}
 		return &ttServer{server: srv, dir: dir, arch: a, qemu: *qemuBin, append: linuxAppend}, nil
 	}
-	out, err := exec.Command("scripts/build-linux", "--arch", a.Name(), "--print-dir").Output()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: no %s Linux guest (run scripts/build-linux --arch %s): time-travel figures skipped\n", a.Name(), a.Name())
+	dir := archGuestDir(a, "time-travel figures")
+	if dir == "" {
 		return nil, nil
 	}
-	dir := strings.TrimSpace(string(out))
 	srv, err := startServer(ctx, "-qemu", a.Name()+"="+*qemuAarch64, "-allow-path", dir)
 	if err != nil {
 		return nil, err
