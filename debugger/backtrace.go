@@ -217,7 +217,18 @@ func (s *Session) inVector(ctx context.Context, th *gdb.Thread, st unwindState) 
 // ret_from_syscall, without a call) as it is.
 func (s *Session) callerWhere(ctx context.Context, th *gdb.Thread, ra uint64) Where {
 	m := uint64(s.d.MaxInstruction())
-	if code, _ := th.ReadMemory(ctx, ra-m, int(m)); uint64(len(code)) == m && s.d.CallBefore(code) {
+	code, _ := th.ReadMemory(ctx, ra-m, int(m))
+	if uint64(len(code)) == m {
+		if s.d.CallBefore(code) {
+			return s.whereReturn(ra)
+		}
+		return s.Where(ra)
+	}
+	// The code before ra is gone (init text, which the kernel unmaps
+	// after boot): a return address at a function's first instruction
+	// follows a call that ended the function before it, unless it is an
+	// entry code label.
+	if w := s.Where(ra); w.Offset == "0x0" && !s.d.IsEntry(w.Function) {
 		return s.whereReturn(ra)
 	}
 	return s.Where(ra)

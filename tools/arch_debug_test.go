@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,6 +50,11 @@ func TestAarch64DebugLinux(t *testing.T) {
 		if h.Hart != i || h.Processor == nil || *h.Processor != i || h.Priv != "EL1" || h.State == "" || len(h.Backtrace) == 0 {
 			t.Errorf("all_harts[%d]: %+v", i, h)
 		}
+	}
+	// CPU 0 idles under rest_init, which arch_call_rest_init (init text,
+	// unmapped after boot) called as its last instruction.
+	if i := slices.Index(all.Harts[0].Backtrace, "rest_init"); i < 0 || i+1 >= len(all.Harts[0].Backtrace) || all.Harts[0].Backtrace[i+1] != "arch_call_rest_init" {
+		t.Errorf("CPU 0's backtrace: %q, want rest_init < arch_call_rest_init", all.Harts[0].Backtrace)
 	}
 	var regs struct {
 		Priv        string            `json:"priv"`
