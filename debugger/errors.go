@@ -72,3 +72,13 @@ func (e *WatchRefusedError) Advice() advice.Advice {
 
 // Advice is what a caller can do: step back.
 func (e *AtEndError) Advice() advice.Advice { return advice.Advice{Action: advice.StepBack} }
+
+// NoRootError is a page table root given for a walk on an architecture
+// whose walks read several registers (aarch64: a table per half of the
+// address space, and their control register), none of which could stand
+// for them all.
+type NoRootError struct{ Arch string }
+
+func (e *NoRootError) Error() string {
+	return fmt.Sprintf("%s walks read their tables from the hart's own registers, so no single root can be given", e.Arch)
+}

@@ -35,7 +35,7 @@ func (s *Session) Translate(ctx context.Context, hart int, loc string, root *uin
 
 func (s *Session) translate(ctx context.Context, th *gdb.Thread, va uint64, root *uint64) (Walk, error) {
 	if root != nil && s.d.Root() == "" {
-		return Walk{}, fmt.Errorf("a %s page table has no single root register to give: the walk uses the hart's own registers", s.cfg.Arch.Name())
+		return Walk{}, &NoRootError{Arch: s.cfg.Arch.Name()}
 	}
 	reg := func(name string) (uint64, error) {
 		if root != nil && name == s.d.Root() {

@@ -147,6 +147,7 @@ func TestAarch64DebugLinux(t *testing.T) {
 	if walk.PA != "" || !strings.Contains(walk.Fault, "not valid") {
 		t.Errorf("translate 0x0: %+v", walk)
 	}
+	s.wantError("debug_translate", map[string]any{"address": "linux_banner", "satp": "0x1"}, "satp is riscv64's page table register", "leave satp out")
 
 	type triaged struct {
 		Panicked bool `json:"panicked"`

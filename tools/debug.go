@@ -533,6 +533,9 @@ func (s *Server) debugTranslate(ctx context.Context, _ *mcp.CallToolRequest, in 
 	ctx, cancel := context.WithTimeout(ctx, debugTimeout)
 	defer cancel()
 	w, on, err := d.Translate(ctx, hart, in.Address, satp)
+	if nr := (*debugger.NoRootError)(nil); errors.As(err, &nr) {
+		return nil, TranslateOutput{}, fmt.Errorf("satp is riscv64's page table register: %w; leave satp out", err)
+	}
 	if err != nil {
 		return nil, TranslateOutput{}, err
 	}
