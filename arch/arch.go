@@ -65,6 +65,10 @@ type QEMU struct {
 	// Console is the Linux console device of the board's first serial
 	// port ("ttyS0", "ttyAMA0"), for a kernel command line.
 	Console string
+	// Earlycon is the kernel command-line option with which Linux prints
+	// on that port from its first instructions ("earlycon=sbi"), for the
+	// boots that need to see an early crash.
+	Earlycon string
 	// Timer is what a loaded state needs to find its timer again, where
 	// this architecture's QEMU may lose it; nil where it keeps it.
 	Timer *Timer

@@ -45,3 +45,7 @@ func TestX86TinyKernel(t *testing.T) {
 	}
 	s.poweroffExits()
 }
+
+// The x86_64 Linux guest: its shell, guest_exec's statuses, a share, a
+// snapshot restored with a live timer three times, a boot from it.
+func TestX86Linux(t *testing.T) { archLinux(t, x86_64.Arch) }

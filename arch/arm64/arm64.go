@@ -37,6 +37,7 @@ func (arm64) QEMU() arch.QEMU {
 		Virtio:       "device",
 		DriveBus:     "virtio-mmio-bus.0",
 		Console:      "ttyAMA0",
+		Earlycon:     "earlycon",
 		Commands:     []string{"query-gic-capabilities"},
 		Probe:        probe,
 	}

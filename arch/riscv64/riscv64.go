@@ -33,6 +33,7 @@ func (riscv64) QEMU() arch.QEMU {
 		Virtio:       "device",
 		DriveBus:     "virtio-mmio-bus.0",
 		Console:      "ttyS0",
+		Earlycon:     "earlycon=sbi",
 		// QEMU up to 10.1 does not re-arm the supervisor timer of a
 		// loaded state: about half of all restores leave a Linux guest
 		// whose sleeps never end. The count is the ACLINT's mtime; mip.STIP

@@ -73,7 +73,7 @@ func ttLinuxServer(ctx context.Context) (*ttServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ttServer{server: srv, dir: dir, arch: a, qemu: *qemuAarch64, append: "console=" + a.QEMU().Console + " earlycon"}, nil
+	return &ttServer{server: srv, dir: dir, arch: a, qemu: *qemuAarch64, append: "console=" + a.QEMU().Console + " " + a.QEMU().Earlycon}, nil
 }
 
 func (s *ttServer) boot(ctx context.Context, extra map[string]any) (time.Duration, error) {

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/arch/x86_64"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 )
@@ -86,12 +88,30 @@ func TestProbe(t *testing.T) {
 // 7.2 and 11.1 both keep the timer, load in place, and reload a replay's
 // checkpoint with the double load.
 func TestProbeAarch64(t *testing.T) {
-	kernelFile, _, bin := testguest.ArchTiny(t, arm64.Arch)
+	c := probeKeeps(t, arm64.Arch, "CNTVCT_EL0 restored and running, the virtual timer armed before the save fired on time")
+	if c != nil && (c.ReplayCheckpoint.Answer != Yes || !strings.Contains(c.ReplayCheckpoint.Detail, "double load")) {
+		t.Errorf("QEMU %s: replay_checkpoint = %s (%s), want yes", c.Version, c.ReplayCheckpoint.Answer, c.ReplayCheckpoint.Detail)
+	}
+}
+
+// The probes on the x86_64 QEMU under test, with the x86_64 tiny kernel
+// (which starts the HPET): 7.2 and 11.1 keep the HPET's count and its
+// armed timer and load in place. (Their replays hang in the checkpoint's
+// load today: time travel on x86_64 is not supported yet, and its answer
+// is not checked here.)
+func TestProbeX86(t *testing.T) {
+	probeKeeps(t, x86_64.Arch, "HPET counter restored and running, the HPET's first timer armed before the save fired on time")
+}
+
+// probeKeeps probes a's QEMU under test with a's tiny kernel and wants
+// the state probes' answers yes, their details containing kept.
+func probeKeeps(t *testing.T, a arch.Arch, kept string) *Caps {
+	kernelFile, _, bin := testguest.ArchTiny(t, a)
 	kernel, err := os.ReadFile(kernelFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := New(Config{CacheDir: t.TempDir(), WorkDir: t.TempDir(), Owner: "test", Arch: arm64.Arch, Kernel: kernel,
+	p := New(Config{CacheDir: t.TempDir(), WorkDir: t.TempDir(), Owner: "test", Arch: a, Kernel: kernel,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	defer p.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -103,16 +123,14 @@ func TestProbeAarch64(t *testing.T) {
 	b, _ := json.MarshalIndent(c, "", "  ")
 	t.Logf("probed:\n%s", b)
 	for name, r := range map[string]Result{"timer_kept": c.TimerKept, "in_place_load": c.InPlaceLoad} {
-		if r.Answer != Yes || !strings.Contains(r.Detail, "CNTVCT_EL0 restored and running, the virtual timer armed before the save fired on time") {
+		if r.Answer != Yes || !strings.Contains(r.Detail, kept) {
 			t.Errorf("QEMU %s: %s = %s (%s), want yes", c.Version, name, r.Answer, r.Detail)
 		}
 	}
 	if !TimerKept(bin) {
 		t.Error("TimerKept = false")
 	}
-	if c.ReplayCheckpoint.Answer != Yes || !strings.Contains(c.ReplayCheckpoint.Detail, "double load") {
-		t.Errorf("QEMU %s: replay_checkpoint = %s (%s), want yes", c.Version, c.ReplayCheckpoint.Answer, c.ReplayCheckpoint.Detail)
-	}
+	return c
 }
 
 // A QEMU that dies during the replay probe (QEMU 11.1 did, once in a day

@@ -88,7 +88,7 @@ func ArchLinux(t testing.TB, a arch.Arch) Linux {
 		dir = strings.TrimSpace(string(out))
 	}
 	l := Linux{Dir: dir, Kernel: filepath.Join(dir, "Image"), Initrd: filepath.Join(dir, "initramfs.cpio.gz"),
-		Vmlinux: filepath.Join(dir, "vmlinux"), Append: "console=" + a.QEMU().Console + " earlycon"}
+		Vmlinux: filepath.Join(dir, "vmlinux"), Append: "console=" + a.QEMU().Console + " " + a.QEMU().Earlycon}
 	for _, p := range []string{l.Kernel, l.Initrd} {
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("%s Linux guest in %s is incomplete: %v (rebuild it with scripts/build-linux --arch %s)", a.Name(), dir, err, a.Name())

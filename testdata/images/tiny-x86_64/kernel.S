@@ -32,7 +32,9 @@
 	.equ	UART_RBR,	COM1 + 0	/* receive buffer (read) */
 	.equ	UART_THR,	COM1 + 0	/* transmit holding (write) */
 	.equ	UART_IER,	COM1 + 1	/* interrupt enable */
+	.equ	UART_FCR,	COM1 + 2	/* FIFO control (write) */
 	.equ	UART_LSR,	COM1 + 5	/* line status */
+	.equ	FCR_ENABLE,	0x01		/* FIFOs on, 1-byte trigger */
 	.equ	LSR_DR,		0x01		/* data ready */
 	.equ	LSR_THRE,	0x20		/* THR empty */
 	.equ	LSR_TEMT,	0x40		/* transmitter empty */
@@ -40,6 +42,9 @@
 	/* isa-debug-exit: QEMU exits with (value << 1) | 1. Reads give 0
 	 * (a port nothing answers reads as 0xff). 0xf4 is where everyone puts
 	 * it (-device isa-debug-exit,iobase=0xf4,iosize=4), 0x501 its default. */
+	.equ	HPET,		0xfed00000	/* q35's and pc's HPET */
+	.equ	HPET_VENDOR,	0x8086		/* its ID's bits 31:16 in QEMU */
+	.equ	HPET_CONF,	0x10		/* general configuration */
 	.equ	DEBUG_EXIT_PORT1, 0xf4
 	.equ	DEBUG_EXIT_PORT2, 0x501
 
@@ -174,12 +179,39 @@ start64:
 	jnz	1b
 	lidt	idt_desc(%rip)
 
-	/* The UART: polled, so no interrupts. Everything else (FIFOs, line
-	 * settings) stays as the firmware left it: resetting the receive
-	 * FIFO would lose what was typed before the kernel started. */
+	/* The UART: polled, so no interrupts, and the line settings stay
+	 * as the firmware left them. Its 16-byte FIFOs go on: without them
+	 * the receiver holds one byte, and a QEMU that replays a recording
+	 * hands the UART a recorded chunk at once, keeping its last byte
+	 * only. Turning the FIFOs on empties them, so a byte typed before
+	 * the kernel started (the receiver holds at most one; QEMU keeps
+	 * the rest until there is room) is moved to the typeahead buffer
+	 * first. */
 	movw	$UART_IER, %dx
 	xorl	%eax, %eax
 	outb	%al, %dx
+	movw	$UART_LSR, %dx
+	inb	%dx, %al
+	testb	$LSR_DR, %al
+	jz	1f
+	movw	$UART_RBR, %dx
+	inb	%dx, %al
+	call	typeahead_push
+1:	movw	$UART_FCR, %dx
+	movb	$FCR_ENABLE, %al
+	outb	%al, %dx
+
+	/* The HPET's main counter runs, where the board has an HPET (q35
+	 * and pc; microvm has none): qemu-mcp's capability probe reads it
+	 * and arms its timer 0 through the debugger. No timer is armed and
+	 * no interrupt enabled here. */
+	movl	$HPET, %edi
+	movl	(%rdi), %eax
+	shrl	$16, %eax
+	cmpl	$HPET_VENDOR, %eax
+	jne	1f
+	orl	$1, HPET_CONF(%rdi)		/* ENABLE_CNF */
+1:
 
 	/* The banner's number: the initial APIC ID (the BSP's, 0). */
 	movl	$1, %eax
