@@ -55,6 +55,10 @@ type row struct {
 
 func main() {
 	flag.Parse()
+	if err := setGuestArch(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
 	// The raw readers are fastest on one scheduler P (no second thread
 	// woken to spin each time a read readies the reading goroutine:
 	// 0.547 ms against 0.580 for the best of them on two, in one run
@@ -75,6 +79,10 @@ func main() {
 			os.Exit(1)
 		}
 		printTable(rows)
+	}
+	if guestArch.Name() != archs.Default().Name() {
+		only(archRows(ctx, fail))
+		return
 	}
 	if *execOnly {
 		only(execRows(ctx, *execRuns, *shareRuns))
@@ -371,7 +379,7 @@ func archGuestDir(a arch.Arch, skipped string) string {
 // returns it with the directory; no server (and no error) if there is no
 // Linux guest, after saying that the figures named by skipped are left out.
 func linuxServer(ctx context.Context, skipped string) (*server, string, error) {
-	dir := linuxGuestDir(skipped)
+	dir := archGuestDir(guestArch, skipped)
 	if dir == "" {
 		return nil, "", nil
 	}
@@ -384,7 +392,11 @@ func startServer(ctx context.Context, args ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(*binary, append([]string{"-log-level", *serverLog, "-qemu", *qemuBin}, args...)...)
+	q := *qemuBin
+	if guestArch.Name() != archs.Default().Name() {
+		q = guestArch.Name() + "=" + q
+	}
+	cmd := exec.Command(*binary, append([]string{"-log-level", *serverLog, "-qemu", q}, args...)...)
 	cmd.Env = append(os.Environ(), "QEMU_MCP_RUNTIME_DIR="+dir, "QEMU_MCP_LOCK_FILE="+dir+"/bench.lock", "QEMU_MCP_STATE_DIR="+dir+"/state")
 	cmd.Stderr = os.Stderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
@@ -442,7 +454,7 @@ func (s *server) bootInstance(ctx context.Context, name, waitFor string) error {
 	var b struct {
 		Matched bool `json:"matched"`
 	}
-	if err := s.call(ctx, "qemu_boot", map[string]any{"instance": name, "wait_for": waitFor, "timeout": 60, "restart": true}, &b); err != nil {
+	if err := s.call(ctx, "qemu_boot", withArch(map[string]any{"instance": name, "wait_for": waitFor, "timeout": 60, "restart": true}), &b); err != nil {
 		return err
 	}
 	if !b.Matched {
@@ -845,7 +857,7 @@ func echoRows(ctx context.Context, fail func(string, error)) ([]row, time.Durati
 		PID     int  `json:"pid"`
 		Matched bool `json:"matched"`
 	}
-	if err := s.call(ctx, "qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 60}, &b); err != nil || !b.Matched {
+	if err := s.call(ctx, "qemu_boot", withArch(map[string]any{"wait_for": `tiny> $`, "timeout": 60}), &b); err != nil || !b.Matched {
 		fail("mcp echo", fmt.Errorf("boot: %v (matched %v)", err, b.Matched))
 	}
 	oursID, err := identity(b.PID)

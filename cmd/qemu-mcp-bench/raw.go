@@ -46,7 +46,7 @@ func learnServerOptions(ctx context.Context) error {
 		Argv    []string `json:"argv"`
 		Matched bool     `json:"matched"`
 	}
-	if err := s.call(ctx, "qemu_boot", map[string]any{"wait_for": `tiny> $`, "timeout": 60}, &b); err != nil {
+	if err := s.call(ctx, "qemu_boot", withArch(map[string]any{"wait_for": `tiny> $`, "timeout": 60}), &b); err != nil {
 		return err
 	}
 	kernel, err := filepath.Abs(*kernel)

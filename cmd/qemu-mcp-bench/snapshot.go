@@ -26,7 +26,7 @@ func snapshotRows(ctx context.Context, n int) ([]row, error) {
 	defer s.close()
 	const prompt = "qemu-mcp-linux# "
 	args := map[string]any{"kernel": filepath.Join(dir, "Image"), "initrd": filepath.Join(dir, "initramfs.cpio.gz"),
-		"append": "console=ttyS0", "memory": "256M", "wait_for": prompt, "timeout": 120, "restart": true}
+		"append": "console=" + guestArch.QEMU().Console, "memory": "256M", "wait_for": prompt, "timeout": 120, "restart": true}
 	answer := func() error {
 		var w struct {
 			Matched bool `json:"matched"`
@@ -127,7 +127,7 @@ func rawRestores(ctx context.Context, dir string, n int, inPlace bool) ([]time.D
 	}
 	sock := filepath.Join(tmp, "q.sock")
 	linux := []string{"-m", "256M", "-kernel", filepath.Join(dir, "Image"), "-initrd", filepath.Join(dir, "initramfs.cpio.gz"),
-		"-append", "console=ttyS0", "-qmp", "unix:" + sock + ",server=on,wait=off",
+		"-append", "console=" + guestArch.QEMU().Console, "-qmp", "unix:" + sock + ",server=on,wait=off",
 		"-blockdev", "driver=qcow2,node-name=snap,file.driver=file,file.filename=" + img}
 	const prompt = "qemu-mcp-linux# "
 	q, err := startRaw(linux...)
