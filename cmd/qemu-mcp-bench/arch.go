@@ -11,11 +11,16 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
 )
 
-var archName = flag.String("arch", "riscv64", "the guests' architecture; another than riscv64 measures its boot, echo and Linux restore only (-qemu and -kernel default to its QEMU and tiny kernel)")
+var archName = flag.String("arch", "riscv64", "the guests' architecture; given, only its boot, echo and Linux restores are measured (-qemu and -kernel default to its QEMU and tiny kernel)")
 
-// guestArch is the architecture of -arch: of the tiny kernel, the Linux
-// guest and the QEMU measured.
-var guestArch = archs.Default()
+var (
+	// guestArch is the architecture of -arch: of the tiny kernel, the
+	// Linux guest and the QEMU measured.
+	guestArch = archs.Default()
+	// archOnly says -arch was given: only archRows are measured, so that
+	// the architectures' figures compare row by row.
+	archOnly bool
+)
 
 // setGuestArch resolves -arch, and gives -qemu and -kernel that
 // architecture's defaults where they were not set.
@@ -25,11 +30,12 @@ func setGuestArch() error {
 		return err
 	}
 	guestArch = a
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	archOnly = set["arch"]
 	if a.Name() == archs.Default().Name() {
 		return nil
 	}
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["qemu"] {
 		*qemuBin = a.QEMU().Binary
 	}

@@ -80,7 +80,7 @@ func main() {
 		}
 		printTable(rows)
 	}
-	if guestArch.Name() != archs.Default().Name() {
+	if archOnly {
 		only(archRows(ctx, fail))
 		return
 	}
