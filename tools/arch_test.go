@@ -11,6 +11,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
+	"github.com/qemu-mcp/qemu-mcp/arch/x86_64"
 	"github.com/qemu-mcp/qemu-mcp/instance"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
@@ -130,19 +131,24 @@ func (s *session) poweroffExits() {
 // timer is CPU state). A snapshot then restores in place, three times,
 // into the same QEMU, with the state it saved; riscv64's
 // qemu_capabilities stays about riscv64's QEMU.
-func TestAarch64SnapshotInPlace(t *testing.T) {
+func TestAarch64SnapshotInPlace(t *testing.T) { snapshotInPlace(t, arm64.Arch) }
+
+// TestAarch64SnapshotInPlace on x86_64, whose probe reads the HPET.
+func TestX86SnapshotInPlace(t *testing.T) { snapshotInPlace(t, x86_64.Arch) }
+
+func snapshotInPlace(t *testing.T, ar arch.Arch) {
 	cache := t.TempDir() // probed by this server, not read from an earlier one
-	s, q := aarch64Session(t, func(c *testConfig) { c.CacheDir = cache })
+	s, q := archSession(t, ar, func(c *testConfig) { c.CacheDir = cache })
 	var b bootOut
-	s.mustCall("qemu_boot", map[string]any{"arch": "aarch64", "wait_for": prompt, "timeout": 30}, &b)
+	s.mustCall("qemu_boot", map[string]any{"arch": ar.Name(), "wait_for": prompt, "timeout": 30}, &b)
 	if !b.Matched {
 		t.Fatalf("boot: %+v", b)
 	}
-	a, info, res := probedArch(t, s, "aarch64")
+	a, info, res := probedArch(t, s, ar.Name())
 	if a.Caps.Binary != q || a.Caps.Timer.Answer != "yes" || a.Caps.InPlace.Answer != "yes" {
-		t.Fatalf("aarch64's QEMU %s: timer kept %+v, in-place load %+v", a.Version, a.Caps.Timer, a.Caps.InPlace)
+		t.Fatalf("%s's QEMU %s: timer kept %+v, in-place load %+v", ar.Name(), a.Version, a.Caps.Timer, a.Caps.InPlace)
 	}
-	if !strings.Contains(text(res), "riscv64 (the QEMU above, built-in kernel)") || !strings.Contains(text(res), "aarch64 (QEMU emulator version") || !strings.Contains(text(res), "built-in kernel, timer kept yes, in-place load yes, replay checkpoint ") {
+	if !strings.Contains(text(res), "riscv64 (the QEMU above, built-in kernel)") || !strings.Contains(text(res), ar.Name()+" (QEMU emulator version") || !strings.Contains(text(res), "built-in kernel, timer kept yes, in-place load yes, replay checkpoint ") {
 		t.Errorf("server_info's text: %s", text(res))
 	}
 	if info.QEMUCaps.Binary == q || !strings.Contains(info.QEMUCaps.Binary, "riscv64") {
