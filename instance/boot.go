@@ -102,7 +102,7 @@ func (i *Instance) run(ctx context.Context) (reaped *reaper.Report, err error) {
 		b.times = append(b.times, s.name, time.Since(t))
 	}
 	go i.vm.watch(b.mch, b.followed)
-	i.mgr.probeQEMU(b.cfg)
+	i.mgr.probeQEMU(b.cfg.Arch, b.mch.Argv()[0])
 	i.mgr.log.Debug("booted", append([]any{"instance", i.name}, b.times...)...)
 	return b.reaped, nil
 }

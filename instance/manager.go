@@ -318,13 +318,14 @@ func (m *Manager) QEMUCaps(binary string) (caps.State, *caps.Caps, error) {
 	return caps.NotProbed, nil, nil
 }
 
-// probeQEMU decides the capabilities of the QEMU binary a guest booted
-// with, in the background, unless they are known. It waits a little
+// probeQEMU decides the capabilities of the QEMU binary a guest of
+// architecture a booted with (its path, as QEMU was started: a name from
+// PATH would not be found again by the probe nor by a restore's question),
+// in the background, unless they are known. It waits a little
 // first: the probe boots guests of its own, which should not compete with
 // the user's first boot, and a server that lives a few seconds (a one-off
 // call from a command line) has no use for it.
-func (m *Manager) probeQEMU(cfg qemu.Config) {
-	a := cfg.Arch
+func (m *Manager) probeQEMU(a arch.Arch, binary string) {
 	if a == nil {
 		a = archs.Default()
 	}
@@ -340,7 +341,6 @@ func (m *Manager) probeQEMU(cfg qemu.Config) {
 	if !first {
 		return
 	}
-	binary := cfg.BinaryName()
 	// Answers cached by an earlier run count at once.
 	if st, _, _ := p.Status(binary); st == caps.Probed {
 		return

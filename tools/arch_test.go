@@ -2,6 +2,7 @@ package tools_test
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -131,14 +132,25 @@ func (s *session) poweroffExits() {
 // timer is CPU state). A snapshot then restores in place, three times,
 // into the same QEMU, with the state it saved; riscv64's
 // qemu_capabilities stays about riscv64's QEMU.
-func TestAarch64SnapshotInPlace(t *testing.T) { snapshotInPlace(t, arm64.Arch) }
+func TestAarch64SnapshotInPlace(t *testing.T) { snapshotInPlace(t, arm64.Arch, false) }
 
-// TestAarch64SnapshotInPlace on x86_64, whose probe reads the HPET.
-func TestX86SnapshotInPlace(t *testing.T) { snapshotInPlace(t, x86_64.Arch) }
+// TestAarch64SnapshotInPlace on x86_64, whose probe reads the HPET, with
+// QEMU given by its name and found on PATH, as a server started without
+// -qemu finds it: the probe and the restore know it by its path.
+func TestX86SnapshotInPlace(t *testing.T) { snapshotInPlace(t, x86_64.Arch, true) }
 
-func snapshotInPlace(t *testing.T, ar arch.Arch) {
+func snapshotInPlace(t *testing.T, ar arch.Arch, byName bool) {
 	cache := t.TempDir() // probed by this server, not read from an earlier one
-	s, q := archSession(t, ar, func(c *testConfig) { c.CacheDir = cache })
+	q := testguest.ArchQEMU(t, ar)
+	s, _ := archSession(t, ar, func(c *testConfig) {
+		c.CacheDir = cache
+		if byName {
+			t.Setenv("PATH", filepath.Dir(q)+string(os.PathListSeparator)+os.Getenv("PATH"))
+			p := c.Platforms[ar.Name()]
+			p.QEMU = filepath.Base(q)
+			c.Platforms[ar.Name()] = p
+		}
+	})
 	var b bootOut
 	s.mustCall("qemu_boot", map[string]any{"arch": ar.Name(), "wait_for": prompt, "timeout": 30}, &b)
 	if !b.Matched {

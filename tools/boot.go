@@ -299,5 +299,5 @@ func (in *BootInput) machine() (profile.Profile, error) {
 
 func (s *Server) registerBoot(ms *mcp.Server) {
 	add(s, ms, tool("qemu_boot", "Boot QEMU", mutating,
-		"Boot a riscv64 or aarch64 guest (virt board) as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest."), s.boot)
+		"Boot a riscv64, aarch64 or x86_64 guest as a named instance, optionally waiting for a console pattern. No kernel: the built-in tiny kernel (prompt 'tiny> '). Fails if the instance runs, unless restart. Output is its start and end: serial_read from output_start reads the rest."), s.boot)
 }

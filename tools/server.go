@@ -285,7 +285,7 @@ func gate(ready <-chan struct{}, start func()) mcp.Middleware {
 	}
 }
 
-const instructions = `qemu-mcp boots a riscv64 or aarch64 guest under QEMU (virt board) and drives it.
+const instructions = `qemu-mcp boots a riscv64, aarch64 (virt board) or x86_64 (q35) guest under QEMU and drives it.
 Boot with qemu_boot (without kernel it boots a built-in tiny kernel whose prompt is "tiny> "),
 talk to the serial console with serial_send / serial_read (output is kept and addressed by cursors,
 nothing is lost between calls), use qmp_command for the QEMU monitor, qemu_status to look, and
