@@ -168,7 +168,17 @@ func (s *Session) caller(ctx context.Context, th *gdb.Thread, st unwindState) (n
 		// Stopped before the prologue set the frame pointer (a
 		// breakpoint on a function): the caller's pc is ra, and fp is
 		// still the caller's.
-		return unwindState{pc: st.ra, fp: st.fp, calleeCFA: st.sp - uint64(pro.SPOff)}, ""
+		cfa := st.sp - uint64(pro.SPOff)
+		ra := st.ra
+		if s.regs.RA == "" {
+			// No link register: the call pushed the return address
+			// just below the CFA.
+			var ok bool
+			if ra, ok = readWord(ctx, th, cfa-8); !ok {
+				return st, fmt.Sprintf("could not read the return address at %s", hex(cfa-8))
+			}
+		}
+		return unwindState{pc: ra, fp: st.fp, calleeCFA: cfa}, ""
 	case st.fp == 0 || st.fp%8 != 0:
 		return st, fmt.Sprintf("frame pointer %s is not a stack address (code built without frame pointers?)", hex(st.fp))
 	}

@@ -246,7 +246,12 @@ const sourceFrame = "trap frame"
 // triage fills in t from the crashed hart: where it is, the trap that
 // brought it down, its verdict, and the culprit.
 func (s *Session) triage(ctx context.Context, th *gdb.Thread, regs map[string]uint64, bt Backtrace, facts hartFacts, t *Triage) {
-	t.PC, t.RA, t.SP = s.Where(regs[s.regs.PC]), s.callerWhere(ctx, th, regs[s.regs.RA]), hex(regs[s.regs.SP])
+	t.PC, t.SP = s.Where(regs[s.regs.PC]), hex(regs[s.regs.SP])
+	if s.regs.RA != "" {
+		t.RA = s.callerWhere(ctx, th, regs[s.regs.RA])
+	} else if len(bt.Frames) > 1 {
+		t.RA = bt.Frames[1].Where // no link register: the caller's frame
+	}
 	t.Priv = facts.level.Name
 	t.Backtrace = bt
 	defer func() { t.Culprit = culprit(s.d, t.Backtrace, t.Trap) }()
