@@ -49,17 +49,18 @@ var pageSizes = [4]string{"", "4K", "2M", "1G"}
 // Root is "": the walk reads CR0, CR3, CR4 and EFER.
 func (debugger) Root() string { return "" }
 
-// Walk walks va as the MMU does for a supervisor-mode access: with CR0.PG
-// clear there is no translation; in long mode (EFER.LMA) through 4-level
-// tables, or 5-level ones with CR4.LA57, from CR3. Entries' addresses are
-// bits 51:12 (see addrMask). A vCPU with paging on outside long mode (the
-// 32-bit and PAE paging of legacy protected mode, which a 64-bit kernel
-// passes through only while it boots) is not walked: Mode names the
-// paging and Fault says the walker does not support it.
+// Walk walks va as the MMU does: with CR0.PG clear there is no
+// translation; in long mode (EFER.LMA) through 4-level tables, or 5-level
+// ones with CR4.LA57, from CR3. Entries' addresses are bits 51:12 (see
+// addrMask). Paging on outside long mode (legacy protected mode's 32-bit
+// and PAE paging, which 32-bit kernels use and 64-bit Linux never does)
+// is not walked: Mode names the paging and Fault says the walker does not
+// support it.
 //
 // The leaf's Flags are the access the whole walk allows: writable only if
 // every level's R/W is set, user only if every level's U/S is, and no
-// execute if any level's XD is (with EFER.NXE).
+// execute if any level's XD is (with EFER.NXE). What CR4.SMEP and SMAP
+// forbid the kernel on user pages is left to the reader of "user".
 func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa uint64) (uint64, error)) (arch.Walk, error) {
 	w := arch.Walk{VA: hex(va)}
 	cr0, err := reg("cr0")
