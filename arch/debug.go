@@ -186,6 +186,8 @@ type Walk struct {
 	Satp string `json:"satp,omitempty"`
 	TTBR string `json:"ttbr,omitempty"`
 	TCR  string `json:"tcr,omitempty"`
+	// CR3 is x86-64's root (the walk also reads CR0, CR4 and EFER).
+	CR3 string `json:"cr3,omitempty"`
 	// Mode is the translation mode ("Bare" for none).
 	Mode   string  `json:"mode"`
 	Levels []Level `json:"levels,omitempty"`
