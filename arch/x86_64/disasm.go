@@ -34,8 +34,10 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 			continue
 		}
 		inst, err := x86asm.Decode(code[off:], 64)
-		if err != nil || inst.Len == 0 {
-			if err == x86asm.ErrTruncated && len(code)-off < maxInstruction {
+		// A prefix that starts no instruction x86asm knows decodes as
+		// an instruction of its own (Op 0): it is as unknown.
+		if err != nil || inst.Len == 0 || inst.Op == 0 {
+			if pastEnd(code[off:]) {
 				break // the instruction goes on past the code given
 			}
 			out = append(out, arch.Instruction{Addr: pc, Encoding: hexBytes(code[off : off+1]), Text: fmt.Sprintf(".byte %#x", code[off])})
@@ -56,6 +58,21 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 		off += inst.Len
 	}
 	return out
+}
+
+// pastEnd says whether code, which starts no whole instruction, starts
+// one that goes on past its end: whether some bytes after it would make
+// it one.
+func pastEnd(code []byte) bool {
+	if len(code) >= maxInstruction {
+		return false
+	}
+	padded := append(append([]byte(nil), code...), make([]byte, maxInstruction)...)
+	if n, _, ok := decodeExtra(padded); ok {
+		return n > len(code)
+	}
+	inst, err := x86asm.Decode(padded, 64)
+	return err == nil && inst.Op != 0 && inst.Len > len(code)
 }
 
 const maxInstruction = 15
@@ -84,6 +101,10 @@ func hexBytes(b []byte) string {
 // index, cs, ds, es and ss overrides (no-ops in 64-bit mode) as prefixes.
 func gnuText(inst x86asm.Inst, code []byte, pc uint64) (text string, target uint64, hasTarget bool) {
 	end := pc + uint64(inst.Len)
+	if r, ok := inst.Args[1].(x86asm.Reg); ok && (inst.Op == x86asm.LSL || inst.Op == x86asm.LAR) &&
+		inst.DataSize == 64 && r >= x86asm.EAX && r <= x86asm.R15L {
+		inst.Args[1] = r - x86asm.EAX + x86asm.RAX // objdump names the source at the operand's size
+	}
 	g := x86asm.GNUSyntax(inst, pc, nil)
 	head, args := splitHead(g)
 	words := strings.Fields(head)
@@ -398,6 +419,8 @@ var fixedExtra = []struct {
 	code string
 	text string
 }{
+	{"\xf3\x0f\x1e\xfa", "endbr64"},
+	{"\xf3\x0f\x1e\xfb", "endbr32"},
 	{"\x0f\x01\xe8", "serialize"},
 	{"\x0f\x01\xd8", "vmrun"},
 	{"\x0f\x01\xda", "vmload"},

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,28 +50,6 @@ type objdumpInsn struct {
 }
 
 var (
-	objdumpOnce sync.Once
-	objdumpOut  []byte
-	objdumpErr  error
-)
-
-// objdumpText runs objdump over the vmlinux's .text once for all tests.
-func objdumpText(t *testing.T, path string) []byte {
-	t.Helper()
-	objdump, err := exec.LookPath("objdump")
-	if err != nil {
-		t.Skip("no objdump to compare with")
-	}
-	objdumpOnce.Do(func() {
-		objdumpOut, objdumpErr = exec.Command(objdump, "-d", "--insn-width=15", "-j", ".text", path).Output()
-	})
-	if objdumpErr != nil {
-		t.Fatal(objdumpErr)
-	}
-	return objdumpOut
-}
-
-var (
 	symRef = regexp.MustCompile(` <[^>]*>`)
 	spaces = regexp.MustCompile(`\s+`)
 )
@@ -81,50 +61,128 @@ func objdumpNormal(s string) string {
 	return strings.TrimSpace(spaces.ReplaceAllString(s, " "))
 }
 
-// sampleInsns are objdump's instructions of .text at the addresses in
-// says, less int3 (the padding between functions, most of .text's lines).
-func sampleInsns(t *testing.T, path string, in func(uint64) bool) []objdumpInsn {
-	var out []objdumpInsn
-	sc := bufio.NewScanner(bytes.NewReader(objdumpText(t, path)))
+// textFuncs are the functions of .text, by address.
+func textFuncs(t *testing.T, f *elf.File) []elf.Symbol {
+	t.Helper()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := f.Section(".text")
+	var out []elf.Symbol
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 && s.Value >= text.Addr && s.Value+s.Size <= text.Addr+text.Size {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Value < out[j].Value })
+	return out
+}
+
+var (
+	sampleOnce sync.Once
+	sample     []objdumpInsn
+	sampleErr  error
+)
+
+// objdumpSample is objdump's reading of windows spread over .text, each
+// 4 KiB from a function's start (where objdump and a decoder agree on
+// where instructions begin), less int3 (the padding between functions,
+// most of .text's bytes), read once for all tests.
+func objdumpSample(t *testing.T) (*elf.File, []objdumpInsn) {
+	t.Helper()
+	f, path := testVmlinux(t)
+	objdump, err := exec.LookPath("objdump")
+	if err != nil {
+		t.Skip("no objdump to compare with")
+	}
+	funcs := textFuncs(t, f)
+	text := f.Section(".text")
+	sampleOnce.Do(func() {
+		const windows, window = 24, 4096
+		next, end := 0, uint64(0)
+		for k := range windows {
+			from := max(text.Addr+uint64(k)*(text.Size/windows), end)
+			for next < len(funcs) && funcs[next].Value < from {
+				next++
+			}
+			if next == len(funcs) {
+				break
+			}
+			start := funcs[next].Value
+			out, err := exec.Command(objdump, "-d", "--insn-width=15", "-j", ".text",
+				fmt.Sprintf("--start-address=%#x", start), fmt.Sprintf("--stop-address=%#x", start+window), path).Output()
+			if err != nil {
+				sampleErr = err
+				return
+			}
+			end = start + window
+			for _, in := range parseObjdump(out) {
+				// objdump cuts the instruction the window's end is in,
+				// and reads its bytes one at a time.
+				if in.addr+maxInstruction <= end {
+					sample = append(sample, in)
+				}
+			}
+		}
+	})
+	if sampleErr != nil {
+		t.Fatal(sampleErr)
+	}
+	return f, sample
+}
+
+// parseObjdump reads objdump -d --insn-width=15's instructions, less
+// int3.
+func parseObjdump(out []byte) []objdumpInsn {
+	var insns []objdumpInsn
+	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Split(sc.Text(), "\t")
 		if len(f) != 3 || !strings.HasSuffix(f[0], ":") {
 			continue
 		}
 		a, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(f[0], ":")), 16, 64)
-		if err != nil || !in(a) {
+		if err != nil {
 			continue
 		}
 		text := objdumpNormal(f[2])
 		if text == "int3" {
 			continue
 		}
-		out = append(out, objdumpInsn{addr: a, encoding: strings.TrimSpace(f[1]), text: text})
+		insns = append(insns, objdumpInsn{addr: a, encoding: strings.TrimSpace(f[1]), text: text})
 	}
-	return out
+	return insns
+}
+
+var (
+	textOnce sync.Once
+	textData []byte
+	textErr  error
+)
+
+// textCode is the code of .text at addr, up to n bytes.
+func textCode(t *testing.T, f *elf.File, addr uint64, n int) []byte {
+	t.Helper()
+	text := f.Section(".text")
+	textOnce.Do(func() { textData, textErr = text.Data() })
+	if textErr != nil {
+		t.Fatal(textErr)
+	}
+	code := textData
+	off := addr - text.Addr
+	return code[off:min(off+uint64(n), uint64(len(code)))]
 }
 
 // TestDisassembleMatchesObjdump compares the text of thousands of the
-// kernel's instructions with objdump's: windows spread over .text, entry
-// code at its start among them.
+// kernel's instructions with objdump's: windows spread over .text.
 func TestDisassembleMatchesObjdump(t *testing.T) {
-	f, path := testVmlinux(t)
-	text := f.Section(".text")
-	code, err := text.Data()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const windows, window = 256, 256
-	in := func(a uint64) bool {
-		off := a - text.Addr
-		return off < 4096 || off%(text.Size/windows) < window
-	}
+	f, insns := objdumpSample(t)
 	var d debugger
 	var n, same int
 	diffs := map[string]int{}
-	for _, o := range sampleInsns(t, path, in) {
-		off := o.addr - text.Addr
-		got := d.Disassemble(code[off:min(off+maxInstruction, uint64(len(code)))], o.addr, 1, nil)
+	for _, o := range insns {
+		got := d.Disassemble(textCode(t, f, o.addr, maxInstruction), o.addr, 1, nil)
 		if len(got) != 1 {
 			t.Fatalf("%#x: %d instructions decoded", o.addr, len(got))
 		}
