@@ -33,6 +33,9 @@ func TestScanPrologue(t *testing.T) {
 		{"panic, before the mov", panicking[:3], pushed},
 		{"panic", panicking, arch.Prologue{SPAdjusted: true, SPOff: -24, FPSet: true, FPPos: -16, RASaved: true, RAOff: 8}},
 		{"sp lowered by 128", hexCode(t, "55 48 89 e5 48 83 c4 80"), arch.Prologue{SPAdjusted: true, SPOff: -16 - 128, FPSet: true, FPPos: -16, RASaved: true, RAOff: 8}},
+		// rtc_timer_enqueue: lea 0x8(%rsp),%r10; and $-16,%rsp; push
+		// -0x8(%r10) (the return address again); push %rbp; mov %rsp,%rbp
+		{"stack realigned", hexCode(t, "4c 8d 54 24 08 48 83 e4 f0 41 ff 72 f8 55 48 89 e5"), standardPrologue},
 		{"a leaf without a frame", hexCode(t, "8b 07 01 f0 89 07"), entry},
 		{"registers pushed, no frame", hexCode(t, "41 54 53 48 89 fb"), arch.Prologue{SPAdjusted: true, SPOff: -24}},
 		{"an early return's epilogue", hexCode(t, "55 48 89 e5 53 85 ff 74 03 5b 5d c3 8b 07"),

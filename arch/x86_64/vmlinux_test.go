@@ -8,8 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -208,5 +208,114 @@ func TestDisassembleMatchesObjdump(t *testing.T) {
 	t.Logf("%d of %d instructions (%.3f%%) read as objdump reads them; differing, by mnemonic: %v", same, n, 100*ratio, diffs)
 	if ratio < 0.995 {
 		t.Errorf("agreement with objdump %.4f, want at least 0.995", ratio)
+	}
+}
+
+// TestScanPrologueVmlinux scans the starts of the kernel's functions: in
+// those that push rbp and set it from rsp, the frame found once rbp is
+// set has the caller's rbp and the return address where the pushes put
+// them, and none is found before rbp is pushed; and rbp is set within
+// PrologueScan bytes of nearly all of them.
+func TestScanPrologueVmlinux(t *testing.T) {
+	f, _ := testVmlinux(t)
+	d := debugger{}
+	var funcs, framed, within, wrong int
+	for _, s := range textFuncs(t, f) {
+		funcs++
+		code := textCode(t, f, s.Value, int(min(s.Size, 512)))
+		// Where rbp is pushed and set, by the instructions' text.
+		push, set, off := -1, -1, 0
+		for _, in := range d.Disassemble(code, s.Value, 200, nil) {
+			end := off + len(strings.Fields(in.Encoding))
+			switch {
+			case in.Text == "push %rbp" && push < 0:
+				push = off
+			case in.Text == "mov %rsp,%rbp" && push >= 0 && set < 0:
+				set = end
+			}
+			off = end
+		}
+		if set < 0 {
+			continue
+		}
+		framed++
+		if set <= d.PrologueScan() {
+			within++
+		}
+		p := d.ScanPrologue(code[:set])
+		// Registers pushed between rbp and the mov put rbp below the
+		// caller's rbp's slot.
+		k := 8 * int64(pushesBetween(d, code[push:set])-1)
+		if !p.FPSet || p.FPPos != -16-k || !p.RASaved || p.RAOff != 8+k || p.FPOff != k || p.SPOff != p.FPPos {
+			if wrong < 5 {
+				t.Errorf("%s: %+v at +%#x", s.Name, p, set)
+			}
+			wrong++
+		}
+		if p := d.ScanPrologue(code[:push]); p.FPSet || p.FPStored || p.RASaved {
+			t.Errorf("%s: %+v before rbp is pushed", s.Name, p)
+		}
+	}
+	if funcs < 10000 {
+		t.Fatalf("%d functions in .text, want many", funcs)
+	}
+	t.Logf("%d of %d functions (%.1f%%) push rbp and set it; %d (%.2f%%) of them within PrologueScan's %d bytes; %d scanned wrong",
+		framed, funcs, 100*float64(framed)/float64(funcs), within, 100*float64(within)/float64(framed), d.PrologueScan(), wrong)
+	if framed < funcs/2 {
+		t.Errorf("only %d of %d functions have a frame pointer: is the kernel built with them?", framed, funcs)
+	}
+	if float64(within) < 0.99*float64(framed) {
+		t.Errorf("rbp set within %d bytes in %d of %d functions, want 99%%", d.PrologueScan(), within, framed)
+	}
+}
+
+// pushesBetween counts the pushes in code, the instructions between
+// push %rbp and mov %rsp,%rbp.
+func pushesBetween(d debugger, code []byte) int {
+	n := 0
+	for _, in := range d.Disassemble(code, 0, 100, nil) {
+		if strings.HasPrefix(in.Text, "push ") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestCallsMatchObjdump checks Call and CallBefore against objdump's
+// calls in the sample: each call is one to Call, and the bytes before
+// its return address end in one to CallBefore. It reports how often
+// CallBefore takes the end of another instruction for a return address.
+func TestCallsMatchObjdump(t *testing.T) {
+	f, insns := objdumpSample(t)
+	d := debugger{}
+	var calls, others, falseCalls int
+	for _, o := range insns {
+		n := len(strings.Fields(o.encoding))
+		isCall := strings.HasPrefix(o.text, "call ")
+		gotN, call := d.Call(textCode(t, f, o.addr, maxInstruction))
+		if call != isCall || call && gotN != n {
+			t.Errorf("%#x %s: Call = %d, %v", o.addr, o.text, gotN, call)
+		}
+		end := o.addr + uint64(n)
+		before := textCode(t, f, end-maxInstruction, maxInstruction)
+		if isCall {
+			calls++
+			if !d.CallBefore(before) {
+				t.Errorf("%#x %s: CallBefore(%x) = false", o.addr, o.text, before)
+			}
+			continue
+		}
+		others++
+		if d.CallBefore(before) {
+			falseCalls++
+		}
+	}
+	if calls < 500 {
+		t.Fatalf("%d calls in the sample, want hundreds", calls)
+	}
+	rate := float64(falseCalls) / float64(others)
+	t.Logf("%d calls found; CallBefore says a call ends %d of %d other instructions (%.2f%%)", calls, falseCalls, others, 100*rate)
+	if rate > 0.05 {
+		t.Errorf("CallBefore takes %.1f%% of other instructions' ends for a call's", 100*rate)
 	}
 }
