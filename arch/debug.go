@@ -259,8 +259,11 @@ type Instructions interface {
 	// at addr, naming branch targets with sym (nil: none). It stops
 	// early at the end of code, never in an instruction's middle.
 	Disassemble(code []byte, addr uint64, count int, sym Symbolizer) []Instruction
-	// MaxInstruction is the longest instruction's length.
+	// MaxInstruction is the longest instruction's length, and
+	// MinInstruction the shortest's, which every instruction's address
+	// and length are a multiple of.
 	MaxInstruction() int
+	MinInstruction() int
 	// Call says whether code starts with a call that links the return
 	// address; n is its length.
 	Call(code []byte) (n int, call bool)

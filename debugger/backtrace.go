@@ -226,22 +226,29 @@ func (s *Session) inVector(ctx context.Context, th *gdb.Thread, st unwindState) 
 // there is one, else (entry code sets ra to a label, such as
 // ret_from_syscall, without a call) as it is.
 func (s *Session) callerWhere(ctx context.Context, th *gdb.Thread, ra uint64) Where {
+	w := s.Where(ra)
+	if w.Function == "" && s.Where(ra-1).Function != "" {
+		// Right after a function, in no symbol: a call was its last
+		// instruction (functions not aligned, as x86 builds for size
+		// leave them; the code itself may be freed init text).
+		return s.whereReturn(ra)
+	}
 	m := uint64(s.d.MaxInstruction())
 	code, _ := th.ReadMemory(ctx, ra-m, int(m))
 	if uint64(len(code)) == m {
 		if s.d.CallBefore(code) {
 			return s.whereReturn(ra)
 		}
-		return s.Where(ra)
+		return w
 	}
 	// The code before ra is gone (init text, which the kernel unmaps
 	// after boot): a return address at a function's first instruction
 	// follows a call that ended the function before it, unless it is an
 	// entry code label.
-	if w := s.Where(ra); w.Offset == "0x0" && !s.d.IsEntry(w.Function) {
+	if w.Offset == "0x0" && !s.d.IsEntry(w.Function) {
 		return s.whereReturn(ra)
 	}
-	return s.Where(ra)
+	return w
 }
 
 // whereReturn symbolizes a return address by the call before it: a call
@@ -263,10 +270,10 @@ func (s *Session) prologue(ctx context.Context, th *gdb.Thread, pc uint64) arch.
 	scan := uint64(s.d.PrologueScan())
 	start := pc - loc.Offset
 	n := int(min(loc.Offset, scan))
-	if n == 0 {
-		return arch.Prologue{}
+	var code []byte
+	if n > 0 {
+		code, _ = th.ReadMemory(ctx, start, n)
 	}
-	code, _ := th.ReadMemory(ctx, start, n)
 	p := s.d.ScanPrologue(code)
 	if !p.FPSet && loc.Offset > scan {
 		return s.d.Standard() // a long function's prologue is long done

@@ -194,7 +194,8 @@ func crashes(fn string) bool { return crashing[fn] || panicLike(fn) }
 // Linux or not: panic anywhere in the name (panic, kpanic, panic_halt),
 // a word (between underscores) abort, die, halt, oops or hcf ("halt and
 // catch fire"), or a C library's assertion or stack-protector failure.
-// Linux's CPU hot-unplug (cpu_die, __cpu_die) is not a crash.
+// Linux's CPU hot-unplug (cpu_die, __cpu_die) and x86's idle halt
+// (native_safe_halt, native_halt) are no crash.
 func panicLike(fn string) bool {
 	l := strings.ToLower(fn)
 	switch {
@@ -204,7 +205,8 @@ func panicLike(fn string) bool {
 		return true
 	case strings.HasPrefix(l, "__assert_f") || strings.HasPrefix(l, "assert_fail") || strings.HasPrefix(l, "__stack_chk_fail"):
 		return true
-	case strings.Contains(l, "cpu_die"):
+	case strings.Contains(l, "cpu_die"), strings.HasSuffix(l, "safe_halt"), l == "native_halt":
+		// Hot-unplug, and x86's idle halt (native_safe_halt): no crash.
 		return false
 	}
 	for _, w := range strings.FieldsFunc(l, func(r rune) bool { return r == '_' || r == '.' || r == '$' }) {
@@ -253,6 +255,8 @@ func (s *Session) facts(ctx context.Context, th *gdb.Thread) hartFacts {
 var idling = map[string]bool{
 	"arch_cpu_idle": true, "default_idle_call": true, "do_idle": true, "cpu_idle_poll": true,
 	"cpu_startup_entry": true, "wait_for_interrupt": true,
+	// x86: the idle loop halts in these.
+	"native_safe_halt": true, "arch_safe_halt": true, "default_idle": true, "amd_e400_idle": true,
 }
 
 // spinning reports whether fn busy-waits: for a lock, or for other harts

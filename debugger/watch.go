@@ -158,12 +158,13 @@ func (s *Session) accessOf(ctx context.Context, th *gdb.Thread, w *watch) (*Acce
 	if acc.Text == "" {
 		// A stub that stops after the access: the accessing instruction
 		// is the one before the pc, up to the longest instruction's
-		// length back (RISC-V: 4 or 2 bytes); the one whose address
+		// length back (RISC-V: 4 or 2 bytes; x86: 1 to 15); the one whose address
 		// falls in the watched bytes, else a memory instruction that ends
 		// at the pc.
 		insnAt := uint64(0)
 		code, _ := th.ReadMemory(ctx, pc-maxLen, int(maxLen))
-		for back := maxLen; back >= 2; back -= 2 {
+		step := uint64(s.d.MinInstruction())
+		for back := maxLen; back >= step; back -= step {
 			if uint64(len(code)) < maxLen {
 				break
 			}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,6 +46,16 @@ func TestX86DebugLinux(t *testing.T) {
 	for i, h := range all.Harts {
 		if h.Hart != i || h.Priv != "ring 0" || h.State == "" || len(h.Backtrace) < 3 {
 			t.Errorf("all_harts[%d]: %+v", i, h)
+		}
+	}
+	// CPU 0 idles under rest_init, which arch_call_rest_init (freed init
+	// text, poisoned) called as its last instruction.
+	if i := slices.Index(all.Harts[0].Backtrace, "rest_init"); i < 0 || i+1 >= len(all.Harts[0].Backtrace) || all.Harts[0].Backtrace[i+1] != "arch_call_rest_init" {
+		t.Errorf("CPU 0's backtrace: %q, want rest_init < arch_call_rest_init", all.Harts[0].Backtrace)
+	}
+	for i, h := range all.Harts {
+		if h.State != "idle" {
+			t.Errorf("CPU %d is %s, want idle", i, h.State)
 		}
 	}
 	var regs struct {

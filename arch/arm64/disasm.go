@@ -45,6 +45,9 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 // MaxInstruction is 4: every A64 instruction is one 32-bit word.
 func (debugger) MaxInstruction() int { return 4 }
 
+// MinInstruction is 4 too.
+func (debugger) MinInstruction() int { return 4 }
+
 // decodeInsn decodes the instruction word x at pc: its text, a direct
 // branch's destination, and whether it is an instruction at all.
 func decodeInsn(x uint32, pc uint64) (text string, target uint64, hasTarget, known bool) {

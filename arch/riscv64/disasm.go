@@ -196,6 +196,9 @@ func signExtend32(v uint32, bits uint) int64 {
 // MaxInstruction is 4: RV64GC has 4- and 2-byte instructions.
 func (debugger) MaxInstruction() int { return 4 }
 
+// MinInstruction is 2: the compressed instructions.
+func (debugger) MinInstruction() int { return 2 }
+
 // Call reports whether code starts with a call: jal/jalr linking ra, or
 // c.jalr; n is the instruction's length.
 func (debugger) Call(code []byte) (n int, call bool) {

@@ -82,7 +82,7 @@ func (debugger) Access(code []byte) (arch.MemAccess, bool) {
 		segmentPrefix(inst, x86asm.PrefixFS) || segmentPrefix(inst, x86asm.PrefixGS) {
 		return arch.MemAccess{}, false
 	}
-	store := at == 0 && !readsFirst[inst.Op] || rmw[inst.Op]
+	store := writes(inst, at)
 	return arch.MemAccess{
 		Len:    inst.Len,
 		Size:   inst.MemBytes,
@@ -90,6 +90,29 @@ func (debugger) Access(code []byte) (arch.MemAccess, bool) {
 		Offset: int64(int32(m.Disp)),
 		Store:  store,
 	}, true
+}
+
+// writes says whether inst writes its memory operand, Args[at].
+func writes(inst x86asm.Inst, at int) bool { return at == 0 && !readsFirst[inst.Op] || rmw[inst.Op] }
+
+// memWrite says whether the instruction code starts with accesses memory
+// through an explicit operand of any form (RIP-relative, indexed, per-CPU
+// included), and if so whether it writes it: what a page fault's verdict
+// needs of the faulting instruction, whose address CR2 already gives.
+func memWrite(code []byte) (store, ok bool) {
+	inst, err := x86asm.Decode(code, 64)
+	if err != nil || noAccess[inst.Op] || isString[inst.Op] || inst.MemBytes == 0 {
+		return false, false
+	}
+	for i, a := range inst.Args {
+		if a == nil {
+			break
+		}
+		if _, isMem := a.(x86asm.Mem); isMem {
+			return writes(inst, i), true
+		}
+	}
+	return false, false
 }
 
 // segmentPrefix says whether inst has the segment prefix p.

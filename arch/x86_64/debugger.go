@@ -2,9 +2,10 @@ package x86_64
 
 import "strconv"
 
-// debugger is what the kernel debugger knows of x86-64, built a part at a
-// time (instructions, page walks, traps, Linux's frames): Arch.Debugger
-// returns it once every part of arch.Debugger is there.
+// debugger is what the kernel debugger knows of x86-64: its registers and
+// privilege levels (regs.go), exceptions and verdicts (verdict.go), page
+// walks (pagewalk.go), instructions (disasm.go, access.go), prologues
+// (prologue.go) and Linux's trap frames (frames.go).
 type debugger struct{}
 
 // hex formats v as the debugger shows addresses and values: 0x and

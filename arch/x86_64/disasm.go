@@ -80,6 +80,9 @@ const maxInstruction = 15
 // MaxInstruction is 15, the longest an x86 instruction may be.
 func (debugger) MaxInstruction() int { return maxInstruction }
 
+// MinInstruction is 1: x86 instructions are any length, at any byte.
+func (debugger) MinInstruction() int { return 1 }
+
 // hexBytes writes b as objdump does: two hex digits a byte, spaced.
 func hexBytes(b []byte) string {
 	var s strings.Builder

@@ -164,9 +164,9 @@ func (d debugger) pageFault(ctx context.Context, m arch.Machine, t arch.Trap) (s
 		access = "an instruction fetch"
 	case t.HasPC:
 		if code, err := m.ReadMemory(ctx, t.PC, d.MaxInstruction()); err == nil {
-			if a, ok := d.Access(code); ok {
+			if store, ok := memWrite(code); ok {
 				access = "a read"
-				if a.Store {
+				if store {
 					access = "a write"
 				}
 			}

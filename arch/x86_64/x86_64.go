@@ -85,5 +85,4 @@ func (x86) Kernel(head []byte) bool {
 	return false
 }
 
-// Debugger is nil: the debugger does not support x86_64 guests yet.
-func (x86) Debugger() arch.Debugger { return nil }
+func (x86) Debugger() arch.Debugger { return debugger{} }
