@@ -49,6 +49,9 @@ type QEMU struct {
 	// CPU is the -cpu value a boot gets unless it names one; empty leaves
 	// QEMU's default.
 	CPU string
+	// Args are options every boot of this architecture gets, after the
+	// board's: settings of its devices that the server relies on.
+	Args []string
 	// Firmware is the -bios a boot gets unless it names one, and
 	// FirmwareHelp what the user may give instead; empty Firmware gives no
 	// -bios (the board starts the kernel itself).

@@ -562,6 +562,7 @@ func (c Config) Argv(serialBase string, qmpFD int) []string {
 	if c.CPU != "" {
 		argv = append(argv, "-cpu", c.CPU)
 	}
+	argv = append(argv, q.Args...)
 	// A board without firmware of its own runs none already: QEMU would
 	// look for a ROM named "none".
 	if c.BIOS != "" && !(c.BIOS == "none" && q.Firmware == "") {

@@ -35,6 +35,12 @@ func (x86) QEMU() arch.QEMU {
 		MachineProps: []string{"acpi", "hpet", "pit", "pic", "smm", "vmport", "sata", "usb", "i8042", "smbus",
 			"default-bus-bypass-iommu", "graphics", "rtc", "isa-serial", "auto-kernel-cmdline", "ioapic2", "pcie",
 			"x-option-roms", "kernel-irqchip"},
+		// No kvmvapic (the local APIC's TPR patching for old Windows
+		// guests, on by default under TCG too): its state's load asks
+		// the vCPU thread to run code, which in a replay waits for the
+		// replay lock the loading thread holds, so loading a replay's
+		// checkpoint hangs QEMU 7.2 and 11.1 for good.
+		Args:         []string{"-global", "apic-common.vapic=off"},
 		FirmwareHelp: "none given: QEMU's SeaBIOS; or a path (qboot.rom, OVMF)",
 		FirmwareDirs: []string{"/usr/share/seabios", "/usr/share/qemu", "/usr/share/ovmf", "/usr/share/OVMF"},
 		Virtio:       "pci",

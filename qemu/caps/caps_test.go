@@ -103,6 +103,47 @@ func TestProbeX86(t *testing.T) {
 	probeKeeps(t, x86_64.Arch, "HPET counter restored and running, the HPET's first timer armed before the save fired on time")
 }
 
+// The replay probe on x86_64 (which Prober.Probe does not run until the
+// debugger supports x86_64): a checkpoint of a replay loads, twice, and the
+// replay from it reaches the same state, on QEMU 7.2 and 11.1 alike, once
+// the boot turns kvmvapic off (its load deadlocked in a replay).
+func TestReplayProbeX86(t *testing.T) {
+	kernelFile, _, bin := testguest.ArchTiny(t, x86_64.Arch)
+	kernel, err := os.ReadFile(kernelFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{CacheDir: t.TempDir(), WorkDir: t.TempDir(), Owner: "test", Arch: x86_64.Arch, Kernel: kernel})
+	defer p.Close()
+	dir, err := p.workDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "tiny.bin")
+	if err := os.WriteFile(file, kernel, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	r, err := p.newRun(dir, bin, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := r.boot(ctx, false, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.image(ctx, filepath.Join(dir, rrImage))
+	a.close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := r.replayProbe(ctx); res.Answer != Yes {
+		t.Errorf("QEMU %s: replay_checkpoint = %s (%s), want yes", qemuVersion(ctx, bin), res.Answer, res.Detail)
+	}
+}
+
 // probeKeeps probes a's QEMU under test with a's tiny kernel and wants
 // the state probes' answers yes, their details containing kept.
 func probeKeeps(t *testing.T, a arch.Arch, kept string) *Caps {
