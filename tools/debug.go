@@ -566,7 +566,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	add(s, ms, tool("debug_step", "Step", mutating,
 		"Execute count instructions on one hart, the others stay stopped (over: a call counts as one). A step that cannot finish (wfi, a call waiting on a stopped hart) ends at timeout and says why."), s.debugStep)
 	add(s, ms, tool("debug_registers", "Registers", reading,
-		"pc, general registers, privilege level, and the trap registers with causes decoded (riscv64: sstatus, sepc, scause, stval, satp, mstatus, mcause...; aarch64: ESR_EL1, FAR_EL1, ELR_EL1, SPSR_EL1, TCR_EL1, TTBRn_EL1)."), s.debugRegisters)
+		"pc, general registers, privilege level, and the trap registers with causes decoded (riscv64: sstatus, sepc, scause, stval, satp, mstatus, mcause...; aarch64: ESR_EL1, FAR_EL1, ELR_EL1, SPSR_EL1, TCR_EL1, TTBRn_EL1; x86_64: cr0-cr4, efer, eflags)."), s.debugRegisters)
 	add(s, ms, tool("debug_memory", "Read memory", reading,
 		"Hexdump up to 64 KiB of guest memory at a symbol or address (virtual through a hart's MMU, or physical), unreadable ranges reported."), s.debugMemory)
 	add(s, ms, tool("debug_backtrace", "Backtrace", reading,
@@ -578,7 +578,7 @@ func (s *Server) registerDebug(ms *mcp.Server) {
 	add(s, ms, tool("debug_last_write", "Last write", reading,
 		"Replays only: the last write that changed a location before now (or before an icount): old and new value, instruction, function, file:line, backtrace, icount; or that none did."), s.debugLastWrite)
 	add(s, ms, tool("debug_translate", "Translate", reading,
-		"Walk the page table for a virtual address as a hart's MMU does (riscv64 Sv39/48/57; aarch64 4K pages, TTBR0/1): each level's PTE and flags, then the physical address and page size, or why the walk stops."), s.debugTranslate)
+		"Walk the page table for a virtual address as a hart's MMU does (riscv64 Sv39/48/57; aarch64 4K pages, TTBR0/1; x86_64 4/5-level): each level's PTE and flags, then the physical address and page size, or why the walk stops."), s.debugTranslate)
 	add(s, ms, tool("debug_symbolize", "Symbolize", reading,
 		"Name an address (function+offset, file:line), or find the address of a symbol or file.c:LINE."), s.debugSymbolize)
 }
