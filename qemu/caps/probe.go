@@ -52,7 +52,7 @@ func (p *Prober) probeAll(ctx context.Context, k Key) (*Caps, error) {
 
 // replayCheckpoint decides ReplayCheckpoint, knowing TimerKept.
 func (r *run) replayCheckpoint(ctx context.Context, timerKept Result) Result {
-	if r.arch.Debugger() == nil {
+	if r.arch != nil && r.arch.Debugger() == nil {
 		// Time travel needs the debugger: no recording of such a guest
 		// is made, and its replay is not worth the probe's time.
 		return no("not tried: time travel does not support %s guests yet", r.arch.Name())
