@@ -79,6 +79,9 @@ type QEMU struct {
 	// arms of the board's timer, on the architecture's tiny kernel; nil
 	// where its QEMU is not probed.
 	Probe *TimerProbe
+	// TimeTravel says recording and replaying this architecture's guests
+	// (the debugger's time travel) is verified and offered.
+	TimeTravel bool
 	// Commands are the QMP and HMP commands of this architecture's QEMU
 	// that read its board's own devices (the GIC's capabilities, say):
 	// commands the server refuses for other architectures' boards, which

@@ -233,8 +233,9 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	if a.Snapshot != "" {
 		spec.Snapshot = &SnapshotSpec{Name: a.Snapshot}
 	}
-	if (a.Replay != "" || a.Record != "") && cfg.Arch != nil && cfg.Arch.Debugger() == nil {
-		// A recording is for the debugger's time travel.
+	if (a.Replay != "" || a.Record != "") && cfg.Arch != nil && (cfg.Arch.Debugger() == nil || !cfg.Arch.QEMU().TimeTravel) {
+		// A recording is for the debugger's time travel, offered where
+		// it was verified.
 		return nil, Booted{}, &arch.UnsupportedError{Arch: cfg.ArchName(), What: "time travel (record and replay)"}
 	}
 	switch {

@@ -40,6 +40,7 @@ func (arm64) QEMU() arch.QEMU {
 		Earlycon:     "earlycon",
 		Commands:     []string{"query-gic-capabilities"},
 		Probe:        probe,
+		TimeTravel:   true,
 	}
 }
 

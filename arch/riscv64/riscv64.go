@@ -38,8 +38,9 @@ func (riscv64) QEMU() arch.QEMU {
 		// loaded state: about half of all restores leave a Linux guest
 		// whose sleeps never end. The count is the ACLINT's mtime; mip.STIP
 		// raised makes the kernel take a timer interrupt.
-		Timer: &arch.Timer{Counter: 0x200bff8, PendingReg: "mip", PendingBit: 1 << 5},
-		Probe: probe,
+		Timer:      &arch.Timer{Counter: 0x200bff8, PendingReg: "mip", PendingBit: 1 << 5},
+		Probe:      probe,
+		TimeTravel: true,
 	}
 }
 
