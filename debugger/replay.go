@@ -713,16 +713,6 @@ func (s *Session) ReverseContinue(ctx context.Context) (StopInfo, error) {
 				if h.pos, err = tl.Position(ctx); err != nil {
 					return err
 				}
-				if h.access == nil {
-					// No watchpoint of ours: QEMU 7.2 replaying x86
-					// reports a breakpoint whose instruction writes
-					// memory (push %rbp) as a watchpoint.
-					if pc, err := th.ReadRegister(ctx, s.regs.PC); err == nil {
-						if _, ok := s.breaks[pc]; ok {
-							h.stop.Reason = gdb.ReasonBreakpoint
-						}
-					}
-				}
 			}
 			if h.pos < hi {
 				last = h

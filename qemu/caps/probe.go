@@ -52,11 +52,6 @@ func (p *Prober) probeAll(ctx context.Context, k Key) (*Caps, error) {
 
 // replayCheckpoint decides ReplayCheckpoint, knowing TimerKept.
 func (r *run) replayCheckpoint(ctx context.Context, timerKept Result) Result {
-	if r.arch != nil && r.arch.Debugger() == nil {
-		// Time travel needs the debugger: no recording of such a guest
-		// is made, and its replay is not worth the probe's time.
-		return no("not tried: time travel does not support %s guests yet", r.arch.Name())
-	}
 	if timerKept.Answer == No {
 		// A checkpoint is a snapshot: loaded, it loses the guest's timer
 		// as any other, and a guest that uses its timer then takes its
