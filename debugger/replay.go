@@ -125,10 +125,22 @@ func (s *Session) runTo(ctx context.Context, c *gdb.Client, limit uint64) (gdb.S
 		// A break behind the replay never comes: it would run on.
 		return gdb.Stop{Signal: gdb.SIGINT, Reason: gdb.ReasonSignal}, pos, err
 	}
+	have, err := armed(ctx, c)
+	if err != nil {
+		return gdb.Stop{}, 0, err
+	}
+	watching := slices.ContainsFunc(have, func(b gdb.Breakpoint) bool { return b.Kind >= gdb.WatchWrite })
+	if end := tl.End(); watching && limit >= end && end > 0 {
+		// The step that settles the break's stop (replayRun.settle)
+		// takes the last instruction: resumed at its end, a replay runs
+		// off its log and QEMU exits.
+		limit = end - 1
+	}
 	if err := tl.StopAt(ctx, limit); err != nil {
 		return gdb.Stop{}, 0, fmt.Errorf("debugger: break the replay at %d: %w", limit, err)
 	}
 	r := s.newRun(ctx, c, limit)
+	r.watching = watching
 	for {
 		if err := c.Continue(ctx); err != nil {
 			return gdb.Stop{}, 0, err
@@ -162,6 +174,8 @@ type replayRun struct {
 	prevAt  time.Time
 	// sinceCk is the replay time since the last start point.
 	sinceCk time.Duration
+	// watching says a watchpoint is armed: a break's stop is settled.
+	watching bool
 	// ckAt is a break set ahead to save a checkpoint at: a checkpoint is
 	// taken where a replay break stopped the replay (one taken where an
 	// interrupt stopped it does not reload: its first instruction never
@@ -192,12 +206,56 @@ func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, res
 		cancel()
 		r.sinceCk += time.Since(t0)
 		if err == nil {
+			if st.Signal == gdb.SIGINT && r.watching {
+				if st, err = r.settle(ctx, st); err != nil {
+					return gdb.Stop{}, 0, false, err
+				}
+			}
 			return r.stopped(ctx, st)
 		}
 		if pos, err := r.poll(ctx, err); err != nil {
 			return gdb.Stop{}, pos, false, err
 		}
 	}
+}
+
+// settle follows a replay break's stop (st) with a single step while a
+// watchpoint is armed. QEMU (7.2 to 11.1; seen replaying x86) stops at
+// the break without reporting a watched write that was the break's own
+// instruction, and keeps the hit: the next stop it reports as a debug
+// stop names that watchpoint, even once it is lifted (its freed memory:
+// a watchpoint at a host address), and a watched write before that
+// aborts QEMU ("Raised interrupt while not in I/O function"). A step is
+// such a debug stop, taken while the watchpoint is still there: it
+// reports and forgets the kept hit (or a write of the stepped
+// instruction) as a watchpoint stop, else it is a step. At the
+// recording's end there is no instruction left (runTo keeps the last one
+// for this step).
+func (r *replayRun) settle(ctx context.Context, st gdb.Stop) (gdb.Stop, error) {
+	pos, err := r.tl.Position(ctx)
+	if err != nil || pos >= r.tl.End() {
+		return st, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, stall)
+	defer cancel()
+	next, err := r.c.Step(wctx)
+	if err != nil {
+		if r.c.Running() {
+			r.c.Interrupt(context.WithoutCancel(ctx))
+		}
+		return gdb.Stop{}, fmt.Errorf("debugger: the step after the replay's break at %d: %w", pos, err)
+	}
+	r.s.cfg.Logger.Debug("debugger: a break's stop settled", "icount", pos, "stop", next.Raw)
+	switch next.Reason {
+	case gdb.ReasonWatch, gdb.ReasonRWatch, gdb.ReasonAWatch:
+		return next, nil
+	}
+	if r.ckAt == pos {
+		// The checkpoint is taken one instruction on.
+		r.ckAt = pos + 1
+	}
+	// As the break's own stop.
+	return st, nil
 }
 
 // stopped handles a stop of the replay: the checkpoint's break, where

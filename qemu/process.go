@@ -414,7 +414,11 @@ func (m *Process) supervise() {
 		m.console.Finish(ctx)
 		cancel()
 	}
-	m.log.Info("qemu exited", "pid", m.ident.PID, "status", exit.String())
+	if said := strings.TrimSpace(m.stderr.String()); said != "" && exit.Code != 0 {
+		m.log.Warn("qemu exited", "pid", m.ident.PID, "status", exit.String(), "stderr", said)
+	} else {
+		m.log.Info("qemu exited", "pid", m.ident.PID, "status", exit.String())
+	}
 	// A guest that powered itself off leaves nothing to talk to: remove the
 	// FIFOs and the socket before anyone can observe the exit, so "exited"
 	// always means "and cleaned up". The buffer stays readable.
