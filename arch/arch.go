@@ -82,6 +82,11 @@ type QEMU struct {
 	// TimeTravel says recording and replaying this architecture's guests
 	// (the debugger's time travel) is verified and offered.
 	TimeTravel bool
+	// ReplayAppend are Linux command-line options that keep a replay of
+	// this architecture's Linux about as fast as its recording: where
+	// the boot spins in a loop that costs a replay far more than it cost
+	// the recording, the options that skip the loop.
+	ReplayAppend []string
 	// Commands are the QMP and HMP commands of this architecture's QEMU
 	// that read its board's own devices (the GIC's capabilities, say):
 	// commands the server refuses for other architectures' boards, which

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
@@ -214,6 +216,30 @@ type Booted struct {
 	// KeptRemoved lists the kept files the boot removed to stay under the
 	// cap.
 	KeptRemoved []kept.File
+	// ReplayAdvice, for a recording, names the options of the
+	// architecture's ReplayAppend its kernel command line lacks, and why:
+	// without them its replays take far longer than it took to record.
+	ReplayAdvice string
+}
+
+// replayAdvice is Booted.ReplayAdvice for a recording of cfg.
+func replayAdvice(cfg qemu.Config) string {
+	if cfg.Arch == nil || cfg.Append == "" {
+		// No kernel command line: not a Linux the options are for.
+		return ""
+	}
+	have := strings.Fields(cfg.Append)
+	var missing []string
+	for _, o := range cfg.Arch.QEMU().ReplayAppend {
+		if !slices.Contains(have, o) {
+			missing = append(missing, o)
+		}
+	}
+	if len(missing) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("append %s for replays as fast as the recording: Linux's boot on %s spins while it checks its timers, which a replay takes minutes to pass",
+		strings.Join(missing, " "), cfg.ArchName())
 }
 
 // BootArgs boots a, which Resolve completed.
@@ -259,7 +285,11 @@ func (m *Manager) BootArgs(ctx context.Context, a Args) (*Instance, Booted, erro
 	i.mu.Lock()
 	removed := i.keptRemoved
 	i.mu.Unlock()
-	return i, Booted{Reaped: reaped, QEMU: cfg, Symbols: symbols, KeptRemoved: removed}, nil
+	b := Booted{Reaped: reaped, QEMU: cfg, Symbols: symbols, KeptRemoved: removed}
+	if spec.Record != nil {
+		b.ReplayAdvice = replayAdvice(cfg)
+	}
+	return i, b, nil
 }
 
 // openSymbols opens the debugger's symbols: mach.Symbols, else those

@@ -227,6 +227,7 @@ func bootOutput(inst *instance.Instance, booted instance.Booted, prof instance.R
 	out.VNC = m.Paths().VNCSocket
 	if meta, ok := inst.Recording(); ok {
 		out.Recording = recordingInfo(meta)
+		out.Recording.Advice = booted.ReplayAdvice
 	}
 	if meta, ok := inst.Replaying(); ok {
 		out.Recording = recordingInfo(meta)
@@ -247,6 +248,9 @@ func bootText(o BootOutput, waitFor string) string {
 	}
 	if r := o.Recording; r != nil {
 		fmt.Fprintf(&b, "recording as %q\n", r.Name)
+		if r.Advice != "" {
+			fmt.Fprintf(&b, "advice: %s\n", r.Advice)
+		}
 	}
 	if l := o.CommandLine; l != nil {
 		fmt.Fprintf(&b, "command_line: %d option(s) kept", len(l.Kept))

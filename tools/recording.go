@@ -25,6 +25,8 @@ type RecordingInfo struct {
 	ConsoleBytes int64     `json:"console_bytes,omitempty"`
 	QEMU         string    `json:"qemu,omitempty"`
 	Unreadable   string    `json:"unreadable,omitempty"`
+	// Advice is what would make its replays faster, when recording.
+	Advice string `json:"advice,omitempty"`
 }
 
 func recordingInfo(m instance.RecordingMeta) *RecordingInfo {

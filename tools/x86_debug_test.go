@@ -2,6 +2,9 @@ package tools_test
 
 import (
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -164,9 +167,66 @@ func TestX86DebugLinux(t *testing.T) {
 	}
 }
 
-// x86_64's time travel is not offered yet: a recording is refused at
-// boot, saying so.
-func TestX86RecordRefused(t *testing.T) {
+// TestTimeTravelLinux on the x86_64 Linux guest.
+func TestX86TimeTravelLinux(t *testing.T) {
+	lin := testguest.ArchLinux(t, x86_64.Arch)
+	state := t.TempDir()
+	s, _ := archSession(t, x86_64.Arch, func(c *testConfig) {
+		c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir}
+		c.Captures = filepath.Join(state, "captures")
+		os.MkdirAll(c.Captures, 0o700)
+	})
+	boot := func(extra map[string]any) {
+		t.Helper()
+		// The options that keep its replays as fast as its recordings.
+		appendLine := strings.Join(append([]string{lin.Append}, x86_64.Arch.QEMU().ReplayAppend...), " ")
+		args := map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": appendLine, "memory": "256M",
+			"wait_for": testguest.LinuxPrompt, "timeout": 120, "restart": true}
+		maps.Copy(args, extra)
+		var b bootOut
+		if res := s.call("qemu_boot", args, &b); res.IsError || !b.Matched {
+			t.Fatalf("boot %v: %s %+v", extra, text(res), b)
+		}
+	}
+	// The recording makes checkpoints where the probe said this QEMU
+	// reloads them: the tiny kernel's boot has the QEMU probed first.
+	s.mustCall("qemu_boot", map[string]any{"arch": "x86_64", "wait_for": prompt, "timeout": 30}, nil)
+	probedArch(t, s, "x86_64")
+	checkpoints := func() bool {
+		a, _, _ := probedArch(t, s, "x86_64")
+		t.Logf("%s: replay checkpoints %+v", a.Version, a.Caps.Replay)
+		return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
+	}
+	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints, "__x64_sys_newuname")
+}
+
+// A recording of an x86_64 kernel whose command line lacks the options
+// that keep its replays fast is told which, and why; with them, or with
+// no command line (not Linux), nothing is said.
+func TestX86RecordAdvice(t *testing.T) {
 	s, _ := archSession(t, x86_64.Arch, nil)
-	s.wantError("qemu_boot", map[string]any{"arch": "x86_64", "record": "r"}, "time travel (record and replay) does not support x86_64 guests yet")
+	for i, tc := range []struct{ append, want string }{
+		{"console=ttyS0 no_timer_check", "append noapictimer for replays as fast as the recording"},
+		{"", ""},
+		{"console=ttyS0 noapictimer no_timer_check", ""},
+	} {
+		args := map[string]any{"arch": "x86_64", "record": fmt.Sprint("r", i), "wait_for": prompt, "timeout": 30, "restart": true}
+		if tc.append != "" {
+			args["append"] = tc.append
+		}
+		var b struct {
+			Recording *struct {
+				Advice string `json:"advice"`
+			} `json:"recording"`
+		}
+		res := s.call("qemu_boot", args, &b)
+		if res.IsError || b.Recording == nil {
+			t.Fatalf("record with append %q: %s", tc.append, text(res))
+		}
+		if !strings.HasPrefix(b.Recording.Advice, tc.want) || (tc.want == "") != (b.Recording.Advice == "") ||
+			strings.Contains(text(res), "advice:") != (tc.want != "") {
+			t.Errorf("record with append %q: advice %q, want %q; text:\n%s", tc.append, b.Recording.Advice, tc.want, text(res))
+		}
+		s.mustCall("qemu_shutdown", nil, nil)
+	}
 }

@@ -48,6 +48,14 @@ func (x86) QEMU() arch.QEMU {
 		Console:      "ttyS0",
 		Probe:        probe,
 		Earlycon:     "earlycon=uart8250,io,0x3f8",
+		TimeTravel:   true,
+		// TCG ends a vCPU's run at every PAUSE, and a replay pays a log
+		// event for each run (a recording, a microsecond): the boot's
+		// checks of the timer IRQ and of the local APIC timer's rate
+		// spin on PAUSE for about 90 M instructions, which a replay of
+		// QEMU 7.2 takes over two minutes to pass. Skipped, the replay
+		// of a whole boot takes seconds.
+		ReplayAppend: []string{"no_timer_check", "noapictimer"},
 	}
 }
 

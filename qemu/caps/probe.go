@@ -548,26 +548,33 @@ func (g *guest) checkpointRoundTrip(ctx context.Context, c, t uint64) Result {
 	if err != nil {
 		return failed("replay past the checkpoint", err)
 	}
-	// The double load: the first load sets the replay's clock shift, the
-	// second restores the timers against it.
-	if _, err := g.hmpOK(ctx, "loadvm ck"); err != nil {
-		return no("loadvm of the checkpoint failed: %v", err)
+	for run := 1; run <= replayRuns; run++ {
+		// The double load: the first load sets the replay's clock shift,
+		// the second restores the timers against it.
+		if _, err := g.hmpOK(ctx, "loadvm ck"); err != nil {
+			return no("run %d of %d: loadvm of the checkpoint failed: %v", run, replayRuns, err)
+		}
+		if _, err := g.replayTo(ctx, c+1, 5*time.Second); err != nil {
+			return no("run %d of %d: the replay froze one instruction after loading the checkpoint: %v", run, replayRuns, err)
+		}
+		if _, err := g.hmpOK(ctx, "loadvm ck"); err != nil {
+			return no("run %d of %d: the second loadvm of the checkpoint failed: %v", run, replayRuns, err)
+		}
+		got, err := g.replayTo(ctx, t, 10*time.Second)
+		if err != nil {
+			return no("run %d of %d: the replay from the checkpoint did not reach instruction %d: %v", run, replayRuns, t, err)
+		}
+		if got != want {
+			return no("run %d of %d: the replay from the checkpoint reached instruction %d in another state than the replay from the start", run, replayRuns, t)
+		}
 	}
-	if _, err := g.replayTo(ctx, c+1, 5*time.Second); err != nil {
-		return no("the replay froze one instruction after loading the checkpoint: %v", err)
-	}
-	if _, err := g.hmpOK(ctx, "loadvm ck"); err != nil {
-		return no("the second loadvm of the checkpoint failed: %v", err)
-	}
-	got, err := g.replayTo(ctx, t, 10*time.Second)
-	if err != nil {
-		return no("the replay from the checkpoint did not reach instruction %d: %v", t, err)
-	}
-	if got != want {
-		return no("the replay from the checkpoint reached instruction %d in another state than the replay from the start", t)
-	}
-	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start", c, t)}
+	return Result{Answer: Yes, Detail: fmt.Sprintf("checkpoint at instruction %d, double load, replay to %d: same registers as from the start, %d runs of %d", c, t, replayRuns, replayRuns)}
 }
+
+// replayRuns is how many times the replay probe goes back through its
+// checkpoint: time travel is offered where every run comes back to the
+// same state, as reverse steps and searches go back many times.
+const replayRuns = 10
 
 // lastWords is the last line QEMU printed that is not a deprecation
 // warning (one for an option of the caller's would not say why QEMU
