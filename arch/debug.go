@@ -23,6 +23,15 @@ type Debugger interface {
 	Unwinder
 }
 
+// CodeModes is implemented by an architecture whose vCPUs can run code
+// in modes its disassembler and unwinder do not read (x86's real and
+// legacy protected modes, which firmware and boot code run in).
+type CodeModes interface {
+	// Foreign names the mode a vCPU with these registers (get) runs in
+	// and why it is not read, or "" for the mode that is.
+	Foreign(get func(name string) (uint64, bool)) string
+}
+
 // UnsupportedError is the debugger asked of a guest whose architecture it
 // does not support yet.
 type UnsupportedError struct {

@@ -822,6 +822,15 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 			return err
 		}
 		addr := pc
+		if loc == "" {
+			regs, err := th.ReadRegisters(ctx)
+			if err != nil {
+				return err
+			}
+			if mode := s.foreign(regs); mode != "" {
+				return fmt.Errorf("the hart runs %s: the disassembler decodes 64-bit code only; give a location in the kernel's 64-bit code, or read the hart with debug_registers", mode)
+			}
+		}
 		if loc != "" {
 			addrs, _, err := s.Resolve(loc)
 			if err != nil {
@@ -837,6 +846,16 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 		return nil
 	})
 	return insts, pc, on, err
+}
+
+// foreign names the mode a hart with regs runs in where the architecture
+// reads no code in it (arch.CodeModes), else "".
+func (s *Session) foreign(regs map[string]uint64) string {
+	cm, ok := s.d.(arch.CodeModes)
+	if !ok {
+		return ""
+	}
+	return cm.Foreign(func(n string) (uint64, bool) { v, ok := regs[n]; return v, ok })
 }
 
 func (s *Session) symbolizer() arch.Symbolizer {

@@ -548,6 +548,8 @@ func (s *Server) debugTranslate(ctx context.Context, _ *mcp.CallToolRequest, in 
 	}
 	if w.Fault != "" {
 		t += "no page: " + w.Fault
+	} else if w.PageSize == "" {
+		t += "physical " + w.PA // paging off: no page, no flags
 	} else {
 		t += fmt.Sprintf("physical %s (%s page, %s)", w.PA, w.PageSize, w.Flags)
 	}

@@ -92,6 +92,26 @@ func decodeFlags(v uint64) string {
 	return strings.Join(append(f, "OSZC="+a.String()), " ")
 }
 
+// Foreign says whether the vCPU runs anything but long mode's code: real
+// mode (firmware at reset) and legacy protected mode (32-bit boot code,
+// such as a PVH entry) address and encode code otherwise than 64-bit
+// code, which is what the disassembler and unwinder read.
+func (debugger) Foreign(get func(string) (uint64, bool)) string {
+	cr0, ok := get("cr0")
+	if !ok {
+		return ""
+	}
+	if cr0&1 == 0 {
+		cs, _ := get("cs")
+		ip, _ := get("rip")
+		return fmt.Sprintf("16-bit real mode (CR0.PE=0: the pc is IP, at CS:IP %04x:%04x)", cs&0xffff, ip&0xffff)
+	}
+	if efer, _ := get("efer"); efer>>10&1 == 0 {
+		return "legacy protected mode (EFER.LMA=0: 32- or 16-bit code)"
+	}
+	return ""
+}
+
 // decodePaging says whether paging is on, its mode, the table and the
 // protections CR0, CR4 and EFER switch on.
 func decodePaging(get func(string) (uint64, bool)) string {
