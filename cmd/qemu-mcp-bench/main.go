@@ -311,7 +311,12 @@ func printTable(rows []row) {
 			cpu = string(m[1])
 		}
 	}
-	qv, _ := exec.Command(*qemuBin, "--version").Output()
+	bin := *qemuBin
+	if *ttOnly {
+		// The figures are the time-travel guest's, on its QEMU.
+		bin = ttQEMU()
+	}
+	qv, _ := exec.Command(bin, "--version").Output()
 	fmt.Printf("machine: %s, %s, %d cpus, %s\n\n", host, cpu, numCPU(), strings.SplitN(string(qv), "\n", 2)[0])
 	fmt.Println("| measure | qemu-mcp | raw ceiling | ratio | target |")
 	fmt.Println("|---|---|---|---|---|")

@@ -31,8 +31,9 @@ var (
 )
 
 var (
-	ttArch      = flag.String("timetravel-arch", "riscv64", "the Linux guest's architecture for the time-travel figures: riscv64, or aarch64 (its QEMU: -qemu-aarch64)")
+	ttArch      = flag.String("timetravel-arch", "riscv64", "the Linux guest's architecture for the time-travel figures: riscv64, aarch64 (its QEMU: -qemu-aarch64) or x86_64 (-qemu-x86_64)")
 	qemuAarch64 = flag.String("qemu-aarch64", "qemu-system-aarch64", "the aarch64 QEMU, for -timetravel-arch aarch64")
+	qemuX86     = flag.String("qemu-x86_64", "qemu-system-x86_64", "the x86_64 QEMU, for -timetravel-arch x86_64")
 )
 
 const (
@@ -69,11 +70,25 @@ func ttLinuxServer(ctx context.Context) (*ttServer, error) {
 	if dir == "" {
 		return nil, nil
 	}
-	srv, err := startServer(ctx, "-qemu", a.Name()+"="+*qemuAarch64, "-allow-path", dir)
+	bin := ttQEMU()
+	srv, err := startServer(ctx, "-qemu", a.Name()+"="+bin, "-allow-path", dir)
 	if err != nil {
 		return nil, err
 	}
-	return &ttServer{server: srv, dir: dir, arch: a, qemu: *qemuAarch64, append: "console=" + a.QEMU().Console + " " + a.QEMU().Earlycon}, nil
+	// The options that keep its replays as fast as its recordings.
+	line := strings.Join(append([]string{"console=" + a.QEMU().Console, a.QEMU().Earlycon}, a.QEMU().ReplayAppend...), " ")
+	return &ttServer{server: srv, dir: dir, arch: a, qemu: bin, append: line}, nil
+}
+
+// ttQEMU is the QEMU of -timetravel-arch's guest.
+func ttQEMU() string {
+	switch *ttArch {
+	case "aarch64", "arm64":
+		return *qemuAarch64
+	case "x86_64", "amd64", "x86-64":
+		return *qemuX86
+	}
+	return *qemuBin
 }
 
 func (s *ttServer) boot(ctx context.Context, extra map[string]any) (time.Duration, error) {
@@ -455,6 +470,7 @@ func (r *rawReplay) start(ctx context.Context) error {
 	if q.Firmware != "" {
 		args = append(args, "-bios", q.Firmware)
 	}
+	args = append(args, q.Args...)
 	r.cmd = exec.Command(r.s.qemu, append(args,
 		"-kernel", filepath.Join(r.linux, "Image"), "-initrd", filepath.Join(r.linux, "initramfs.cpio.gz"), "-append", r.s.append,
 		"-chardev", "file,id=serial0,path=/dev/null", "-serial", "chardev:serial0",
