@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
@@ -190,16 +191,24 @@ func TestAarch64DebugLinux(t *testing.T) {
 // an instruction count, triage; checkpoints where this QEMU was probed to
 // reload them.
 func TestAarch64TimeTravelLinux(t *testing.T) {
-	lin := testguest.ArchLinux(t, arm64.Arch)
+	archTimeTravelLinux(t, arm64.Arch, "__arm64_sys_newuname")
+}
+
+// archTimeTravelLinux is TestTimeTravelLinux on a's Linux guest, booted
+// with the options that keep a's replays as fast as its recordings; uname
+// is a's system call of uname.
+func archTimeTravelLinux(t *testing.T, a arch.Arch, uname string) {
+	lin := testguest.ArchLinux(t, a)
 	state := t.TempDir()
-	s, _ := aarch64Session(t, func(c *testConfig) {
+	s, _ := archSession(t, a, func(c *testConfig) {
 		c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir}
 		c.Captures = filepath.Join(state, "captures")
 		os.MkdirAll(c.Captures, 0o700)
 	})
+	appendLine := strings.Join(append([]string{lin.Append}, a.QEMU().ReplayAppend...), " ")
 	boot := func(extra map[string]any) {
 		t.Helper()
-		args := map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": lin.Append, "memory": "256M",
+		args := map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": appendLine, "memory": "256M",
 			"wait_for": testguest.LinuxPrompt, "timeout": 120, "restart": true}
 		maps.Copy(args, extra)
 		var b bootOut
@@ -207,12 +216,16 @@ func TestAarch64TimeTravelLinux(t *testing.T) {
 			t.Fatalf("boot %v: %s %+v", extra, text(res), b)
 		}
 	}
+	// The recording makes checkpoints where the probe said this QEMU
+	// reloads them: the tiny kernel's boot has the QEMU probed first.
+	s.mustCall("qemu_boot", map[string]any{"arch": a.Name(), "wait_for": prompt, "timeout": 30}, nil)
+	probedArch(t, s, a.Name())
 	checkpoints := func() bool {
-		a, _, _ := probedArch(t, s, "aarch64")
-		t.Logf("%s: replay checkpoints %+v", a.Version, a.Caps.Replay)
-		return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
+		p, _, _ := probedArch(t, s, a.Name())
+		t.Logf("%s: replay checkpoints %+v", p.Version, p.Caps.Replay)
+		return p.Caps.Replay != nil && p.Caps.Replay.Answer == "yes"
 	}
-	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints, "__arm64_sys_newuname")
+	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints, uname)
 }
 
 // The built-in aarch64 tiny kernel under the debugger, its own ELF the

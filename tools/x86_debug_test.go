@@ -2,9 +2,6 @@ package tools_test
 
 import (
 	"fmt"
-	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -169,35 +166,7 @@ func TestX86DebugLinux(t *testing.T) {
 
 // TestTimeTravelLinux on the x86_64 Linux guest.
 func TestX86TimeTravelLinux(t *testing.T) {
-	lin := testguest.ArchLinux(t, x86_64.Arch)
-	state := t.TempDir()
-	s, _ := archSession(t, x86_64.Arch, func(c *testConfig) {
-		c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir}
-		c.Captures = filepath.Join(state, "captures")
-		os.MkdirAll(c.Captures, 0o700)
-	})
-	boot := func(extra map[string]any) {
-		t.Helper()
-		// The options that keep its replays as fast as its recordings.
-		appendLine := strings.Join(append([]string{lin.Append}, x86_64.Arch.QEMU().ReplayAppend...), " ")
-		args := map[string]any{"kernel": lin.Kernel, "initrd": lin.Initrd, "append": appendLine, "memory": "256M",
-			"wait_for": testguest.LinuxPrompt, "timeout": 120, "restart": true}
-		maps.Copy(args, extra)
-		var b bootOut
-		if res := s.call("qemu_boot", args, &b); res.IsError || !b.Matched {
-			t.Fatalf("boot %v: %s %+v", extra, text(res), b)
-		}
-	}
-	// The recording makes checkpoints where the probe said this QEMU
-	// reloads them: the tiny kernel's boot has the QEMU probed first.
-	s.mustCall("qemu_boot", map[string]any{"arch": "x86_64", "wait_for": prompt, "timeout": 30}, nil)
-	probedArch(t, s, "x86_64")
-	checkpoints := func() bool {
-		a, _, _ := probedArch(t, s, "x86_64")
-		t.Logf("%s: replay checkpoints %+v", a.Version, a.Caps.Replay)
-		return a.Caps.Replay != nil && a.Caps.Replay.Answer == "yes"
-	}
-	timeTravelLinux(t, s, lin, filepath.Join(state, "recordings"), boot, checkpoints, "__x64_sys_newuname")
+	archTimeTravelLinux(t, x86_64.Arch, "__x64_sys_newuname")
 }
 
 // A recording of an x86_64 kernel whose command line lacks the options
