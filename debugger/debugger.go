@@ -828,7 +828,7 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 				return err
 			}
 			if mode := s.foreign(regs); mode != "" {
-				return fmt.Errorf("the hart runs %s: the disassembler decodes 64-bit code only; give a location in the kernel's 64-bit code, or read the hart with debug_registers", mode)
+				return fmt.Errorf("the hart runs %s: the disassembler decodes 64-bit code only; give an address in 64-bit code (the hart's registers read in any mode)", mode)
 			}
 		}
 		if loc != "" {
