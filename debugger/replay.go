@@ -207,8 +207,9 @@ func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, res
 		r.sinceCk += time.Since(t0)
 		if err == nil {
 			if st.Signal == gdb.SIGINT && r.watching {
-				if st, err = r.settle(ctx, st); err != nil {
-					return gdb.Stop{}, 0, false, err
+				var resume bool
+				if st, resume, err = r.settle(ctx, st); err != nil || resume {
+					return gdb.Stop{}, 0, resume, err
 				}
 			}
 			return r.stopped(ctx, st)
@@ -230,11 +231,13 @@ func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, res
 // reports and forgets the kept hit (or a write of the stepped
 // instruction) as a watchpoint stop, else it is a step. At the
 // recording's end there is no instruction left (runTo keeps the last one
-// for this step).
-func (r *replayRun) settle(ctx context.Context, st gdb.Stop) (gdb.Stop, error) {
+// for this step). resume says the stop was a checkpoint's break, not
+// taken (a checkpoint is kept where a replay break stopped the replay,
+// not a step): the replay is to be resumed.
+func (r *replayRun) settle(ctx context.Context, st gdb.Stop) (gdb.Stop, bool, error) {
 	pos, err := r.tl.Position(ctx)
 	if err != nil || pos >= r.tl.End() {
-		return st, err
+		return st, false, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, stall)
 	defer cancel()
@@ -243,19 +246,23 @@ func (r *replayRun) settle(ctx context.Context, st gdb.Stop) (gdb.Stop, error) {
 		if r.c.Running() {
 			r.c.Interrupt(context.WithoutCancel(ctx))
 		}
-		return gdb.Stop{}, fmt.Errorf("debugger: the step after the replay's break at %d: %w", pos, err)
+		return gdb.Stop{}, false, fmt.Errorf("debugger: the step after the replay's break at %d: %w", pos, err)
 	}
 	r.s.cfg.Logger.Debug("debugger: a break's stop settled", "icount", pos, "stop", next.Raw)
 	switch next.Reason {
 	case gdb.ReasonWatch, gdb.ReasonRWatch, gdb.ReasonAWatch:
-		return next, nil
+		if r.ckAt != 0 {
+			r.ckAt = 0
+			return next, false, r.tl.StopAt(ctx, r.limit)
+		}
+		return next, false, nil
 	}
-	if r.ckAt == pos {
-		// The checkpoint is taken one instruction on.
-		r.ckAt = pos + 1
+	if r.ckAt == pos && pos+1 < r.limit {
+		r.ckAt = 0
+		return gdb.Stop{}, true, r.tl.StopAt(ctx, r.limit)
 	}
 	// As the break's own stop.
-	return st, nil
+	return st, false, nil
 }
 
 // stopped handles a stop of the replay: the checkpoint's break, where
