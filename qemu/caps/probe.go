@@ -356,8 +356,20 @@ func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 	inPlace = r.inPlace(ctx, a, saved, armed, ran)
 	a.close()
 	kept = r.fresh(ctx, snap, saved, armed, ran)
+	if kept.Answer == No && strings.HasPrefix(kept.Detail, noAnswer) {
+		// A loaded guest that says nothing at all, not even the echo of
+		// what was typed, may be QEMU 11.1's rare hang after a load
+		// rather than a lost timer: the cached answer is no only if a
+		// second load says so too.
+		again := r.fresh(ctx, snap, saved, armed, ran)
+		again.Detail += " (loaded twice; the first: " + kept.Detail + ")"
+		kept = again
+	}
 	return kept, inPlace
 }
+
+// noAnswer begins the answer about a loaded guest that did not answer.
+const noAnswer = "the loaded guest does not answer"
 
 // after checks a loaded guest: its count was back at saved before it ran
 // (loaded; ran is how long the guest may have run between the two reads,
@@ -368,7 +380,7 @@ func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, ran time
 		return res
 	}
 	if err := g.typeLine(ctx, "echo "+word, word); err != nil {
-		return no("the loaded guest does not answer: %v", err)
+		return no(noAnswer+": %v", err)
 	}
 	time.Sleep(2 * timerDelay)
 	c, err := g.stub(ctx)
