@@ -818,18 +818,14 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 		return nil, 0, 0, fmt.Errorf("count %d: want 1 to 256", count)
 	}
 	on, err = s.onHart(ctx, hart, func(th *gdb.Thread) (err error) {
-		if pc, err = th.ReadRegister(ctx, s.regs.PC); err != nil {
+		regs, err := th.ReadRegisters(ctx)
+		if err != nil {
 			return err
 		}
+		pc = regs[s.regs.PC]
 		addr := pc
-		if loc == "" {
-			regs, err := th.ReadRegisters(ctx)
-			if err != nil {
-				return err
-			}
-			if mode := s.foreign(regs); mode != "" {
-				return fmt.Errorf("the hart runs %s: the disassembler decodes 64-bit code only; give an address in 64-bit code (the hart's registers read in any mode)", mode)
-			}
+		if mode := s.foreign(regs); mode != "" && loc == "" {
+			return fmt.Errorf("the hart runs %s: the disassembler decodes 64-bit code only; give an address in 64-bit code (the hart's registers read in any mode)", mode)
 		}
 		if loc != "" {
 			addrs, _, err := s.Resolve(loc)

@@ -227,9 +227,10 @@ func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, res
 // recording's end there is no instruction left to step (resumed there, a
 // replay runs off its log and QEMU exits), and a step from the
 // instruction before it was seen never to finish (QEMU 7.2, riscv64): a
-// hit kept by the recording's last two instructions stays. resume says the stop was a checkpoint's break, not
-// taken (a checkpoint is kept where a replay break stopped the replay,
-// not a step): the replay is to be resumed.
+// hit kept by the recording's last two instructions stays. resume says
+// the stop was a checkpoint's break, not taken there (a checkpoint is
+// kept where a replay break stopped the replay, not a step): the replay
+// is to be resumed.
 func (r *replayRun) settle(ctx context.Context, st gdb.Stop) (gdb.Stop, bool, error) {
 	pos, err := r.tl.Position(ctx)
 	if err != nil || pos+1 >= r.tl.End() {

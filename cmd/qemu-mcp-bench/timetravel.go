@@ -82,10 +82,14 @@ func ttLinuxServer(ctx context.Context) (*ttServer, error) {
 
 // ttQEMU is the QEMU of -timetravel-arch's guest.
 func ttQEMU() string {
-	switch *ttArch {
-	case "aarch64", "arm64":
+	a, err := archs.Lookup(*ttArch)
+	if err != nil {
+		return *qemuBin
+	}
+	switch a.Name() {
+	case "aarch64":
 		return *qemuAarch64
-	case "x86_64", "amd64", "x86-64":
+	case "x86_64":
 		return *qemuX86
 	}
 	return *qemuBin

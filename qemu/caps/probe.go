@@ -355,48 +355,45 @@ func (r *run) stateProbes(ctx context.Context) (kept, inPlace Result) {
 	}
 	inPlace = r.inPlace(ctx, a, saved, armed, ran)
 	a.close()
-	kept = r.fresh(ctx, snap, saved, armed, ran)
-	if kept.Answer == No && strings.HasPrefix(kept.Detail, noAnswer) {
-		// A loaded guest that says nothing at all, not even the echo of
-		// what was typed, may be QEMU 11.1's rare hang after a load
-		// rather than a lost timer: the cached answer is no only if a
-		// second load says so too.
-		again := r.fresh(ctx, snap, saved, armed, ran)
+	kept, silent := r.fresh(ctx, snap, saved, armed, ran)
+	if silent {
+		// A loaded guest that does not answer may be QEMU 11.1's rare
+		// hang after a load rather than a lost timer: the cached answer
+		// is no only if a second load says so too.
+		again, _ := r.fresh(ctx, snap, saved, armed, ran)
 		again.Detail += " (loaded twice; the first: " + kept.Detail + ")"
 		kept = again
 	}
 	return kept, inPlace
 }
 
-// noAnswer begins the answer about a loaded guest that did not answer.
-const noAnswer = "the loaded guest does not answer"
-
 // after checks a loaded guest: its count was back at saved before it ran
 // (loaded; ran is how long the guest may have run between the two reads,
 // in steps), it answers, its time runs forward, and the armed timers fired.
-func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, ran time.Duration, word string) Result {
+// silent says the "no" is that the guest did not answer.
+func (g *guest) after(ctx context.Context, loaded, saved, armed uint64, ran time.Duration, word string) (res Result, silent bool) {
 	k := g.r.clock
 	if res, ok := k.restored(loaded, saved, ran); !ok {
-		return res
+		return res, false
 	}
 	if err := g.typeLine(ctx, "echo "+word, word); err != nil {
-		return no(noAnswer+": %v", err)
+		return no("the loaded guest does not answer: %v", err), true
 	}
 	time.Sleep(2 * timerDelay)
 	c, err := g.stub(ctx)
 	if err != nil {
-		return failed("attach the debugger", err)
+		return failed("attach the debugger", err), false
 	}
 	defer c.Close()
 	now, err := k.count(ctx, c)
 	if err != nil {
-		return failed("read "+k.Counter, err)
+		return failed("read "+k.Counter, err), false
 	}
 	fired, err := k.fired(ctx, c)
 	if err != nil {
-		return failed("read the timers", err)
+		return failed("read the timers", err), false
 	}
-	return k.verdict(saved, loaded, now, fired, armed)
+	return k.verdict(saved, loaded, now, fired, armed), false
 }
 
 // inPlace lets a (saved a moment ago) run on and type, then loads the
@@ -419,11 +416,13 @@ func (r *run) inPlace(ctx context.Context, a *guest, saved, armed uint64, ran ti
 	if err := a.qmp(ctx, "cont", nil); err != nil {
 		return failed("cont", err)
 	}
-	return a.after(ctx, loaded, saved, armed, ran+loadRan, "two")
+	res, _ := a.after(ctx, loaded, saved, armed, ran+loadRan, "two")
+	return res
 }
 
-// fresh loads the snapshot into a new QEMU before it first runs.
-func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64, ran time.Duration) Result {
+// fresh loads the snapshot into a new QEMU before it first runs; silent
+// says the loaded guest did not answer.
+func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64, ran time.Duration) (res Result, silent bool) {
 	var loaded uint64
 	var loadRan time.Duration
 	b, err := r.boot(ctx, true, snap, func(ctx context.Context, m *qemu.Process) error {
@@ -435,7 +434,7 @@ func (r *run) fresh(ctx context.Context, snap string, saved, armed uint64, ran t
 		return err
 	})
 	if err != nil {
-		return failed("load into a new QEMU", err)
+		return failed("load into a new QEMU", err), false
 	}
 	defer b.close()
 	b.cursor = b.m.Console().Buffer().End()
