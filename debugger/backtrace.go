@@ -60,8 +60,8 @@ func (s *Session) unwind(ctx context.Context, th *gdb.Thread, regs map[string]ui
 	fp, _ := s.gpr(regs, s.regs.FP)
 	st := unwindState{pc: regs[s.regs.PC], fp: fp, ra: regs[s.regs.RA], sp: regs[s.regs.SP], exact: true}
 	var bt Backtrace
-	if mode := s.foreign(regs); mode != "" {
-		return Backtrace{Frames: []Frame{{Where: s.Where(st.pc)}}, End: "the hart runs " + mode + ": frames are read in 64-bit code only"}
+	if w, mode := s.at(regs); mode != "" {
+		return Backtrace{Frames: []Frame{{Where: w}}, End: "the hart runs " + mode + ": frames are read in 64-bit code only"}
 	}
 	for len(bt.Frames) < max {
 		f := Frame{Where: s.Where(st.pc)}

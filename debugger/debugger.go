@@ -568,11 +568,12 @@ func (s *Session) held(ctx context.Context, c *gdb.Client) (StopInfo, error) {
 func (s *Session) locate(ctx context.Context, c *gdb.Client, th *gdb.Thread, hart int, info *StopInfo) error {
 	info.Hart = &hart
 	info.Processor = s.processor(ctx, c, th, hart)
-	pc, err := th.ReadRegister(ctx, s.regs.PC)
+	regs, err := th.ReadRegisters(ctx)
 	if err != nil {
 		return fmt.Errorf("debugger: read pc: %w", err)
 	}
-	w := s.Where(pc)
+	pc := regs[s.regs.PC]
+	w, mode := s.at(regs)
 	info.PC, info.Function, info.Offset, info.File, info.Line = w.Addr, w.Function, w.Offset, w.File, w.Line
 	if tl := s.cfg.Timeline; tl != nil {
 		tl.Sync()
@@ -580,7 +581,7 @@ func (s *Session) locate(ctx context.Context, c *gdb.Client, th *gdb.Thread, har
 			info.ICount = &n
 		}
 	}
-	if code, _ := th.ReadMemory(ctx, pc, s.d.MaxInstruction()); len(code) >= 2 {
+	if code, _ := th.ReadMemory(ctx, pc, s.d.MaxInstruction()); len(code) >= 2 && mode == "" {
 		if in := s.d.Disassemble(code, pc, 1, s.symbolizer()); len(in) == 1 {
 			info.Insn = in[0].Text
 			if in[0].Target != "" {
@@ -824,7 +825,7 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 		}
 		pc = regs[s.regs.PC]
 		addr := pc
-		if mode := s.foreign(regs); mode != "" && loc == "" {
+		if _, mode := s.at(regs); mode != "" && loc == "" {
 			return fmt.Errorf("the hart runs %s: the disassembler decodes 64-bit code only; give an address in 64-bit code (the hart's registers read in any mode)", mode)
 		}
 		if loc != "" {
@@ -842,6 +843,17 @@ func (s *Session) Disassemble(ctx context.Context, hart int, loc string, count i
 		return nil
 	})
 	return insts, pc, on, err
+}
+
+// at is where a hart with regs is: its pc named by the kernel's symbols,
+// unless the hart runs code the architecture does not read (mode, from
+// foreign), whose pc is no kernel address.
+func (s *Session) at(regs map[string]uint64) (w Where, mode string) {
+	pc := regs[s.regs.PC]
+	if mode = s.foreign(regs); mode != "" {
+		return Where{Addr: hex(pc)}, mode
+	}
+	return s.Where(pc), ""
 }
 
 // foreign names the mode a hart with regs runs in where the architecture

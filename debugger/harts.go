@@ -356,7 +356,8 @@ func (s *Session) hartState(ctx context.Context, th *gdb.Thread, hart, frames in
 // summarize fills h from a hart's facts, registers and backtrace.
 func (s *Session) summarize(h HartState, f hartFacts, regs map[string]uint64, bt Backtrace, frames int) HartState {
 	h.Priv, h.Halted, h.wait = f.level.Name, f.halted, s.regs.Wait
-	h.PC = s.Where(regs[s.regs.PC]).String()
+	w, _ := s.at(regs)
+	h.PC = w.String()
 	h.State = classify(s.d, f.level, bt.Frames, f.fault != nil)
 	if h.Halted && (h.State == "running" || h.State == "machine mode") {
 		// Kernel code waiting in wfi, outside an idle loop this

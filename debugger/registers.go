@@ -133,7 +133,7 @@ func (s *Session) readRegisters(ctx context.Context, th *gdb.Thread) (Registers,
 	}
 	var r Registers
 	pc := all[s.regs.PC]
-	r.PC = s.Where(pc)
+	r.PC, _ = s.at(all)
 	for _, n := range s.regs.General {
 		if v, ok := s.gpr(all, n); ok {
 			r.GPRs = append(r.GPRs, Value{n, v})

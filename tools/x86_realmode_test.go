@@ -5,24 +5,28 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch/x86_64"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/testguest"
 )
 
 // An x86_64 vCPU in real mode (a replay halted at its first instruction,
 // the reset vector) reads sensibly, or the tool says why it cannot: the
 // registers name the mode, the backtrace is the pc alone and says why,
 // the disassembly at the pc is refused naming the mode, and the walk
-// says paging is off.
+// says paging is off. Its pc, an offset in a real-mode segment, is named
+// by no kernel symbol (Linux's vmlinux has per-CPU symbols down there).
 func TestX86RealMode(t *testing.T) {
-	s, _ := archSession(t, x86_64.Arch, nil)
+	lin := testguest.ArchLinux(t, x86_64.Arch)
+	s, _ := archSession(t, x86_64.Arch, func(c *testConfig) { c.AllowPaths = []string{lin.Dir} })
 	s.mustCall("qemu_boot", map[string]any{"arch": "x86_64", "record": "rm", "wait_for": prompt, "timeout": 30}, nil)
 	s.mustCall("qemu_shutdown", nil, nil)
-	s.mustCall("qemu_boot", map[string]any{"replay": "rm", "restart": true}, nil)
+	s.mustCall("qemu_boot", map[string]any{"replay": "rm", "symbols": lin.Vmlinux, "restart": true}, nil)
 
 	var regs struct {
-		Translation string `json:"translation"`
+		PC          whereOut `json:"pc"`
+		Translation string   `json:"translation"`
 	}
 	res := s.call("debug_registers", nil, &regs)
-	if res.IsError || !strings.Contains(regs.Translation, "real mode (CR0.PE=0)") {
+	if res.IsError || !strings.Contains(regs.Translation, "real mode (CR0.PE=0)") || regs.PC.Addr != "0xfff0" || regs.PC.Function != "" {
 		t.Errorf("registers at the reset vector: %s", text(res))
 	}
 	var bt struct {
@@ -30,7 +34,7 @@ func TestX86RealMode(t *testing.T) {
 		End string `json:"end"`
 	}
 	res = s.call("debug_backtrace", nil, &bt)
-	if res.IsError || len(bt.Frames) != 1 || !strings.Contains(bt.End, "16-bit real mode (CR0.PE=0: the pc is IP, at CS:IP f000:fff0)") ||
+	if res.IsError || len(bt.Frames) != 1 || bt.Frames[0].Function != "" || !strings.Contains(bt.End, "16-bit real mode (CR0.PE=0: the pc is IP, at CS:IP f000:fff0)") ||
 		!strings.Contains(text(res), "16-bit real mode") {
 		t.Errorf("backtrace at the reset vector: %s", text(res))
 	}
