@@ -23,6 +23,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/proc"
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 	"golang.org/x/sys/unix"
@@ -84,11 +85,11 @@ type Result struct {
 	// Snapshots lists what killed snapshot saves left (images, records,
 	// intents, tags in drives) and snapshots with a part gone; with
 	// Cleanup, what was removed and what stays (a drive a QEMU holds).
-	Snapshots *snapshot.ReapReport `json:"snapshot_leftovers,omitempty"`
+	Snapshots *store.Report `json:"snapshot_leftovers,omitempty"`
 	// Recordings lists what killed recording starts and checkpoint saves
 	// left; with Cleanup, what was removed and which recordings were
 	// marked cut.
-	Recordings *recording.ReapReport `json:"recording_leftovers,omitempty"`
+	Recordings *store.Report `json:"recording_leftovers,omitempty"`
 }
 
 // Kept is the kept-files section: how much, and the files, oldest first.
@@ -239,26 +240,26 @@ func (res *Result) sweepStores(opts Options) error {
 	if opts.Snapshots != "" {
 		st := snapshot.Store{Dir: opts.Snapshots, Owner: self, Logger: opts.Logger}
 		var err error
-		res.Snapshots, err = sweepStore(st.Leftovers, st.Reap, opts.Cleanup, snapshotSection)
+		res.Snapshots, err = sweepStore(st.Leftovers, st.Reap, opts.Cleanup)
 		errs = append(errs, err)
 	}
 	if opts.Recordings != "" {
 		st := recording.Store{Dir: opts.Recordings, Owner: self, Logger: opts.Logger}
 		var err error
-		res.Recordings, err = sweepStore(st.Leftovers, st.Reap, opts.Cleanup, recordingSection)
+		res.Recordings, err = sweepStore(st.Leftovers, st.Reap, opts.Cleanup)
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 // sweepStore is list, or with cleanup reap, of either kind of store; its
-// report, nil when section finds nothing in it to say.
-func sweepStore[R any](list, reap func() (R, error), cleanup bool, section func(*R) storeSection) (*R, error) {
+// report, nil when it has nothing to say.
+func sweepStore(list, reap func() (store.Report, error), cleanup bool) (*store.Report, error) {
 	if cleanup {
 		list = reap
 	}
 	r, err := list()
-	if section(&r).empty() {
+	if len(r.Removed)+len(r.Left)+len(r.Cut)+len(r.Errors)+len(r.Broken) == 0 {
 		return nil, err
 	}
 	return &r, err
@@ -316,10 +317,10 @@ func (res Result) WriteText(w io.Writer, now time.Time) error {
 		}
 	}
 	if res.Snapshots != nil {
-		snapshotSection(res.Snapshots).write(p, res.Cleanup != nil)
+		section("killed snapshot saves", "snapshot store", res.Snapshots).write(p, res.Cleanup != nil)
 	}
 	if res.Recordings != nil {
-		recordingSection(res.Recordings).write(p, res.Cleanup != nil)
+		section("killed recordings and checkpoint saves", "recording store", res.Recordings).write(p, res.Cleanup != nil)
 	}
 	if r := res.Cleanup; r != nil {
 		writeCleanup(p, r)
@@ -395,32 +396,25 @@ type storeSection struct {
 	removed, held, notes, errors []string
 }
 
-func snapshotSection(r *snapshot.ReapReport) storeSection {
-	s := storeSection{killed: "killed snapshot saves", store: "snapshot store", removed: lines(r.Removed), held: lines(r.Left), errors: r.Errors}
+// section is the part of the report r of the store called name, whose
+// leftovers killed left.
+func section(killed, name string, r *store.Report) storeSection {
+	s := storeSection{killed: killed, store: name, removed: lines(r.Removed), held: lines(r.Left), errors: r.Errors}
 	for _, b := range r.Broken {
 		s.notes = append(s.notes, "incomplete snapshot (cannot load; delete it): "+b)
 	}
-	return s
-}
-
-func recordingSection(r *recording.ReapReport) storeSection {
-	s := storeSection{killed: "killed recordings and checkpoint saves", store: "recording store", removed: lines(r.Removed), errors: r.Errors}
 	for _, n := range r.Cut {
 		s.notes = append(s.notes, "recording "+n+": its server was killed while it recorded; marked cut (it replays up to there)")
 	}
 	return s
 }
 
-func lines[T fmt.Stringer](items []T) []string {
+func lines(items []store.Leftover) []string {
 	out := make([]string, len(items))
 	for i, it := range items {
 		out[i] = it.String()
 	}
 	return out
-}
-
-func (s storeSection) empty() bool {
-	return len(s.removed)+len(s.held)+len(s.notes)+len(s.errors) == 0
 }
 
 // write writes the section; cleanup says the leftovers were removed.

@@ -69,6 +69,13 @@ func fill(v reflect.Value, name string, depth int) {
 func filledResult() doctor.Result {
 	var res doctor.Result
 	fill(reflect.ValueOf(&res).Elem(), "Result", 0)
+	// The stores share one report type; each fills only its own parts.
+	res.Snapshots.Cut = nil
+	r := res.Recordings
+	r.Left, r.Broken = nil, nil
+	for i := range r.Removed {
+		r.Removed[i].Tag, r.Removed[i].Held = "", false
+	}
 	return res
 }
 

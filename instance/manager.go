@@ -36,6 +36,7 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/internal/registry"
 	"github.com/qemu-mcp/qemu-mcp/internal/runtimedir"
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/lock"
 	"github.com/qemu-mcp/qemu-mcp/pcap"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -286,8 +287,7 @@ func New(cfg Config) (*Manager, error) {
 	m.locks = &repoLocks{log: cfg.Logger, lockFile: cfg.LockFile, runtimeDir: cfg.RuntimeDir, byPath: map[string]*lockRef{}}
 	m.qemuVersions = map[string]func() string{}
 	// What saves killed with an earlier server left goes at start.
-	m.Snapshots().reap(nil)
-	m.recs.reap(nil)
+	m.reapStores(nil)
 	m.caps, m.probing = map[string]*caps.Prober{}, map[string]bool{}
 	for _, a := range archs.All() {
 		if k := m.platform(a).Kernel; len(k) > 0 && a.QEMU().Probe != nil {
@@ -676,13 +676,61 @@ func (m *Manager) reap() *reaper.Report {
 		rep.Errors = append(rep.Errors, err.Error())
 	}
 	// After the dead servers' QEMUs are gone: their drives are free.
-	m.Snapshots().reap(&rep)
-	m.recs.reap(&rep)
+	m.reapStores(&rep)
 	if len(rep.DeadServers) == 0 && len(rep.Errors) == 0 && len(rep.Skipped) == 0 && len(rep.Removed) == 0 {
 		return nil
 	}
 	m.log.Info("reaped leftovers of dead servers", "report", rep.String())
 	return &rep
+}
+
+// reapStores removes what killed saves, recording starts and checkpoint
+// saves left in the snapshot and recording stores, and marks recordings
+// whose server died while they recorded as cut (see the stores' Reap),
+// adding it to rep if there is one.
+func (m *Manager) reapStores(rep *reaper.Report) {
+	if m.cfg.Snapshots != "" {
+		r, err := m.Snapshots().Store().Reap()
+		m.noteReap("snapshot save", "snapshot store", r, err, rep)
+	}
+	if m.cfg.Recordings != "" {
+		r, err := m.recs.store().Reap()
+		m.noteReap("recording", "recording store", r, err, rep)
+	}
+}
+
+// noteReap logs the reap r of the store called name, whose leftovers
+// killed work of the kind killed left, and adds it to rep if there is one.
+func (m *Manager) noteReap(killed, name string, r store.Report, err error, rep *reaper.Report) {
+	if err != nil {
+		r.Errors = append(r.Errors, err.Error())
+	}
+	for _, l := range r.Removed {
+		m.log.Info("removed a leftover of a killed "+killed, "what", l.String())
+	}
+	for _, l := range r.Left {
+		m.log.Warn("a leftover of a killed "+killed+" stays for now", "what", l.String())
+	}
+	for _, n := range r.Cut {
+		m.log.Info("a recording's server was killed while it recorded: the recording is cut", "recording", n)
+	}
+	for _, e := range r.Errors {
+		m.log.Warn(name, "err", e)
+	}
+	if rep == nil {
+		return
+	}
+	for _, l := range r.Removed {
+		p := l.Path
+		if l.Tag != "" {
+			p += " (tag " + l.Tag + ")"
+		}
+		rep.Removed = append(rep.Removed, p)
+	}
+	for _, l := range r.Left {
+		rep.Skipped = append(rep.Skipped, reaper.Skip{Path: l.Path + " (tag " + l.Tag + ")", Reason: l.Why})
+	}
+	rep.Errors = append(rep.Errors, r.Errors...)
 }
 
 // deleteDeadTAP deletes a dead server's TAP; a name one of our instances

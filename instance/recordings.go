@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/qemu-mcp/qemu-mcp/internal/advice"
-	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/recording"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
@@ -172,36 +171,6 @@ func (rs *Recordings) user(root, name string) string {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	return rs.replays[meta.Dir]
-}
-
-// reap removes what killed recording starts and checkpoint saves
-// left, and marks recordings whose server died while they recorded as
-// cut, adding it to rep if there is one.
-func (rs *Recordings) reap(rep *reaper.Report) {
-	m := rs.m
-	if m.cfg.Recordings == "" {
-		return
-	}
-	rr, err := rs.store().Reap()
-	if err != nil {
-		rr.Errors = append(rr.Errors, err.Error())
-	}
-	for _, l := range rr.Removed {
-		m.log.Info("removed a leftover of a killed recording", "what", l.String())
-	}
-	for _, n := range rr.Cut {
-		m.log.Info("a recording's server was killed while it recorded: the recording is cut", "recording", n)
-	}
-	for _, e := range rr.Errors {
-		m.log.Warn("recording store", "err", e)
-	}
-	if rep == nil {
-		return
-	}
-	for _, l := range rr.Removed {
-		rep.Removed = append(rep.Removed, l.Path)
-	}
-	rep.Errors = append(rep.Errors, rr.Errors...)
 }
 
 // Advice is what a caller can do: shut the guest down first.

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
-	"github.com/qemu-mcp/qemu-mcp/internal/reaper"
 	"github.com/qemu-mcp/qemu-mcp/profile"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
@@ -274,40 +273,4 @@ func deleteTag(ctx context.Context, i *Instance, tag string) error {
 		return err
 	}
 	return snapshot.DeleteTag(ctx, mch.Monitor(), tag)
-}
-
-// reap removes what killed saves left in the snapshot store (see
-// snapshot.Store.Reap), adding it to rep if there is one.
-func (s Snapshots) reap(rep *reaper.Report) {
-	m := s.m
-	if m.cfg.Snapshots == "" {
-		return
-	}
-	sr, err := snapshot.Store{Dir: m.cfg.Snapshots, Owner: m.owner, Logger: m.log}.Reap()
-	if err != nil {
-		sr.Errors = append(sr.Errors, err.Error())
-	}
-	for _, l := range sr.Removed {
-		m.log.Info("removed a leftover of a killed snapshot save", "what", l.String())
-	}
-	for _, l := range sr.Left {
-		m.log.Warn("a leftover of a killed snapshot save stays for now", "what", l.String())
-	}
-	for _, e := range sr.Errors {
-		m.log.Warn("snapshot store", "err", e)
-	}
-	if rep == nil {
-		return
-	}
-	for _, l := range sr.Removed {
-		p := l.Path
-		if l.Tag != "" {
-			p += " (tag " + l.Tag + ")"
-		}
-		rep.Removed = append(rep.Removed, p)
-	}
-	for _, l := range sr.Left {
-		rep.Skipped = append(rep.Skipped, reaper.Skip{Path: l.Path + " (tag " + l.Tag + ")", Reason: l.Why})
-	}
-	rep.Errors = append(rep.Errors, sr.Errors...)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qemu-mcp/qemu-mcp/internal/store"
 	"github.com/qemu-mcp/qemu-mcp/internal/testkit/storetest"
 	"github.com/qemu-mcp/qemu-mcp/snapshot"
 )
@@ -208,8 +209,8 @@ func fixtureView(t *testing.T, s Store) []byte {
 	t.Helper()
 	var v struct {
 		storetest.Entries[fixtureRecording]
-		Total     [2]bool    `json:"total"`
-		Leftovers ReapReport `json:"leftovers"`
+		Total     [2]bool      `json:"total"`
+		Leftovers store.Report `json:"leftovers"`
 	}
 	v.Entries, _ = storetest.ReadEntries(t, func() ([]Meta, error) { return s.List(storetest.Root) }, func(m Meta) bool { return m.Unreadable() == "" },
 		func(m Meta) (Meta, error) { return s.Get(storetest.Root, m.Name) }, viewRecording)

@@ -1,7 +1,6 @@
 package recording
 
 import (
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,45 +11,18 @@ import (
 	"github.com/qemu-mcp/qemu-mcp/internal/store"
 )
 
-// Leftover is something a killed recording start, or a killed checkpoint
-// save, left in the store.
-type Leftover struct {
-	Path string `json:"path"`
-	// What it is: "partial recording", "replaced recording", "intent",
-	// "record being written", "partial checkpoint".
-	What  string       `json:"what"`
-	Owner *names.Owner `json:"owner,omitempty"`
-	Why   string       `json:"why"`
-}
-
-func (l Leftover) String() string { return fmt.Sprintf("%s %s (%s)", l.What, l.Path, l.Why) }
-
-// ReapReport is what Reap did (or, from Leftovers, would do).
-type ReapReport struct {
-	Removed []Leftover `json:"removed,omitempty"`
-	// Cut are recordings whose server died while they recorded: marked
-	// cut (they replay up to where the kill found them).
-	Cut    []string `json:"cut,omitempty"`
-	Errors []string `json:"errors,omitempty"`
-}
-
 // Leftovers lists what killed recording starts and checkpoint saves left,
 // changing nothing.
-func (s Store) Leftovers() (ReapReport, error) { return s.sweep(false) }
+func (s Store) Leftovers() (store.Report, error) { return s.sweep(false) }
 
 // Reap removes what killed recording starts and checkpoint saves left
 // (directories and files no record names, of servers that are dead), and
-// marks recordings whose server died while they recorded as cut. What
-// live servers are making is never touched.
-func (s Store) Reap() (ReapReport, error) { return s.sweep(true) }
+// marks recordings whose server died while they recorded as cut (listed
+// in the report's Cut). What live servers are making is never touched.
+func (s Store) Reap() (store.Report, error) { return s.sweep(true) }
 
-func (s Store) sweep(act bool) (ReapReport, error) {
-	var cut []string
-	sw, err := store.SweepDirs(kind, s.Dir, 1, act, func(dir string, sw *store.Sweep[Leftover]) {
-		s.sweepProject(dir, sw, &cut)
-	})
-	slices.SortFunc(sw.Removed, func(a, b Leftover) int { return strings.Compare(a.Path, b.Path) })
-	return ReapReport{Removed: sw.Removed, Cut: cut, Errors: sw.Errors}, err
+func (s Store) sweep(act bool) (store.Report, error) {
+	return store.SweepDirs(kind, s.Dir, 1, act, s.sweepProject)
 }
 
 // live tells whether o may still be working: this process, a live
@@ -60,7 +32,7 @@ func (s Store) live(o names.Owner) bool { return store.Live(s.owner(), o) }
 // sweepProject sweeps a project directory: it marks recordings whose
 // server died while they recorded as cut, and removes what no record or
 // live server's intent names.
-func (s Store) sweepProject(dir string, sw *store.Sweep[Leftover], cut *[]string) {
+func (s Store) sweepProject(dir string, sw *store.Sweep) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		sw.Fail(err)
@@ -80,7 +52,7 @@ func (s Store) sweepProject(dir string, sw *store.Sweep[Leftover], cut *[]string
 		}
 		named[filepath.Base(m.Dir)] = true
 		if sw.Act && m.State == Recording && m.Owner != nil && !s.live(*m.Owner) {
-			s.markCut(m, sw, cut)
+			s.markCut(m, sw)
 		}
 		s.sweepCheckpoints(m, sw)
 	}
@@ -94,11 +66,11 @@ func (s Store) sweepProject(dir string, sw *store.Sweep[Leftover], cut *[]string
 			if !ok || named[n] || protected[n] || slices.ContainsFunc(unreadable, func(u string) bool { return strings.HasPrefix(n, u) }) || s.live(o) {
 				continue
 			}
-			sw.RemoveTree(p, Leftover{Path: p, What: "partial recording", Owner: &o,
+			sw.RemoveTree(p, store.Leftover{Path: p, What: "partial recording", Owner: &o,
 				Why: "no record names it and its server (" + o.String() + ") is dead: a recording that did not start, or one a later recording replaced"})
 		case strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".json.tmp") || strings.HasSuffix(n, ".intent.tmp")):
 			if o, ok := store.TempOwner(n); ok && !s.live(o) {
-				sw.RemoveTree(p, Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
+				sw.RemoveTree(p, store.Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
 			}
 		}
 	}
@@ -106,7 +78,7 @@ func (s Store) sweepProject(dir string, sw *store.Sweep[Leftover], cut *[]string
 
 // markCut rewrites the record of m, whose server died while it recorded,
 // as cut.
-func (s Store) markCut(m Meta, sw *store.Sweep[Leftover], cut *[]string) {
+func (s Store) markCut(m Meta, sw *store.Sweep) {
 	m.State = Cut
 	if m.Ended == "" {
 		m.Ended = "its server (" + m.Owner.String() + ") was killed while it recorded"
@@ -116,12 +88,12 @@ func (s Store) markCut(m Meta, sw *store.Sweep[Leftover], cut *[]string) {
 		sw.Fail(err)
 		return
 	}
-	*cut = append(*cut, m.Name)
+	sw.Cut = append(sw.Cut, m.Name)
 }
 
 // sweepIntents removes the intents of dead servers, and returns the
 // recordings (NAME.ID) that live servers' intents name: those stay.
-func (s Store) sweepIntents(dir string, ents []fs.DirEntry, sw *store.Sweep[Leftover]) map[string]bool {
+func (s Store) sweepIntents(dir string, ents []fs.DirEntry, sw *store.Sweep) map[string]bool {
 	protected := map[string]bool{}
 	for _, e := range ents {
 		name, id, o, ok := store.SplitName(e.Name(), store.IntentSuffix)
@@ -133,13 +105,13 @@ func (s Store) sweepIntents(dir string, ents []fs.DirEntry, sw *store.Sweep[Left
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		sw.RemoveTree(p, Leftover{Path: p, What: "intent", Owner: &o,
+		sw.RemoveTree(p, store.Leftover{Path: p, What: "intent", Owner: &o,
 			Why: "its recording's server (" + o.String() + ") died before it finished starting or replacing"})
 	}
 	return protected
 }
 
-func (s Store) sweepCheckpoints(m Meta, sw *store.Sweep[Leftover]) {
+func (s Store) sweepCheckpoints(m Meta, sw *store.Sweep) {
 	dir := m.ckDir()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -162,15 +134,15 @@ func (s Store) sweepCheckpoints(m Meta, sw *store.Sweep[Leftover]) {
 			switch suffix {
 			case ".qcow2":
 				if !have[base+".json"] && !s.live(o) {
-					sw.Remove(p, Leftover{Path: p, What: "partial checkpoint", Owner: &o, Why: "its replay's server (" + o.String() + ") died before the checkpoint was whole"})
+					sw.Remove(p, store.Leftover{Path: p, What: "partial checkpoint", Owner: &o, Why: "its replay's server (" + o.String() + ") died before the checkpoint was whole"})
 				}
 			case ".json":
 				if !have[base+".qcow2"] {
-					sw.Remove(p, Leftover{Path: p, What: "partial checkpoint", Why: "its image is gone"})
+					sw.Remove(p, store.Leftover{Path: p, What: "partial checkpoint", Why: "its image is gone"})
 				}
 			case ".json.tmp":
 				if !s.live(o) {
-					sw.Remove(p, Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
+					sw.Remove(p, store.Leftover{Path: p, What: "record being written", Owner: &o, Why: "its server (" + o.String() + ") is dead"})
 				}
 			}
 		}

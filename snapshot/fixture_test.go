@@ -61,7 +61,7 @@ func fixtureView(t *testing.T, st Store) []byte {
 		storetest.Entries[fixtureMeta]
 		Find      map[string]int `json:"find"`
 		Total     bool           `json:"total"`
-		Leftovers ReapReport     `json:"leftovers"`
+		Leftovers store.Report   `json:"leftovers"`
 	}{Find: map[string]int{}, Total: st.Total() > 0}
 	var list []Meta
 	v.Entries, list = storetest.ReadEntries(t, func() ([]Meta, error) { return st.List(storetest.Root) }, func(m Meta) bool { return m.unreadable == "" },

@@ -21,61 +21,21 @@ import (
 // seconds.
 const legacyAge = 10 * time.Minute
 
-// Leftover is something a killed or failed save left: a file in the store,
-// or a tag in a drive that no record names.
-type Leftover struct {
-	// Path is the file, or for a tag the drive holding it.
-	Path string `json:"path"`
-	// What it is: "partial image", "replaced image", "record being
-	// written", "intent", "drive tag".
-	What string `json:"what"`
-	// Tag is a drive tag's name.
-	Tag string `json:"tag,omitempty"`
-	// Owner is the save's server, when its name says.
-	Owner *names.Owner `json:"owner,omitempty"`
-	// Held says a QEMU holds the drive open: the tag goes once it is free.
-	Held bool `json:"held,omitempty"`
-	// Why it is a leftover, or why it stays.
-	Why string `json:"why"`
-}
-
-func (l Leftover) String() string {
-	if l.Tag != "" {
-		return fmt.Sprintf("%s %s in %s (%s)", l.What, l.Tag, l.Path, l.Why)
-	}
-	return fmt.Sprintf("%s %s (%s)", l.What, l.Path, l.Why)
-}
-
-// ReapReport is what Reap did.
-type ReapReport struct {
-	Removed []Leftover `json:"removed,omitempty"`
-	// Left are leftovers that could not be removed yet (a held drive),
-	// and why.
-	Left   []Leftover `json:"left,omitempty"`
-	Errors []string   `json:"errors,omitempty"`
-	// Broken are snapshots whose records name parts that are gone.
-	Broken []string `json:"broken,omitempty"`
-}
-
 // Leftovers lists what dead saves left in the store and in the drives
 // their intents name, changing nothing.
-func (s Store) Leftovers() (ReapReport, error) { return s.sweep(false) }
+func (s Store) Leftovers() (store.Report, error) { return s.sweep(false) }
 
 // Reap removes what dead saves left: images and records no record names,
 // intents of dead servers, and the tags those intents wrote into drives
 // that no record names now (through qemu-img, which takes the drive's
 // lock: a drive a QEMU holds is left, and reported, until it is free).
-// Saves of live servers, this one included, are never touched.
-func (s Store) Reap() (ReapReport, error) { return s.sweep(true) }
+// Snapshots whose records name parts that are gone are listed in the
+// report's Broken. Saves of live servers, this one included, are never
+// touched.
+func (s Store) Reap() (store.Report, error) { return s.sweep(true) }
 
-func (s Store) sweep(act bool) (ReapReport, error) {
-	var rep ReapReport
-	sw, err := store.SweepDirs(kind, s.Dir, 2, act, func(dir string, sw *store.Sweep[Leftover]) {
-		s.sweepDir(dir, sw, &rep)
-	})
-	rep.Removed, rep.Errors = sw.Removed, sw.Errors
-	slices.SortFunc(rep.Removed, func(a, b Leftover) int { return strings.Compare(a.Path+a.Tag, b.Path+b.Tag) })
-	return rep, err
+func (s Store) sweep(act bool) (store.Report, error) {
+	return store.SweepDirs(kind, s.Dir, 2, act, s.sweepDir)
 }
 
 // alive tells whether o may still be saving: this process, a live
@@ -87,8 +47,7 @@ func (s Store) alive(o names.Owner) bool { return store.Live(s.owner(), o) }
 type dirSweep struct {
 	s   Store
 	dir string
-	sw  *store.Sweep[Leftover]
-	rep *ReapReport
+	sw  *store.Sweep
 	// byName are the readable records; named the images they, and the
 	// intents of live saves, name; unreadable the names whose record
 	// cannot be read (their images stay: which one it names is unknown).
@@ -106,13 +65,13 @@ type intentFile struct {
 	in   Intent
 }
 
-func (s Store) sweepDir(dir string, sw *store.Sweep[Leftover], rep *ReapReport) {
+func (s Store) sweepDir(dir string, sw *store.Sweep) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		sw.Fail(err)
 		return
 	}
-	d := &dirSweep{s: s, dir: dir, sw: sw, rep: rep, byName: map[string]Meta{}, named: map[string]bool{}, replaced: map[string]bool{}}
+	d := &dirSweep{s: s, dir: dir, sw: sw, byName: map[string]Meta{}, named: map[string]bool{}, replaced: map[string]bool{}}
 	if err := d.readRecords(); err != nil {
 		sw.Fail(err)
 		return
@@ -140,13 +99,13 @@ func (d *dirSweep) readRecords() error {
 	for _, m := range recs {
 		if m.unreadable != "" {
 			d.unreadable = append(d.unreadable, m.Name)
-			d.rep.Broken = append(d.rep.Broken, fmt.Sprintf("%s: its record is unreadable: %s", m.Name, m.unreadable))
+			d.sw.Broken = append(d.sw.Broken, fmt.Sprintf("%s: its record is unreadable: %s", m.Name, m.unreadable))
 			continue
 		}
 		d.byName[m.Name] = m
 		d.named[m.Image] = true
 		if err := verifyImage(m); err != "" {
-			d.rep.Broken = append(d.rep.Broken, fmt.Sprintf("%s: %s", m.Name, err))
+			d.sw.Broken = append(d.sw.Broken, fmt.Sprintf("%s: %s", m.Name, err))
 		}
 	}
 	return nil
@@ -198,12 +157,12 @@ func (d *dirSweep) sweepFile(e fs.DirEntry) {
 		d.sweepImage(n, p, old)
 	case strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".json.tmp") || strings.HasSuffix(n, ".intent.tmp")):
 		if o, ok := store.TempOwner(n); ok && !d.s.alive(o) {
-			d.sw.Remove(p, Leftover{Path: p, What: "record being written", Owner: &o, Why: "its save's server (" + o.String() + ") is dead"})
+			d.sw.Remove(p, store.Leftover{Path: p, What: "record being written", Owner: &o, Why: "its save's server (" + o.String() + ") is dead"})
 		}
 	case strings.HasPrefix(n, ".") && strings.Contains(n, ".qcow2.tmp-"), // the first version's partial images
 		!strings.HasPrefix(n, ".") && strings.HasSuffix(n, ".json.tmp"): // and records
 		if old() {
-			d.sw.Remove(p, Leftover{Path: p, What: "partial image", Why: "left by a save of an older version, older than " + legacyAge.String()})
+			d.sw.Remove(p, store.Leftover{Path: p, What: "partial image", Why: "left by a save of an older version, older than " + legacyAge.String()})
 		}
 	}
 }
@@ -216,11 +175,11 @@ func (d *dirSweep) sweepImage(n, p string, old func() bool) {
 	_, _, o, ok := store.SplitName(n, ".qcow2")
 	switch {
 	case d.replaced[n]:
-		d.sw.Remove(p, Leftover{Path: p, What: "replaced image", Why: "a later save of its name committed and was killed before removing it"})
+		d.sw.Remove(p, store.Leftover{Path: p, What: "replaced image", Why: "a later save of its name committed and was killed before removing it"})
 	case ok && !d.s.alive(o):
-		d.sw.Remove(p, Leftover{Path: p, What: "partial image", Owner: &o, Why: "its save's server (" + o.String() + ") is dead and no record names it"})
+		d.sw.Remove(p, store.Leftover{Path: p, What: "partial image", Owner: &o, Why: "its save's server (" + o.String() + ") is dead and no record names it"})
 	case !ok && old():
-		d.sw.Remove(p, Leftover{Path: p, What: "partial image", Why: "no record names it, and it is older than " + legacyAge.String()})
+		d.sw.Remove(p, store.Leftover{Path: p, What: "partial image", Why: "no record names it, and it is older than " + legacyAge.String()})
 	}
 }
 
@@ -243,7 +202,7 @@ func (d *dirSweep) sweepIntent(f intentFile) {
 		}
 	}
 	if done {
-		d.sw.Remove(f.path, Leftover{Path: f.path, What: "intent", Owner: &o, Why: "its save's server (" + o.String() + ") is dead; what it wrote is gone"})
+		d.sw.Remove(f.path, store.Leftover{Path: f.path, What: "intent", Owner: &o, Why: "its save's server (" + o.String() + ") is dead; what it wrote is gone"})
 	}
 }
 
@@ -267,7 +226,7 @@ func (d *dirSweep) sweepDriveTag(drive, tag string, o names.Owner) (done bool) {
 	if !has {
 		return true
 	}
-	l := Leftover{Path: drive, What: "drive tag", Tag: tag, Owner: &o, Why: "written by a save whose server (" + o.String() + ") died; no record names it"}
+	l := store.Leftover{Path: drive, What: "drive tag", Tag: tag, Owner: &o, Why: "written by a save whose server (" + o.String() + ") died; no record names it"}
 	if !d.sw.Act {
 		d.sw.Found(l)
 		return true
@@ -276,7 +235,7 @@ func (d *dirSweep) sweepDriveTag(drive, tag string, o names.Owner) (done bool) {
 	switch {
 	case held:
 		l.Held, l.Why = true, l.Why+"; a QEMU holds the drive: removed once it is free (the next start or boot), or with qemu-img snapshot -d "+tag+" "+drive
-		d.rep.Left = append(d.rep.Left, l)
+		d.sw.Left = append(d.sw.Left, l)
 		return false
 	case err != nil:
 		d.sw.Fail(err)

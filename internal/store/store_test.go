@@ -155,28 +155,34 @@ func TestSweep(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(root, "p3"), nil, 0o600) // not a directory
 	os.MkdirAll(filepath.Join(root, "p1/m1/tree/sub"), 0o700)
-	sweep := func(act bool) Sweep[string] {
-		sw, err := SweepDirs(Kind("test"), root, 2, act, func(dir string, sw *Sweep[string]) {
+	sweep := func(act bool) Report {
+		r, err := SweepDirs(Kind("test"), root, 2, act, func(dir string, sw *Sweep) {
 			rel, _ := filepath.Rel(root, dir)
-			sw.Remove(filepath.Join(dir, "file"), rel+"/file")
+			sw.Remove(filepath.Join(dir, "file"), Leftover{Path: rel + "/file"})
 			if rel == "p1/m1" {
-				sw.RemoveTree(filepath.Join(dir, "tree"), rel+"/tree")
+				sw.RemoveTree(filepath.Join(dir, "tree"), Leftover{Path: rel + "/tree"})
 			}
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return sw
+		return r
+	}
+	paths := func(ls []Leftover) (out []string) {
+		for _, l := range ls {
+			out = append(out, l.Path)
+		}
+		return out
 	}
 	want := []string{"p1/m1/file", "p1/m1/tree", "p1/m2/file", "p2/m1/file"}
-	if sw := sweep(false); !slices.Equal(sw.Removed, want) || len(sw.Errors) > 0 {
-		t.Errorf("listed %q %q, want %q", sw.Removed, sw.Errors, want)
+	if sw := sweep(false); !slices.Equal(paths(sw.Removed), want) || len(sw.Errors) > 0 {
+		t.Errorf("listed %q %q, want %q", paths(sw.Removed), sw.Errors, want)
 	}
 	if _, err := os.Stat(filepath.Join(root, "p1/m1/tree/sub")); err != nil {
 		t.Fatalf("a listing removed: %v", err)
 	}
-	if sw := sweep(true); !slices.Equal(sw.Removed, want) || len(sw.Errors) > 0 {
-		t.Errorf("removed %q %q, want %q", sw.Removed, sw.Errors, want)
+	if sw := sweep(true); !slices.Equal(paths(sw.Removed), want) || len(sw.Errors) > 0 {
+		t.Errorf("removed %q %q, want %q", paths(sw.Removed), sw.Errors, want)
 	}
 	for _, p := range []string{"p1/m1/file", "p1/m1/tree", "p2/m1/file"} {
 		if _, err := os.Stat(filepath.Join(root, p)); !errors.Is(err, fs.ErrNotExist) {
@@ -184,15 +190,15 @@ func TestSweep(t *testing.T) {
 		}
 	}
 	// What is gone meanwhile (another server's reap) counts as removed.
-	if sw := sweep(true); !slices.Equal(sw.Removed, want) || len(sw.Errors) > 0 {
-		t.Errorf("again: %q %q", sw.Removed, sw.Errors)
+	if sw := sweep(true); !slices.Equal(paths(sw.Removed), want) || len(sw.Errors) > 0 {
+		t.Errorf("again: %q %q", paths(sw.Removed), sw.Errors)
 	}
-	if sw, err := SweepDirs(Kind("test"), filepath.Join(root, "none"), 2, true, func(string, *Sweep[string]) {
+	if sw, err := SweepDirs(Kind("test"), filepath.Join(root, "none"), 2, true, func(string, *Sweep) {
 		t.Error("a store that does not exist has a directory")
 	}); err != nil || len(sw.Removed) > 0 {
 		t.Errorf("a store that does not exist: %+v %v", sw, err)
 	}
-	if _, err := SweepDirs(Kind("test"), filepath.Join(root, "p3"), 1, false, func(string, *Sweep[string]) {}); err == nil || !strings.HasPrefix(err.Error(), "test store: ") {
+	if _, err := SweepDirs(Kind("test"), filepath.Join(root, "p3"), 1, false, func(string, *Sweep) {}); err == nil || !strings.HasPrefix(err.Error(), "test store: ") {
 		t.Errorf("a store that is a file: %v", err)
 	}
 }

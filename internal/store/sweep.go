@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/names"
 )
 
 // Reader reads the records of one kind of store.
@@ -83,34 +86,75 @@ func Walk(root string, depth int, fail func(error), each func(dir string)) error
 	return nil
 }
 
-// Sweep is one pass over a store: what killed servers left in it,
-// described as L, and with Act, removed.
-type Sweep[L any] struct {
-	Act     bool
-	Removed []L
-	Errors  []string
+// Leftover is something killed work left in a store: a file or a
+// directory, or a tag in a drive.
+type Leftover struct {
+	// Path is the file, or for a tag the drive holding it.
+	Path string `json:"path"`
+	// What it is: "partial image", "partial recording", "intent",
+	// "record being written", "drive tag", ...
+	What string `json:"what"`
+	// Tag is a drive tag's name.
+	Tag string `json:"tag,omitempty"`
+	// Owner is the server that left it, when its name says.
+	Owner *names.Owner `json:"owner,omitempty"`
+	// Held says a QEMU holds the drive open: the tag goes once it is free.
+	Held bool `json:"held,omitempty"`
+	// Why it is a leftover, or why it stays.
+	Why string `json:"why"`
+}
+
+func (l Leftover) String() string {
+	if l.Tag != "" {
+		return fmt.Sprintf("%s %s in %s (%s)", l.What, l.Tag, l.Path, l.Why)
+	}
+	return fmt.Sprintf("%s %s (%s)", l.What, l.Path, l.Why)
+}
+
+// Report is what a sweep of a store did (a reap) or would do (a listing).
+type Report struct {
+	Removed []Leftover `json:"removed,omitempty"`
+	// Left are leftovers that cannot be removed yet (a tag in a drive a
+	// QEMU holds), and why.
+	Left []Leftover `json:"left,omitempty"`
+	// Cut are recordings whose server died while they recorded, marked
+	// cut: they replay up to where the kill found them.
+	Cut    []string `json:"cut,omitempty"`
+	Errors []string `json:"errors,omitempty"`
+	// Broken are snapshots whose records name parts that are gone.
+	Broken []string `json:"broken,omitempty"`
+}
+
+// Sweep is one pass over a store: what killed servers left in it, and
+// with Act, removed.
+type Sweep struct {
+	Act bool
+	Report
 }
 
 // SweepDirs passes each directory depth levels below a store's root (see
-// Walk) to each, with the sweep that gathers what it finds.
-func SweepDirs[L any](k Kind, root string, depth int, act bool, each func(dir string, sw *Sweep[L])) (Sweep[L], error) {
-	sw := Sweep[L]{Act: act}
-	if err := Walk(root, depth, sw.Fail, func(dir string) { each(dir, &sw) }); err != nil {
-		return sw, fmt.Errorf("%s store: %w", k, err)
+// Walk) to each, with the sweep that gathers what it finds; the report
+// lists what was removed in path order.
+func SweepDirs(k Kind, root string, depth int, act bool, each func(dir string, sw *Sweep)) (Report, error) {
+	sw := Sweep{Act: act}
+	err := Walk(root, depth, sw.Fail, func(dir string) { each(dir, &sw) })
+	slices.SortFunc(sw.Removed, func(a, b Leftover) int { return strings.Compare(a.Path+a.Tag, b.Path+b.Tag) })
+	if err != nil {
+		return sw.Report, fmt.Errorf("%s store: %w", k, err)
 	}
-	return sw, nil
+	return sw.Report, nil
 }
 
 // Fail notes what could not be done.
-func (sw *Sweep[L]) Fail(err error) { sw.Errors = append(sw.Errors, err.Error()) }
+func (sw *Sweep) Fail(err error) { sw.Errors = append(sw.Errors, err.Error()) }
 
 // Found lists l, a leftover whose removal is the caller's (done, or to be
 // done when Act).
-func (sw *Sweep[L]) Found(l L) { sw.Removed = append(sw.Removed, l) }
+func (sw *Sweep) Found(l Leftover) { sw.Removed = append(sw.Removed, l) }
 
 // Remove lists l, the leftover file at path, and with Act removes it:
 // l is not listed if that fails.
-func (sw *Sweep[L]) Remove(path string, l L) {
+func (sw *Sweep) Remove(path string, l Leftover) {
 	if sw.Act {
 		if err := Remove(path); err != nil {
 			sw.Fail(err)
@@ -121,7 +165,7 @@ func (sw *Sweep[L]) Remove(path string, l L) {
 }
 
 // RemoveTree is Remove for a directory and everything in it.
-func (sw *Sweep[L]) RemoveTree(path string, l L) {
+func (sw *Sweep) RemoveTree(path string, l Leftover) {
 	if sw.Act {
 		if err := os.RemoveAll(path); err != nil {
 			sw.Fail(err)
