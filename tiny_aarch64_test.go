@@ -304,19 +304,7 @@ func TestTinyAarch64Images(t *testing.T) {
 	if ef.Machine != elf.EM_AARCH64 || ef.Entry != 0x40200000 {
 		t.Fatalf("%s: machine %v entry %#x, want EM_AARCH64 at 0x40200000", tinyAarch64ELF, ef.Machine, ef.Entry)
 	}
-	syms, err := ef.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := map[string]uint64{}
-	for _, s := range syms {
-		addr[s.Name] = s.Value
-	}
-	for _, name := range []string{"_start", "cmd_echo", "cmd_gfx", "tk_probe", "tk_cmd_gfx", "__bss_end"} {
-		if _, ok := addr[name]; !ok {
-			t.Errorf("%s has no symbol %s", tinyAarch64ELF, name)
-		}
-	}
+	addr := symbolsOf(t, tinyAarch64ELF, ef, "_start", "cmd_echo", "cmd_gfx", "tk_probe", "tk_cmd_gfx", "__bss_end")
 	if size := binary.LittleEndian.Uint64(bin[16:24]); size != addr["__bss_end"]-ef.Entry {
 		t.Errorf("Image header image_size %#x, want %#x (to the end of .bss)", size, addr["__bss_end"]-ef.Entry)
 	}

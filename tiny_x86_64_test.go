@@ -248,19 +248,7 @@ func TestTinyX86_64Image(t *testing.T) {
 	if len(pvh) != 1 || uint64(pvh[0]) != ef.Entry {
 		t.Errorf("PVH entry notes %#x, want one naming the entry point %#x", pvh, ef.Entry)
 	}
-	syms, err := ef.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := map[string]uint64{}
-	for _, s := range syms {
-		addr[s.Name] = s.Value
-	}
-	for _, name := range []string{"pvh_start", "start64", "cmd_echo", "cmd_flood", "system_off", "__bss_end"} {
-		if _, ok := addr[name]; !ok {
-			t.Errorf("%s has no symbol %s", tinyX86ELF, name)
-		}
-	}
+	addr := symbolsOf(t, tinyX86ELF, ef, "pvh_start", "start64", "cmd_echo", "cmd_flood", "system_off", "__bss_end")
 	if addr["pvh_start"] != ef.Entry {
 		t.Errorf("pvh_start at %#x, the entry point at %#x", addr["pvh_start"], ef.Entry)
 	}
@@ -281,4 +269,24 @@ func TestTinyX86_64Image(t *testing.T) {
 	if !found {
 		t.Error("the DWARF line tables do not name kernel.S")
 	}
+}
+
+// symbolsOf reads the symbol table of ef, the ELF file at path, as
+// addresses by name, and fails t for each of want it lacks.
+func symbolsOf(t *testing.T, path string, ef *elf.File, want ...string) map[string]uint64 {
+	t.Helper()
+	syms, err := ef.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := map[string]uint64{}
+	for _, s := range syms {
+		addr[s.Name] = s.Value
+	}
+	for _, name := range want {
+		if _, ok := addr[name]; !ok {
+			t.Errorf("%s has no symbol %s", path, name)
+		}
+	}
+	return addr
 }
