@@ -226,8 +226,8 @@ func (r *replayRun) untilStop(ctx context.Context) (st gdb.Stop, pos uint64, res
 // instruction) as a watchpoint stop, else it is a step. At the
 // recording's end there is no instruction left to step (resumed there, a
 // replay runs off its log and QEMU exits), and a step from the
-// instruction before it was seen never to finish (QEMU 7.2, riscv64): a
-// hit kept by the recording's last two instructions stays. resume says
+// instruction before it does not finish on QEMU 7.2 (riscv64): a hit
+// kept by the recording's last two instructions stays. resume says
 // the stop was a checkpoint's break, not taken there (a checkpoint is
 // kept where a replay break stopped the replay, not a step): the replay
 // is to be resumed.
