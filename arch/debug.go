@@ -135,6 +135,21 @@ type Reader interface {
 	ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, error)
 }
 
+// ReadRegisters reads the registers names of r, in their order; an error
+// names the register that failed and where the reader stands (such as
+// "in the trap vector").
+func ReadRegisters(ctx context.Context, r Reader, where string, names ...string) ([]uint64, error) {
+	vs := make([]uint64, len(names))
+	for i, name := range names {
+		v, err := r.ReadRegister(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("read %s %s: %w", name, where, err)
+		}
+		vs[i] = v
+	}
+	return vs, nil
+}
+
 // Machine is a stopped vCPU whose faults a verdict explains: it reads,
 // and walks a virtual address through the current page table.
 type Machine interface {
