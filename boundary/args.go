@@ -250,11 +250,7 @@ func checkExtraArgs(args []string, env *propEnv) error {
 		if !strings.HasPrefix(a, "-") || a == "-" {
 			return refuse(RuleBlockLayer, "QEMU takes a bare argument as the path of a host disk image").err(KindOption, describe(a))
 		}
-		name := strings.TrimPrefix(a[1:], "-")
-		value, inline := "", false
-		if j := strings.IndexByte(name, '='); j >= 0 {
-			name, value, inline = name[:j], name[j+1:], true
-		}
+		name, value, inline := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
 		subject := "-" + name
 		rule, ok := optionIndex()[name]
 		if !ok {
@@ -321,14 +317,9 @@ func checkOption(name, value string, env *propEnv) *refusal {
 		}
 		return nil
 	case "device":
-		var props []kv
-		if strings.HasPrefix(value, "{") {
-			var err error
-			if props, err = parseJSONObject(value); err != nil {
-				return refuse(RuleSyntax, "-device JSON: %v", err)
-			}
-		} else {
-			props = parseOpts(value, "driver")
+		props, err := parseDevice(value)
+		if err != nil {
+			return refuse(RuleSyntax, "-device JSON: %v", err)
 		}
 		return checkDevice(props, env)
 	case "global":

@@ -278,20 +278,20 @@ func TestSymlinkedCapturesDir(t *testing.T) {
 }
 
 func TestErrorMessage(t *testing.T) {
-	err := CheckQMP("migrate", map[string]any{"uri": "exec:id"}, "")
-	want := `qmp migrate refused by rule "host-uri": migration sends guest state to, or loads it from, a host URI`
-	if err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("got %v\nwant prefix %s", err, want)
-	}
-	err = CheckQMP("human-monitor-command", map[string]any{"command-line": "migrate exec:id"}, "")
-	want = `qmp human-monitor-command: hmp migrate refused by rule "host-uri": `
-	if err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("got %v\nwant prefix %s", err, want)
-	}
-	err = CheckExtraArgs([]string{"-gdb", "tcp::1234"})
-	want = `option -gdb refused by rule "host-chardev": `
-	if err == nil || !strings.HasPrefix(err.Error(), want) {
-		t.Errorf("got %v\nwant prefix %s", err, want)
+	for _, tt := range []struct {
+		err  error
+		want string // prefix
+	}{
+		{CheckQMP("migrate", map[string]any{"uri": "exec:id"}, ""),
+			`qmp migrate refused by rule "host-uri": migration sends guest state to, or loads it from, a host URI`},
+		{CheckQMP("human-monitor-command", map[string]any{"command-line": "migrate exec:id"}, ""),
+			`qmp human-monitor-command: hmp migrate refused by rule "host-uri": `},
+		{CheckExtraArgs([]string{"-gdb", "tcp::1234"}),
+			`option -gdb refused by rule "host-chardev": `},
+	} {
+		if tt.err == nil || !strings.HasPrefix(tt.err.Error(), tt.want) {
+			t.Errorf("got %v\nwant prefix %s", tt.err, tt.want)
+		}
 	}
 }
 

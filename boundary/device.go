@@ -3,7 +3,8 @@ package boundary
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -220,23 +221,13 @@ func checkModel(env *propEnv, d string) *refusal {
 }
 
 func guestDeviceList() string {
-	names := make([]string, 0, len(GuestDevices))
-	for n := range GuestDevices {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+	return strings.Join(slices.Sorted(maps.Keys(GuestDevices)), ", ")
 }
 
 // deviceFromMap turns QMP device_add arguments into properties.
 func deviceFromMap(args map[string]any) []kv {
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	props := make([]kv, 0, len(keys))
-	for _, k := range keys {
+	props := make([]kv, 0, len(args))
+	for _, k := range slices.Sorted(maps.Keys(args)) {
 		props = append(props, kv{k, args[k]})
 	}
 	return props

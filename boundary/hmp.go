@@ -237,13 +237,7 @@ func checkHMP(name, rest, line, capturesDir string, env *propEnv) *refusal {
 		}
 	case "screendump", "dumpdtb":
 		// The file is the first argument ("filename:F,...").
-		path, _, ok := hmpString(rest)
-		if !ok {
-			return refuse(RuleSyntax, "%s: cannot parse the file name", name)
-		}
-		if why := checkCapturePath(path, capturesDir); why != "" {
-			return refuse(RuleCapturesOnly, "%s writes a host file: %s", name, why)
-		}
+		return checkHMPFile(name, rest, capturesDir)
 	case "dump-guest-memory":
 		return checkHMPDump(rest, capturesDir)
 	case "memsave", "pmemsave":
@@ -342,14 +336,17 @@ func checkHMPDump(rest, capturesDir string) *refusal {
 		}
 		break
 	}
+	return checkHMPFile("dump-guest-memory", rest, capturesDir)
+}
+
+// checkHMPFile checks the file command writes, the first string argument
+// of rest.
+func checkHMPFile(command, rest, capturesDir string) *refusal {
 	path, _, ok := hmpString(rest)
 	if !ok {
-		return refuse(RuleSyntax, "dump-guest-memory: cannot parse the file name")
+		return refuse(RuleSyntax, "%s: cannot parse the file name", command)
 	}
-	if why := checkCapturePath(path, capturesDir); why != "" {
-		return refuse(RuleCapturesOnly, "dump-guest-memory writes a host file: %s", why)
-	}
-	return nil
+	return checkCapture(command, path, capturesDir)
 }
 
 // checkHMPMemsave checks "memsave ADDR SIZE FILE". ADDR and SIZE are HMP
@@ -382,8 +379,5 @@ func checkHMPMemsave(name, rest, capturesDir string) *refusal {
 	if !ok || strings.TrimLeft(tail, hmpSpace) != "" {
 		return usage()
 	}
-	if why := checkCapturePath(path, capturesDir); why != "" {
-		return refuse(RuleCapturesOnly, "%s writes a host file: %s", name, why)
-	}
-	return nil
+	return checkCapture(name, path, capturesDir)
 }

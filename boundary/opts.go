@@ -33,6 +33,16 @@ func parseOpts(s, implied string) []kv {
 	return out
 }
 
+// parseDevice reads a -device value as QEMU does: a JSON object when it
+// starts with "{", else a QemuOpts string whose first bare element is the
+// driver.
+func parseDevice(value string) ([]kv, error) {
+	if strings.HasPrefix(value, "{") {
+		return parseJSONObject(value)
+	}
+	return parseOpts(value, "driver"), nil
+}
+
 // parseJSONObject decodes a flat JSON object as QEMU's -device {...} syntax
 // takes it, refusing duplicate keys, nested values and trailing data, which
 // Go and QEMU could read differently.

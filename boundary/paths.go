@@ -9,6 +9,15 @@ import (
 	"strings"
 )
 
+// checkCapture refuses command's writing path unless checkCapturePath
+// finds it inside capturesDir.
+func checkCapture(command, path, capturesDir string) *refusal {
+	if why := checkCapturePath(path, capturesDir); why != "" {
+		return refuse(RuleCapturesOnly, "%s writes a host file: %s", command, why)
+	}
+	return nil
+}
+
 // checkCapturePath reports why QEMU must not create or truncate path, or ""
 // if path is a file inside capturesDir. QEMU opens such paths with
 // O_CREAT|O_TRUNC, following symlinks, relative to its own working directory.

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -365,11 +364,7 @@ func checkGlobal(env *propEnv, value string) *refusal {
 func extraArgClasses(args []string) []string {
 	seen := map[string]bool{}
 	for i := 0; i < len(args); i++ {
-		name := strings.TrimLeft(args[i], "-")
-		value, inline := "", false
-		if j := strings.IndexByte(name, '='); j >= 0 {
-			name, value, inline = name[:j], name[j+1:], true
-		}
+		name, value, inline := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
 		if name != "device" && name != "global" {
 			continue
 		}
@@ -386,12 +381,7 @@ func extraArgClasses(args []string) []string {
 			}
 			continue
 		}
-		var props []kv
-		if strings.HasPrefix(value, "{") {
-			props, _ = parseJSONObject(value)
-		} else {
-			props = parseOpts(value, "driver")
-		}
+		props, _ := parseDevice(value)
 		// A guest-only model with allow-listed properties needs no types.
 		fixed := true
 		for _, p := range props {
@@ -408,10 +398,5 @@ func extraArgClasses(args []string) []string {
 			}
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for c := range seen {
-		out = append(out, c)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(seen))
 }

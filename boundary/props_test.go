@@ -337,12 +337,7 @@ func FuzzPropertyTypes(f *testing.F) {
 					t.Fatalf("allowed -global %q: %s.%s of type %q", args[i+1], d, p, typ)
 				}
 			case "-device", "--device":
-				var props []kv
-				if strings.HasPrefix(args[i+1], "{") {
-					props, _ = parseJSONObject(args[i+1])
-				} else {
-					props = parseOpts(args[i+1], "driver")
-				}
+				props, _ := parseDevice(args[i+1])
 				for _, p := range props {
 					if hostDeviceProps[p.key] != "" {
 						t.Fatalf("allowed -device %q with %s", args[i+1], p.key)

@@ -298,9 +298,7 @@ func checkQMP(command string, args map[string]any, capturesDir string, env *prop
 		if !present || !isString {
 			return refuse(RuleCapturesOnly, "%s writes a host file; argument %q must be a string naming a file inside the captures directory", command, name)
 		}
-		if why := checkCapturePath(path, capturesDir); why != "" {
-			return refuse(RuleCapturesOnly, "%s writes a host file: %s", command, why)
-		}
+		return checkCapture(command, path, capturesDir)
 	case "dump-guest-memory":
 		v, present := args["protocol"]
 		proto, isString := v.(string)
@@ -314,13 +312,9 @@ func checkQMP(command string, args map[string]any, capturesDir string, env *prop
 			}
 			return refuse(RuleCapturesOnly, `dump-guest-memory protocol %s: only "file:PATH" inside the captures directory is allowed`, describe(proto))
 		}
-		if why := checkCapturePath(path, capturesDir); why != "" {
-			return refuse(RuleCapturesOnly, "dump-guest-memory writes a host file: %s", why)
-		}
+		return checkCapture(command, path, capturesDir)
 	case "device_add":
-		if r := checkDevice(deviceFromMap(args), env); r != nil {
-			return r
-		}
+		return checkDevice(deviceFromMap(args), env)
 	case "human-monitor-command":
 		v, present := args["command-line"]
 		if _, isString := v.(string); !present || !isString {
