@@ -3,7 +3,6 @@ package debuginfo
 import (
 	"debug/elf"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
 )
 
 const objcopyTool = "riscv64-linux-gnu-objcopy"
@@ -23,24 +24,6 @@ func objcopy(t *testing.T, args ...string) {
 	if out, err := exec.Command(objcopyTool, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", objcopyTool, args, err, out)
 	}
-}
-
-// vmlinuxPath finds the test kernel the way the rest of the project does.
-func vmlinuxPath(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("QEMU_MCP_LINUX_DIR")
-	if dir == "" {
-		out, err := exec.Command("../scripts/build-linux", "--print-dir").Output()
-		if err != nil {
-			t.Skip("the Linux test kernel is not built: run scripts/build-linux (or set QEMU_MCP_LINUX_DIR)")
-		}
-		dir = strings.TrimSpace(string(out))
-	}
-	p := filepath.Join(dir, "vmlinux")
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("no vmlinux in %s: run scripts/build-linux", dir)
-	}
-	return p
 }
 
 func heapInuse() uint64 {
@@ -148,11 +131,11 @@ func checkVmlinux(t *testing.T, path string) {
 func mb(b uint64) float64 { return float64(b) / 1e6 }
 
 func TestVmlinux(t *testing.T) {
-	checkVmlinux(t, vmlinuxPath(t))
+	checkVmlinux(t, linuxdir.Vmlinux(t, ""))
 }
 
 func TestVmlinuxCompressed(t *testing.T) {
-	src := vmlinuxPath(t)
+	src := linuxdir.Vmlinux(t, "")
 	dst := filepath.Join(t.TempDir(), "vmlinux")
 	objcopy(t, "--compress-debug-sections=zlib", src, dst)
 	ef, err := elf.Open(dst)
@@ -176,7 +159,7 @@ func TestVmlinuxCompressed(t *testing.T) {
 
 // BenchmarkSymbolize measures a warm Symbolize over the whole kernel text.
 func BenchmarkSymbolize(b *testing.B) {
-	f := openELF(b, vmlinuxPath(b))
+	f := openELF(b, linuxdir.Vmlinux(b, ""))
 	start, _ := f.Lookup("_stext")
 	end, _ := f.Lookup("_etext")
 	if end.Addr <= start.Addr {
@@ -192,7 +175,7 @@ func BenchmarkSymbolize(b *testing.B) {
 // TestVmlinuxAgainstAddr2line compares Symbolize's lines with binutils on
 // addresses spread over every function of the kernel.
 func TestVmlinuxAgainstAddr2line(t *testing.T) {
-	path := vmlinuxPath(t)
+	path := linuxdir.Vmlinux(t, "")
 	const tool = "riscv64-linux-gnu-addr2line"
 	if _, err := exec.LookPath(tool); err != nil {
 		t.Skipf("%s not installed", tool)
@@ -246,6 +229,6 @@ func TestVmlinuxAgainstAddr2line(t *testing.T) {
 
 func TestVmlinuxNoAranges(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "vmlinux")
-	objcopy(t, "--remove-section=.debug_aranges", vmlinuxPath(t), dst)
+	objcopy(t, "--remove-section=.debug_aranges", linuxdir.Vmlinux(t, ""), dst)
 	checkVmlinux(t, dst)
 }

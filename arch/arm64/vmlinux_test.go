@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
 )
 
 // The tests in this file check the decoder against a real arm64 Linux
@@ -20,20 +20,10 @@ import (
 // testVmlinux opens the cached arm64 vmlinux, skipping the test without it.
 func testVmlinux(t *testing.T) (*elf.File, string) {
 	t.Helper()
-	// The aarch64 Linux guest scripts/test builds (testguest.ArchLinux
-	// finds it the same way; this package's tests cannot import it).
-	dir := os.Getenv("QEMU_MCP_LINUX_DIR_AARCH64")
-	if dir == "" {
-		out, err := exec.Command("../../scripts/build-linux", "--arch", "aarch64", "--print-dir").Output()
-		if err != nil {
-			t.Skip("no aarch64 Linux guest to check against: scripts/build-linux --arch aarch64 builds it (scripts/test does)")
-		}
-		dir = strings.TrimSpace(string(out))
-	}
-	path := filepath.Join(dir, "vmlinux")
+	path := linuxdir.Vmlinux(t, "aarch64")
 	f, err := elf.Open(path)
 	if err != nil {
-		t.Skipf("no arm64 vmlinux to check against (%v): scripts/build-linux --arch aarch64 builds one", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
 	return f, path

@@ -5,15 +5,15 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
 )
 
 // The tests in this file check the decoder against a real x86-64 Linux
@@ -23,20 +23,10 @@ import (
 // testVmlinux opens the cached x86-64 vmlinux, skipping the test without it.
 func testVmlinux(t *testing.T) (*elf.File, string) {
 	t.Helper()
-	// The x86_64 Linux guest scripts/test builds (testguest.ArchLinux
-	// finds it the same way; this package's tests cannot import it).
-	dir := os.Getenv("QEMU_MCP_LINUX_DIR_X86_64")
-	if dir == "" {
-		out, err := exec.Command("../../scripts/build-linux", "--arch", "x86_64", "--print-dir").Output()
-		if err != nil {
-			t.Skip("no x86_64 Linux guest to check against: scripts/build-linux --arch x86_64 builds it (scripts/test does)")
-		}
-		dir = strings.TrimSpace(string(out))
-	}
-	path := filepath.Join(dir, "vmlinux")
+	path := linuxdir.Vmlinux(t, "x86_64")
 	f, err := elf.Open(path)
 	if err != nil {
-		t.Skipf("no x86_64 vmlinux to check against (%v): scripts/build-linux --arch x86_64 builds one", err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
 	return f, path

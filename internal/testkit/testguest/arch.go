@@ -9,6 +9,7 @@ import (
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/archs"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
 )
 
 // ArchQEMUEnv names the QEMU of a's guests the tests run:
@@ -78,15 +79,7 @@ func ArchLinux(t testing.TB, a arch.Arch) Linux {
 		return LinuxGuest(t)
 	}
 	ArchQEMU(t, a)
-	env := LinuxEnv + "_" + strings.ToUpper(a.Name())
-	dir := os.Getenv(env)
-	if dir == "" {
-		out, err := exec.Command(filepath.Join(Repo(), "scripts", "build-linux"), "--arch", a.Name(), "--print-dir").Output()
-		if err != nil {
-			t.Skipf("the %s Linux guest is not built: run scripts/build-linux --arch %s (scripts/test does), or set %s", a.Name(), a.Name(), env)
-		}
-		dir = strings.TrimSpace(string(out))
-	}
+	dir := linuxdir.Dir(t, a.Name())
 	l := Linux{Dir: dir, Kernel: filepath.Join(dir, "Image"), Initrd: filepath.Join(dir, "initramfs.cpio.gz"),
 		Vmlinux: filepath.Join(dir, "vmlinux"), Append: "console=" + a.QEMU().Console + " " + a.QEMU().Earlycon}
 	for _, p := range []string{l.Kernel, l.Initrd} {

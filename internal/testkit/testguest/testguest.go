@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
 )
 
 // UBoot is Debian's U-Boot for the virt board in S-mode (package
@@ -23,7 +25,7 @@ import (
 const UBoot = "/usr/lib/u-boot/qemu-riscv64_smode/u-boot.bin"
 
 // LinuxEnv names the directory of a built Linux guest; scripts/test sets it.
-const LinuxEnv = "QEMU_MCP_LINUX_DIR"
+const LinuxEnv = linuxdir.Env
 
 // Repo is the repository's root directory.
 func Repo() string {
@@ -171,14 +173,7 @@ const (
 func LinuxGuest(t testing.TB) Linux {
 	t.Helper()
 	NeedQEMU(t)
-	dir := os.Getenv(LinuxEnv)
-	if dir == "" {
-		out, err := exec.Command(filepath.Join(Repo(), "scripts", "build-linux"), "--print-dir").Output()
-		if err != nil {
-			t.Skip("the Linux guest is not built: run scripts/build-linux (scripts/test does), or set " + LinuxEnv)
-		}
-		dir = strings.TrimSpace(string(out))
-	}
+	dir := linuxdir.Dir(t, "")
 	l := Linux{Dir: dir, Kernel: filepath.Join(dir, "Image"), Initrd: filepath.Join(dir, "initramfs.cpio.gz"),
 		Vmlinux: filepath.Join(dir, "vmlinux"), Append: LinuxAppend}
 	for _, p := range []string{l.Kernel, l.Initrd} {
