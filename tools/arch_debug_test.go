@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
 	"github.com/qemu-mcp/qemu-mcp/arch/arm64"
@@ -25,8 +26,73 @@ import (
 // triaged on CPU 2 as a permission fault, ACCESS_NULL as a translation
 // fault at 0x0.
 func TestAarch64DebugLinux(t *testing.T) {
-	lin := testguest.ArchLinux(t, arm64.Arch)
-	s, _ := aarch64Session(t, func(c *testConfig) { c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir} })
+	archDebugLinux(t, arm64.Arch, archDebugWant{
+		priv: "EL1", processors: true,
+		registers: func(r registersOut) bool {
+			return r.System["ESR_EL1"] != "" && r.System["VBAR_EL1"] != "" && strings.Contains(r.Translation, "48-bit VA, 4K granule") &&
+				strings.HasPrefix(r.Status, "PSTATE EL1h") && r.SCause == nil
+		},
+		store: "str", syscall: "system call (SVC)", stepOffset: "0x8",
+		prologue: func(dis string) bool {
+			return (strings.Contains(dis, "stp\tx29, x30, [sp, #-") || strings.Contains(dis, "stp x29, x30, [sp, #-")) && !strings.Contains(dis, ".word")
+		},
+		walk: func(w walkOut) bool {
+			return w.TTBR != "" && strings.HasPrefix(w.Flags, fmt.Sprintf("level-%d ", w.Levels[len(w.Levels)-1].Level)) && strings.Contains(w.Flags, "EL1 read-only")
+		},
+		unmapped: "not valid",
+		writeRO:  []string{"data abort: permission fault at level ", "write to a read-only page at 0x", " from EL1 at 0x", "the walk's leaf is a level-3 page"},
+		null:     []string{"data abort: translation fault at level ", "address 0x0", "NULL pointer"},
+	})
+}
+
+// archDebugWant is what the debugger says of an architecture's Linux
+// guest in archDebugLinux, where architectures differ.
+type archDebugWant struct {
+	// priv is every vCPU's privilege; processors says a vCPU's result
+	// names its Linux CPU number too; idle that every vCPU idles once
+	// the boot's work is done.
+	priv       string
+	processors bool
+	idle       bool
+	// registers checks vCPU 1's registers (the common part is checked).
+	registers func(registersOut) bool
+	// store is the mnemonic that writes panic_timeout; syscall how the
+	// trap from user mode under a system call begins; caller the
+	// function under version_proc_show, if checked.
+	store, syscall, caller string
+	// stepOffset is where two steps from version_proc_show's entry are,
+	// if checked; prologue checks the disassembly of its entry.
+	stepOffset string
+	prologue   func(string) bool
+	// walk checks the walk of linux_banner (that QEMU agrees is checked);
+	// unmapped is how the walk of 0x0 fails.
+	walk     func(walkOut) bool
+	unmapped string
+	// writeRO and null are what the verdicts of LKDTM's WRITE_RO and
+	// ACCESS_NULL say.
+	writeRO, null []string
+}
+
+// registersOut is the part of debug_registers' result archDebugLinux
+// reads.
+type registersOut struct {
+	Priv        string            `json:"priv"`
+	System      map[string]string `json:"system"`
+	Status      string            `json:"status"`
+	Translation string            `json:"translation"`
+	SCause      *struct{}         `json:"scause"`
+}
+
+// archDebugLinux is the debugger on a's Linux guest with four vCPUs:
+// every vCPU at a glance; registers; a write watchpoint on panic_timeout
+// caught on the vCPU that wrote; a breakpoint reached from a task pinned
+// to CPU 3 unwinding to the system call; stepping, disassembly and a
+// breakpoint by file:LINE; the walk of linux_banner equal to QEMU's
+// gva2gpa; LKDTM's WRITE_RO and ACCESS_NULL triaged on the CPUs they
+// were forced onto.
+func archDebugLinux(t *testing.T, a arch.Arch, want archDebugWant) {
+	lin := testguest.ArchLinux(t, a)
+	s, _ := archSession(t, a, func(c *testConfig) { c.WorkDir, c.AllowPaths = lin.Dir, []string{lin.Dir} })
 	boot := func() {
 		t.Helper()
 		var b bootOut
@@ -42,33 +108,38 @@ func TestAarch64DebugLinux(t *testing.T) {
 	var all struct {
 		Harts []hartOut `json:"harts"`
 	}
-	res := s.call("debug_backtrace", map[string]any{"all_harts": true}, &all)
-	t.Logf("all_harts:\n%s", text(res))
-	if len(all.Harts) != 4 {
-		t.Fatalf("all_harts: %+v", all)
+	// Every CPU idles once the boot's deferred work is done: a CPU
+	// still freeing the boot's memory (RCU callbacks) right after the
+	// prompt is running, and asked again a moment later, idle.
+	for try := 0; ; try++ {
+		res := s.call("debug_backtrace", map[string]any{"all_harts": true}, &all)
+		t.Logf("all_harts:\n%s", text(res))
+		if len(all.Harts) != 4 {
+			t.Fatalf("all_harts: %+v", all)
+		}
+		if !want.idle || try == 20 || !slices.ContainsFunc(all.Harts, func(h hartOut) bool { return h.State != "idle" }) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	for i, h := range all.Harts {
-		if h.Hart != i || h.Processor == nil || *h.Processor != i || h.Priv != "EL1" || h.State == "" || len(h.Backtrace) == 0 {
+		if h.Hart != i || h.Priv != want.priv || h.State == "" || len(h.Backtrace) < 3 || want.processors && (h.Processor == nil || *h.Processor != i) {
 			t.Errorf("all_harts[%d]: %+v", i, h)
 		}
+		if want.idle && h.State != "idle" {
+			t.Errorf("CPU %d is %s, want idle", i, h.State)
+		}
 	}
-	// CPU 0 idles under rest_init, which arch_call_rest_init (init text,
-	// unmapped after boot) called as its last instruction.
+	// CPU 0 idles under rest_init, which arch_call_rest_init (freed init
+	// text) called as its last instruction.
 	if i := slices.Index(all.Harts[0].Backtrace, "rest_init"); i < 0 || i+1 >= len(all.Harts[0].Backtrace) || all.Harts[0].Backtrace[i+1] != "arch_call_rest_init" {
 		t.Errorf("CPU 0's backtrace: %q, want rest_init < arch_call_rest_init", all.Harts[0].Backtrace)
 	}
-	var regs struct {
-		Priv        string            `json:"priv"`
-		System      map[string]string `json:"system"`
-		Status      string            `json:"status"`
-		Translation string            `json:"translation"`
-		SCause      *struct{}         `json:"scause"`
-	}
-	res = s.call("debug_registers", map[string]any{"hart": 1}, &regs)
-	t.Logf("registers: %s\n%+v", text(res), regs)
-	if regs.Priv != "EL1" || regs.System["ESR_EL1"] == "" || regs.System["VBAR_EL1"] == "" || !strings.Contains(regs.Translation, "48-bit VA, 4K granule") ||
-		!strings.HasPrefix(regs.Status, "PSTATE EL1h") || regs.SCause != nil {
-		t.Errorf("registers of hart 1: %+v", regs)
+	var regs registersOut
+	res := s.call("debug_registers", map[string]any{"hart": 1}, &regs)
+	t.Logf("registers: %s", text(res))
+	if regs.Priv != want.priv || !want.registers(regs) {
+		t.Errorf("registers of vCPU 1: %+v", regs)
 	}
 
 	// Who wrote panic_timeout, and from which vCPU.
@@ -79,7 +150,7 @@ func TestAarch64DebugLinux(t *testing.T) {
 	t.Logf("watch stop: %s", text(res))
 	if ws.Hart == nil || *ws.Hart != 1 || ws.Access == nil || ws.Access.Old != "0x0" || ws.Access.New != "0x7" ||
 		ws.Access.Insn.Function != "do_proc_dointvec_conv" || ws.Access.Insn.File != "kernel/sysctl.c" || ws.Access.Insn.Line == 0 ||
-		!strings.HasPrefix(ws.Access.Text, "str") {
+		!strings.HasPrefix(ws.Access.Text, want.store) {
 		t.Fatalf("watch stop: %+v, access %+v", ws.hartStopOut, ws.Access)
 	}
 	if ws.Backtrace == nil || len(ws.Backtrace.Frames) < 3 {
@@ -94,7 +165,7 @@ func TestAarch64DebugLinux(t *testing.T) {
 	s.mustCall("serial_send", map[string]any{"data": "taskset 0x8 cat /proc/version"}, nil)
 	var st hartStopOut
 	res = s.call("debug_continue", map[string]any{"timeout": 20}, &st)
-	if st.Hart == nil || *st.Hart != 3 || st.Processor == nil || *st.Processor != 3 || st.Function != "version_proc_show" {
+	if st.Hart == nil || *st.Hart != 3 || want.processors && (st.Processor == nil || *st.Processor != 3) || st.Function != "version_proc_show" {
 		t.Fatalf("breakpoint from CPU 3: %s: %+v", text(res), st)
 	}
 	var bt struct {
@@ -103,21 +174,21 @@ func TestAarch64DebugLinux(t *testing.T) {
 	}
 	res = s.call("debug_backtrace", nil, &bt)
 	t.Logf("backtrace on CPU 3:\n%s", text(res))
-	last := bt.Frames[len(bt.Frames)-1]
-	if bt.Hart == nil || *bt.Hart != 3 || bt.Frames[0].Function != "version_proc_show" || !last.User || last.Trap == nil ||
-		!strings.HasPrefix(last.Trap.Cause, "system call (SVC)") {
+	if last := bt.Frames[len(bt.Frames)-1]; bt.Hart == nil || *bt.Hart != 3 || bt.Frames[0].Function != "version_proc_show" ||
+		want.caller != "" && (len(bt.Frames) < 2 || bt.Frames[1].Function != want.caller) ||
+		!last.User || last.Trap == nil || !strings.HasPrefix(last.Trap.Cause, want.syscall) {
 		t.Errorf("backtrace of CPU 3: %+v", bt)
 	}
 	// Stepping, disassembly, and a breakpoint by file:LINE.
 	var dis struct {
 		Instructions []string `json:"instructions"`
 	}
-	s.mustCall("debug_disassemble", map[string]any{"location": "version_proc_show", "count": 4}, &dis)
-	if all := strings.Join(dis.Instructions, "\n"); !strings.Contains(all, "<version_proc_show>:") || !strings.Contains(all, "stp\tx29, x30, [sp, #-") && !strings.Contains(all, "stp x29, x30, [sp, #-") || strings.Contains(all, ".word") {
+	s.mustCall("debug_disassemble", map[string]any{"location": "version_proc_show", "count": 6}, &dis)
+	if all := strings.Join(dis.Instructions, "\n"); !strings.Contains(all, "<version_proc_show>:") || !want.prologue(all) {
 		t.Errorf("disassembly of version_proc_show:\n%s", all)
 	}
 	s.mustCall("debug_step", map[string]any{"count": 2}, &st)
-	if st.Hart == nil || *st.Hart != 3 || st.Function != "version_proc_show" || st.Offset != "0x8" {
+	if st.Hart == nil || *st.Hart != 3 || st.Function != "version_proc_show" || want.stepOffset != "" && st.Offset != want.stepOffset {
 		t.Errorf("two steps into version_proc_show on CPU 3: %+v", st)
 	}
 	var br breakOut
@@ -130,13 +201,12 @@ func TestAarch64DebugLinux(t *testing.T) {
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.1}, nil)
 	s.mustCall("serial_read", map[string]any{"wait_for": testguest.LinuxPrompt, "timeout": 10}, nil)
 
-	// The walk agrees with QEMU's, and names its leaf level.
+	// The walk agrees with QEMU's.
 	gpa := s.qemuTranslates("linux_banner")
 	var walk walkOut
 	res = s.call("debug_translate", map[string]any{"address": "linux_banner"}, &walk)
 	t.Logf("gva2gpa: %q; walk: %s", gpa, text(res))
-	if walk.PA == "" || !strings.Contains(gpa, "gpa: "+walk.PA) || len(walk.Levels) == 0 || walk.TTBR == "" ||
-		!strings.HasPrefix(walk.Flags, fmt.Sprintf("level-%d ", walk.Levels[len(walk.Levels)-1].Level)) || !strings.Contains(walk.Flags, "EL1 read-only") {
+	if walk.PA == "" || !strings.Contains(gpa, "gpa: "+walk.PA) || len(walk.Levels) == 0 || !want.walk(walk) {
 		t.Errorf("translate linux_banner: %+v; QEMU says %q", walk, gpa)
 	}
 	var mem memoryOut
@@ -145,7 +215,7 @@ func TestAarch64DebugLinux(t *testing.T) {
 		t.Errorf("linux_banner:\n%s", mem.Hexdump)
 	}
 	s.mustCall("debug_translate", map[string]any{"address": "0x0"}, &walk)
-	if walk.PA != "" || !strings.Contains(walk.Fault, "not valid") {
+	if walk.PA != "" || !strings.Contains(walk.Fault, want.unmapped) {
 		t.Errorf("translate 0x0: %+v", walk)
 	}
 	s.wantError("debug_translate", map[string]any{"address": "linux_banner", "satp": "0x1"}, "satp is riscv64's page table register", "leave satp out")
@@ -164,8 +234,8 @@ func TestAarch64DebugLinux(t *testing.T) {
 		cpu            int
 		verdict        []string
 	}{
-		{"WRITE_RO", "lkdtm_WRITE_RO", 2, []string{"data abort: permission fault at level ", "write to a read-only page at 0x", " from EL1 at 0x", "the walk's leaf is a level-3 page"}},
-		{"ACCESS_NULL", "lkdtm_ACCESS_NULL", 0, []string{"data abort: translation fault at level ", "address 0x0", "NULL pointer"}},
+		{"WRITE_RO", "lkdtm_WRITE_RO", 2, want.writeRO},
+		{"ACCESS_NULL", "lkdtm_ACCESS_NULL", 0, want.null},
 	} {
 		if tc.crash != "WRITE_RO" {
 			boot()
