@@ -253,6 +253,23 @@ type Instruction struct {
 // when no symbol covers it.
 type Symbolizer func(addr uint64) (name string, off uint64, ok bool)
 
+// Target names addr as a disassembly names a branch's destination: the
+// symbol, and the offset into it unless 0 ("memcpy", "memcpy+0x1c"); ""
+// when s is nil or no symbol covers addr.
+func (s Symbolizer) Target(addr uint64) string {
+	if s == nil {
+		return ""
+	}
+	name, off, ok := s(addr)
+	switch {
+	case !ok:
+		return ""
+	case off != 0:
+		return fmt.Sprintf("%s+%#x", name, off)
+	}
+	return name
+}
+
 // MemAccess is a load, store or atomic: its length, base register (a name
 // of Registers().General), offset and access size.
 type MemAccess struct {
