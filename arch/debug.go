@@ -135,6 +135,21 @@ type Reader interface {
 	ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, error)
 }
 
+// ReadRegisters reads the registers named, in order; an error names the
+// register that would not read and where the vCPU is (where: "in the trap
+// vector").
+func ReadRegisters(ctx context.Context, r Reader, where string, names ...string) ([]uint64, error) {
+	vals := make([]uint64, len(names))
+	for i, name := range names {
+		v, err := r.ReadRegister(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("read %s %s: %w", name, where, err)
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
 // Machine is a stopped vCPU whose faults a verdict explains: it reads,
 // and walks a virtual address through the current page table.
 type Machine interface {

@@ -106,25 +106,15 @@ func syndromeOf(ctx context.Context, r arch.Reader, user bool) arch.Trap {
 // x30 are live until kernel_entry links x29 into the pt_regs, then saved
 // there.
 func (d debugger) InVector(ctx context.Context, r arch.Reader, f arch.Frame, _ arch.Prologue) (arch.Frame, arch.Trap, bool, error) {
-	reg := func(name string) (uint64, error) {
-		v, err := r.ReadRegister(ctx, name)
-		if err != nil {
-			return 0, fmt.Errorf("read %s in the exception vector: %w", name, err)
-		}
-		return v, nil
-	}
-	elr, err := reg("ELR_EL1")
+	v, err := arch.ReadRegisters(ctx, r, "in the exception vector", "ELR_EL1", "SPSR_EL1")
 	if err != nil {
 		return f, arch.Trap{}, false, err
 	}
-	spsr, err := reg("SPSR_EL1")
-	if err != nil {
-		return f, arch.Trap{}, false, err
-	}
+	elr, spsr := v[0], v[1]
 	user := spsr>>2&3 == 0 || spsr>>4&1 == 1
 	next := arch.Frame{PC: elr, SP: f.SP, FP: f.FP, RA: f.RA}
 	var t arch.Trap
-	vbar, verr := reg("VBAR_EL1")
+	vbar, verr := r.ReadRegister(ctx, "VBAR_EL1")
 	inTable := verr == nil && f.PC >= vbar && f.PC < vbar+0x800
 	if kind := (f.PC - vbar) >> 7 & 3; inTable && kind != 0 {
 		t = interrupt(vectorKinds[kind])

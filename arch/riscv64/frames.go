@@ -3,7 +3,6 @@ package riscv64
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"strings"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
@@ -58,27 +57,13 @@ func (debugger) TrapFrame(_ context.Context, _ arch.Reader, _ string, b []byte) 
 // sstatus.SPP; ra, sp and s0 live until the vector has saved them in
 // pt_regs (at ra 8, sp 16, s0 64), and from there after.
 func (debugger) InVector(ctx context.Context, r arch.Reader, f arch.Frame, pro arch.Prologue) (arch.Frame, arch.Trap, bool, error) {
-	csr := func(name string) (uint64, error) {
-		v, err := r.ReadRegister(ctx, name)
-		if err != nil {
-			return 0, fmt.Errorf("read %s in the trap vector: %w", name, err)
-		}
-		return v, nil
-	}
-	epc, err := csr("sepc")
+	csrs, err := arch.ReadRegisters(ctx, r, "in the trap vector", "sepc", "scause", "sstatus")
 	if err != nil {
 		return f, arch.Trap{}, false, err
 	}
-	cause, err := csr("scause")
-	if err != nil {
-		return f, arch.Trap{}, false, err
-	}
-	status, err := csr("sstatus")
-	if err != nil {
-		return f, arch.Trap{}, false, err
-	}
+	epc, cause, status := csrs[0], csrs[1], csrs[2]
 	t := DecodeCause(cause)
-	if v, err := csr("stval"); err == nil {
+	if v, err := r.ReadRegister(ctx, "stval"); err == nil {
 		t.Addr, t.HasAddr = v, true
 	}
 	t.PC, t.Status = epc, status
