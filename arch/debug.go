@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"strconv"
 )
 
 // Debugger is what the kernel debugger knows of an architecture: its
@@ -230,6 +231,30 @@ type Walk struct {
 	Phys, Leaf uint64 `json:"-"`
 	Faulty     bool   `json:"-"`
 }
+
+// Untranslated is w ending with no translation (mode "Bare", "MMU off"):
+// the physical address is va itself.
+func (w Walk) Untranslated(mode string, va uint64) Walk {
+	w.Mode, w.Phys, w.PA = mode, va, hex(va)
+	return w
+}
+
+// Stopped is w ending short of a page, why saying why.
+func (w Walk) Stopped(why string) Walk {
+	w.Fault, w.Faulty = why, true
+	return w
+}
+
+// Mapped is w ending at the leaf entry leaf, which maps the page of size
+// (4K, 2M, ...) holding the physical address pa, with flags.
+func (w Walk) Mapped(pa uint64, size, flags string, leaf uint64) Walk {
+	w.Phys, w.PA, w.PageSize, w.Flags, w.Leaf = pa, hex(pa), size, flags, leaf
+	return w
+}
+
+// hex formats v as walks show addresses and entries: 0x and lower-case
+// digits.
+func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
 // Level is one step of a walk.
 type Level struct {
