@@ -361,6 +361,27 @@ type Prologue struct {
 	FPSlot   int64
 }
 
+// Framed finishes a scan of a prologue, p so far: the scan found the
+// caller's frame pointer stored at fpPos relative to the CFA (if fpSaved)
+// and the return address at raPos (if p.RASaved). Until the frame pointer
+// is set, a stored one is FPStored, at FPSlot relative to sp; once it is
+// set, both slots are given relative to it (RAOff, FPOff). A frame pointer
+// set with the caller's not stored is no frame-pointer frame: standard,
+// the layout compilers emit, is the best guess.
+func (p Prologue) Framed(fpPos int64, fpSaved bool, raPos int64, standard Prologue) Prologue {
+	if !p.FPSet {
+		if fpSaved {
+			p.FPStored, p.FPSlot = true, fpPos-p.SPOff
+		}
+		return p
+	}
+	if !fpSaved {
+		return standard
+	}
+	p.RAOff, p.FPOff = raPos-p.FPPos, fpPos-p.FPPos
+	return p
+}
+
 // Unwinder knows the frames of a Linux kernel on the architecture.
 type Unwinder interface {
 	// Standard is the prologue compilers emit with frame pointers.
