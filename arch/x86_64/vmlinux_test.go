@@ -5,15 +5,15 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 // The tests in this file check the decoder against a real x86-64 Linux
@@ -21,26 +21,7 @@ import (
 // GNU objdump's reading of it.
 
 // testVmlinux opens the cached x86-64 vmlinux, skipping the test without it.
-func testVmlinux(t *testing.T) (*elf.File, string) {
-	t.Helper()
-	// The x86_64 Linux guest scripts/test builds (testguest.ArchLinux
-	// finds it the same way; this package's tests cannot import it).
-	dir := os.Getenv("QEMU_MCP_LINUX_DIR_X86_64")
-	if dir == "" {
-		out, err := exec.Command("../../scripts/build-linux", "--arch", "x86_64", "--print-dir").Output()
-		if err != nil {
-			t.Skip("no x86_64 Linux guest to check against: scripts/build-linux --arch x86_64 builds it (scripts/test does)")
-		}
-		dir = strings.TrimSpace(string(out))
-	}
-	path := filepath.Join(dir, "vmlinux")
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Skipf("no x86_64 vmlinux to check against (%v): scripts/build-linux --arch x86_64 builds one", err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f, path
-}
+func testVmlinux(t *testing.T) (*elf.File, string) { return archtest.Vmlinux(t, "x86_64") }
 
 // objdumpInsn is one instruction as objdump reads it.
 type objdumpInsn struct {
@@ -179,8 +160,7 @@ func textCode(t *testing.T, f *elf.File, addr uint64, n int) []byte {
 func TestDisassembleMatchesObjdump(t *testing.T) {
 	f, insns := objdumpSample(t)
 	var d debugger
-	var n, same int
-	diffs := map[string]int{}
+	var agree archtest.Agreement
 	for _, o := range insns {
 		got := d.Disassemble(textCode(t, f, o.addr, maxInstruction), o.addr, 1, nil)
 		if len(got) != 1 {
@@ -189,26 +169,9 @@ func TestDisassembleMatchesObjdump(t *testing.T) {
 		if got[0].Encoding != o.encoding {
 			t.Errorf("%#x: encoding %s, objdump %s", o.addr, got[0].Encoding, o.encoding)
 		}
-		n++
-		have := objdumpNormal(got[0].Text)
-		if have == o.text {
-			same++
-			continue
-		}
-		op := strings.Fields(o.text)[0]
-		if diffs[op] < 3 {
-			t.Logf("%#x %s: %q, objdump %q", o.addr, o.encoding, have, o.text)
-		}
-		diffs[op]++
+		agree.Compare(t, o.addr, o.encoding, objdumpNormal(got[0].Text), o.text)
 	}
-	if n < 4000 {
-		t.Fatalf("compared %d instructions, want thousands", n)
-	}
-	ratio := float64(same) / float64(n)
-	t.Logf("%d of %d instructions (%.3f%%) read as objdump reads them; differing, by mnemonic: %v", same, n, 100*ratio, diffs)
-	if ratio < 0.995 {
-		t.Errorf("agreement with objdump %.4f, want at least 0.995", ratio)
-	}
+	agree.Check(t, 0.995)
 }
 
 // TestScanPrologueVmlinux scans the starts of the kernel's functions: in
