@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"strconv"
 )
 
 // Debugger is what the kernel debugger knows of an architecture: its
@@ -135,19 +136,19 @@ type Reader interface {
 	ReadMemory(ctx context.Context, addr uint64, n int) ([]byte, error)
 }
 
-// ReadRegisters reads the registers names of r, in their order; an error
-// names the register that failed and where the reader stands (such as
-// "in the trap vector").
+// ReadRegisters reads the registers named, in order; an error names the
+// register that would not read and where the vCPU is (where: "in the trap
+// vector").
 func ReadRegisters(ctx context.Context, r Reader, where string, names ...string) ([]uint64, error) {
-	vs := make([]uint64, len(names))
+	vals := make([]uint64, len(names))
 	for i, name := range names {
 		v, err := r.ReadRegister(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("read %s %s: %w", name, where, err)
 		}
-		vs[i] = v
+		vals[i] = v
 	}
-	return vs, nil
+	return vals, nil
 }
 
 // Machine is a stopped vCPU whose faults a verdict explains: it reads,
@@ -231,6 +232,30 @@ type Walk struct {
 	Faulty     bool   `json:"-"`
 }
 
+// Untranslated is w ending with no translation (mode "Bare", "MMU off"):
+// the physical address is va itself.
+func (w Walk) Untranslated(mode string, va uint64) Walk {
+	w.Mode, w.Phys, w.PA = mode, va, hex(va)
+	return w
+}
+
+// Stopped is w ending short of a page, why saying why.
+func (w Walk) Stopped(why string) Walk {
+	w.Fault, w.Faulty = why, true
+	return w
+}
+
+// Mapped is w ending at the leaf entry leaf, which maps the page of size
+// (4K, 2M, ...) holding the physical address pa, with flags.
+func (w Walk) Mapped(pa uint64, size, flags string, leaf uint64) Walk {
+	w.Phys, w.PA, w.PageSize, w.Flags, w.Leaf = pa, hex(pa), size, flags, leaf
+	return w
+}
+
+// hex formats v as walks show addresses and entries: 0x and lower-case
+// digits.
+func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
+
 // Level is one step of a walk.
 type Level struct {
 	Level   int    `json:"level"`
@@ -267,6 +292,23 @@ type Instruction struct {
 // Symbolizer names an address: a symbol and the offset into it; ok false
 // when no symbol covers it.
 type Symbolizer func(addr uint64) (name string, off uint64, ok bool)
+
+// Target names addr as a disassembly names a branch's destination: the
+// symbol, and the offset into it unless 0 ("memcpy", "memcpy+0x1c"); ""
+// when s is nil or no symbol covers addr.
+func (s Symbolizer) Target(addr uint64) string {
+	if s == nil {
+		return ""
+	}
+	name, off, ok := s(addr)
+	switch {
+	case !ok:
+		return ""
+	case off != 0:
+		return fmt.Sprintf("%s+%#x", name, off)
+	}
+	return name
+}
 
 // MemAccess is a load, store or atomic: its length, base register (a name
 // of Registers().General), offset and access size.
@@ -317,6 +359,27 @@ type Prologue struct {
 	// the current sp (trap entry code saving registers).
 	FPStored bool
 	FPSlot   int64
+}
+
+// Framed finishes a scan of a prologue, p so far: the scan found the
+// caller's frame pointer stored at fpPos relative to the CFA (if fpSaved)
+// and the return address at raPos (if p.RASaved). Until the frame pointer
+// is set, a stored one is FPStored, at FPSlot relative to sp; once it is
+// set, both slots are given relative to it (RAOff, FPOff). A frame pointer
+// set with the caller's not stored is no frame-pointer frame: standard,
+// the layout compilers emit, is the best guess.
+func (p Prologue) Framed(fpPos int64, fpSaved bool, raPos int64, standard Prologue) Prologue {
+	if !p.FPSet {
+		if fpSaved {
+			p.FPStored, p.FPSlot = true, fpPos-p.SPOff
+		}
+		return p
+	}
+	if !fpSaved {
+		return standard
+	}
+	p.RAOff, p.FPOff = raPos-p.FPPos, fpPos-p.FPPos
+	return p
 }
 
 // Unwinder knows the frames of a Linux kernel on the architecture.

@@ -8,36 +8,23 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
-
-// memory is physical memory of 64-bit entries.
-type memory map[uint64]uint64
-
-func (m memory) read(pa uint64) (uint64, error) { return m[pa], nil }
-
-// regs are a vCPU's system registers.
-type regs map[string]uint64
-
-func (r regs) get(name string) (uint64, error) {
-	v, ok := r[name]
-	if !ok {
-		return 0, errors.New("no register " + name)
-	}
-	return v, nil
-}
 
 // machine is a stopped vCPU of regs and memory for verdicts.
 type machine struct {
-	regs
-	mem memory
+	regs archtest.Regs
+	mem  archtest.Memory
 }
 
-func (m machine) ReadRegister(_ context.Context, name string) (uint64, error) { return m.get(name) }
+func (m machine) ReadRegister(_ context.Context, name string) (uint64, error) {
+	return m.regs.Get(name)
+}
 func (m machine) ReadMemory(context.Context, uint64, int) ([]byte, error) {
 	return nil, errors.New("no memory")
 }
 func (m machine) Translate(_ context.Context, va uint64) (arch.Walk, error) {
-	return debugger{}.Walk(va, m.get, m.mem.read)
+	return debugger{}.Walk(va, m.regs.Get, m.mem.Read)
 }
 
 // Linux's: 48-bit VAs both halves, 4K granules, the MMU on.
@@ -48,7 +35,7 @@ const (
 
 // tables maps va with a leaf d at level leaf, below a table at root of
 // level start.
-func tables(m memory, root, va uint64, start, leaf int, d uint64) {
+func tables(m archtest.Memory, root, va uint64, start, leaf int, d uint64) {
 	a := root
 	for lvl := start; lvl <= leaf; lvl++ {
 		pa := a + (va>>(12+9*(3-uint(lvl)))&0x1ff)*8
@@ -90,7 +77,7 @@ func TestWalk(t *testing.T) {
 		{name: "walks disabled", va: 0x1000, fault: "EPD0=1", tcr: tcr48 | 1<<7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := memory{}
+			m := archtest.Memory{}
 			tcr := uint64(tcr48)
 			if tc.tcr != 0 {
 				tcr = tc.tcr
@@ -103,8 +90,8 @@ func TestWalk(t *testing.T) {
 				}
 				tables(m, root, tc.va, start, tc.leaf, tc.d)
 			}
-			r := regs{"SCTLR_EL1": sctlrOn, "TCR_EL1": tcr, "TTBR0_EL1": root, "TTBR1_EL1": root | 1<<48}
-			w, err := debugger{}.Walk(tc.va, r.get, m.read)
+			r := archtest.Regs{"SCTLR_EL1": sctlrOn, "TCR_EL1": tcr, "TTBR0_EL1": root, "TTBR1_EL1": root | 1<<48}
+			w, err := debugger{}.Walk(tc.va, r.Get, m.Read)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,12 +101,12 @@ func TestWalk(t *testing.T) {
 			}
 		})
 	}
-	off := regs{"SCTLR_EL1": 0}
-	if w, err := (debugger{}).Walk(0x40080000, off.get, nil); err != nil || w.PA != "0x40080000" || w.Mode != "MMU off" {
+	off := archtest.Regs{"SCTLR_EL1": 0}
+	if w, err := (debugger{}).Walk(0x40080000, off.Get, nil); err != nil || w.PA != "0x40080000" || w.Mode != "MMU off" {
 		t.Errorf("MMU off: %+v, %v", w, err)
 	}
-	r := regs{"SCTLR_EL1": sctlrOn, "TCR_EL1": tcr48 | 1<<14, "TTBR0_EL1": 0x40000000}
-	if _, err := (debugger{}).Walk(0x1000, r.get, memory{}.read); err == nil || !strings.Contains(err.Error(), "64K pages") {
+	r := archtest.Regs{"SCTLR_EL1": sctlrOn, "TCR_EL1": tcr48 | 1<<14, "TTBR0_EL1": 0x40000000}
+	if _, err := (debugger{}).Walk(0x1000, r.Get, archtest.Memory{}.Read); err == nil || !strings.Contains(err.Error(), "64K pages") {
 		t.Errorf("64K granule: %v", err)
 	}
 }
@@ -127,7 +114,7 @@ func TestWalk(t *testing.T) {
 func TestVerdicts(t *testing.T) {
 	const root = 0x40000000
 	ro := uint64(0x40558000 | apRO | descPXN | descUXN | descAF | descValid | descTable)
-	m := machine{regs{"SCTLR_EL1": sctlrOn, "TCR_EL1": tcr48, "TTBR0_EL1": root + 0x10000, "TTBR1_EL1": root}, memory{}}
+	m := machine{archtest.Regs{"SCTLR_EL1": sctlrOn, "TCR_EL1": tcr48, "TTBR0_EL1": root + 0x10000, "TTBR1_EL1": root}, archtest.Memory{}}
 	tables(m.mem, root, 0xffff800008358f38, 0, 3, ro)
 	el1 := uint64(0x3c5) // EL1h, DAIF masked
 	for _, tc := range []struct {
@@ -176,7 +163,7 @@ func TestTrapFrame(t *testing.T) {
 	put(ptPC, 0xffff800008322dec)
 	put(ptPSTATE, 0x60000005)
 	binary.LittleEndian.PutUint32(b[ptSyscallNo:], 0xffffffff)
-	r := machine{regs: regs{"ESR_EL1": 0x9600004f, "FAR_EL1": 0xffff800008358f38}}
+	r := machine{regs: archtest.Regs{"ESR_EL1": 0x9600004f, "FAR_EL1": 0xffff800008358f38}}
 	d := debugger{}
 	tr, f, user := d.TrapFrame(context.Background(), r, "el1h_64_sync", b)
 	if user || f.PC != 0xffff800008322dec || f.FP != 0xffff000000ea7900 || f.RA != 0xffff800008322ddc || f.SP != 0xffff000000ea78f0 ||
@@ -216,7 +203,7 @@ func TestPrivilegeAndPSTATE(t *testing.T) {
 	if got := decodePSTATE(0x600003c5 | 1<<22); got != "EL1h DAIF=DAIF masked PAN=1 NZCV=-ZC-" {
 		t.Errorf("PSTATE: %q", got)
 	}
-	if got := decodeTranslation(func(n string) (uint64, bool) { v, ok := regs{"SCTLR_EL1": 0}[n]; return v, ok }); !strings.HasPrefix(got, "MMU off") {
+	if got := decodeTranslation(func(n string) (uint64, bool) { v, ok := archtest.Regs{"SCTLR_EL1": 0}[n]; return v, ok }); !strings.HasPrefix(got, "MMU off") {
 		t.Errorf("translation with the MMU off: %q", got)
 	}
 }

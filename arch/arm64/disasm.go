@@ -29,13 +29,8 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 		pc := addr + uint64(off)
 		text, t, hasTarget, known := decodeInsn(x, pc)
 		in := arch.Instruction{Addr: pc, Encoding: fmt.Sprintf("%08x", x), Text: text, Known: known}
-		if hasTarget && sym != nil {
-			if name, o, ok := sym(t); ok {
-				in.Target = name
-				if o != 0 {
-					in.Target = fmt.Sprintf("%s+%#x", name, o)
-				}
-			}
+		if hasTarget {
+			in.Target = sym.Target(t)
 		}
 		out = append(out, in)
 	}

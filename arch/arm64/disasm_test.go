@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 func insnBytes(x uint32) []byte { return binary.LittleEndian.AppendUint32(nil, x) }
@@ -86,14 +87,7 @@ func TestDisassembleBranchesAndData(t *testing.T) {
 		{Addr: 0xffff800008325584, Encoding: "540004c0", Text: "b.eq 0xffff80000832561c", Known: true},
 		{Addr: 0xffff800008325588, Encoding: "ffffffff", Text: ".word 0xffffffff"},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("got %+v, want %+v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("instruction %d: %+v, want %+v", i, got[i], want[i])
-		}
-	}
+	archtest.Instructions(t, got, want)
 	if got := (debugger{}).Disassemble(insnBytes(0x97ffff20+0x10), 0xffff800008325580, 1, sym); got[0].Target != "__panic_unhandled+0x40" {
 		t.Errorf("bl into a function: target %q, want __panic_unhandled+0x40", got[0].Target)
 	}

@@ -106,11 +106,11 @@ func syndromeOf(ctx context.Context, r arch.Reader, user bool) arch.Trap {
 // x30 are live until kernel_entry links x29 into the pt_regs, then saved
 // there.
 func (d debugger) InVector(ctx context.Context, r arch.Reader, f arch.Frame, _ arch.Prologue) (arch.Frame, arch.Trap, bool, error) {
-	sys, err := arch.ReadRegisters(ctx, r, "in the exception vector", "ELR_EL1", "SPSR_EL1")
+	v, err := arch.ReadRegisters(ctx, r, "in the exception vector", "ELR_EL1", "SPSR_EL1")
 	if err != nil {
 		return f, arch.Trap{}, false, err
 	}
-	elr, spsr := sys[0], sys[1]
+	elr, spsr := v[0], v[1]
 	user := spsr>>2&3 == 0 || spsr>>4&1 == 1
 	next := arch.Frame{PC: elr, SP: f.SP, FP: f.FP, RA: f.RA}
 	var t arch.Trap

@@ -54,8 +54,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 		return w, err
 	}
 	if sctlr&1 == 0 {
-		w.Mode, w.Phys, w.PA = "MMU off", va, hex(va)
-		return w, nil
+		return w.Untranslated("MMU off", va), nil
 	}
 	tcr, err := reg("TCR_EL1")
 	if err != nil {
@@ -75,10 +74,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 	w.TTBR = hex(ttbr)
 	vaBits := uint(64 - size)
 	w.Mode = fmt.Sprintf("%s %d-bit %s", ttbrName, vaBits, tg)
-	fault := func(why string) (arch.Walk, error) {
-		w.Fault, w.Faulty = why, true
-		return w, nil
-	}
+	fault := func(why string) (arch.Walk, error) { return w.Stopped(why), nil }
 	switch {
 	case tg != "4K":
 		return w, fmt.Errorf("%s uses %s pages: this walker knows 4K granules only", ttbrName, tg)
@@ -134,9 +130,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 			continue
 		}
 		mask := uint64(1)<<shift - 1
-		w.Phys = d&outMask&^mask | va&mask
-		w.PA, w.PageSize, w.Flags, w.Leaf = hex(w.Phys), pageSizes[lvl], l.Flags, d
-		return w, nil
+		return w.Mapped(d&outMask&^mask|va&mask, pageSizes[lvl], l.Flags, d), nil
 	}
 	return w, nil // not reached: level 3 is always a page or a fault
 }

@@ -48,11 +48,11 @@ func (debugger) ScanPrologue(code []byte) arch.Prologue {
 }
 
 // prologueScanner is ScanPrologue's state: the prologue so far, and where
-// x30 and x29 were stored relative to the CFA.
+// x30 (once p.RASaved) and x29 were stored relative to the CFA.
 type prologueScanner struct {
-	p                arch.Prologue
-	raPos, fpPos     int64
-	raSaved, fpSaved bool
+	p            arch.Prologue
+	raPos, fpPos int64
+	fpSaved      bool
 }
 
 const spReg = 31
@@ -100,8 +100,8 @@ func (ps *prologueScanner) lower(off int64) (at int64) {
 // stored takes in "str wxReg, [sp, #off]".
 func (ps *prologueScanner) stored(wxReg uint32, off int64) {
 	switch {
-	case wxReg == 30 && !ps.raSaved:
-		ps.p.RASaved, ps.raSaved, ps.raPos = true, true, ps.p.SPOff+off
+	case wxReg == 30 && !ps.p.RASaved:
+		ps.p.RASaved, ps.raPos = true, ps.p.SPOff+off
 	case wxReg == 29 && !ps.fpSaved:
 		ps.fpSaved, ps.fpPos = true, ps.p.SPOff+off
 	}
@@ -109,21 +109,12 @@ func (ps *prologueScanner) stored(wxReg uint32, off int64) {
 
 // result is the prologue scanned.
 func (ps *prologueScanner) result() arch.Prologue {
-	p := ps.p
-	if ps.fpSaved {
-		p.FPStored, p.FPSlot = true, ps.fpPos-p.SPOff
-	}
-	if !p.FPSet {
-		return p
-	}
-	if !ps.fpSaved || !ps.raSaved {
-		// x29 set without a record stored is no frame-pointer frame;
-		// the standard layout is the best guess.
+	if ps.p.FPSet && !ps.p.RASaved {
+		// x29 set without a whole record (x30 too) stored is no
+		// frame-pointer frame; the standard layout is the best guess.
 		return standardPrologue
 	}
-	p.RAOff, p.FPOff = ps.raPos-p.FPPos, ps.fpPos-p.FPPos
-	p.FPStored, p.FPSlot = false, 0
-	return p
+	return ps.p.Framed(ps.fpPos, ps.fpSaved, ps.raPos, standardPrologue)
 }
 
 func sextImm(v int64, bits uint) int64 {

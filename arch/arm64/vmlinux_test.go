@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 // The tests in this file check the decoder against a real arm64 Linux
@@ -18,16 +18,7 @@ import (
 // objdump's reading of it.
 
 // testVmlinux opens the cached arm64 vmlinux, skipping the test without it.
-func testVmlinux(t *testing.T) (*elf.File, string) {
-	t.Helper()
-	path := linuxdir.Vmlinux(t, "aarch64")
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f, path
-}
+func testVmlinux(t *testing.T) (*elf.File, string) { return archtest.Vmlinux(t, "aarch64") }
 
 // symbolCode is the code of the function named, from the vmlinux.
 func symbolCode(t *testing.T, f *elf.File, name string) (uint64, []byte) {
@@ -96,8 +87,7 @@ func TestDisassembleMatchesObjdump(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d debugger
-	var n, same int
-	diffs := map[string]int{}
+	var agree archtest.Agreement
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		// The address first: most lines are outside the windows.
@@ -123,24 +113,7 @@ func TestDisassembleMatchesObjdump(t *testing.T) {
 		if got[0].Encoding != m[2] {
 			t.Errorf("%#x: encoding %s, objdump %s", addr, got[0].Encoding, m[2])
 		}
-		n++
-		want, have := objdumpNormal(m[3]), objdumpNormal(got[0].Text)
-		if want == have {
-			same++
-			continue
-		}
-		op := strings.Fields(want)[0]
-		if diffs[op] < 3 {
-			t.Logf("%#x %s: %q, objdump %q", addr, m[2], have, want)
-		}
-		diffs[op]++
+		agree.Compare(t, addr, m[2], objdumpNormal(got[0].Text), objdumpNormal(m[3]))
 	}
-	if n < 4000 {
-		t.Fatalf("compared %d instructions, want thousands", n)
-	}
-	ratio := float64(same) / float64(n)
-	t.Logf("%d of %d instructions (%.3f%%) read as objdump reads them; differing, by mnemonic: %v", same, n, 100*ratio, diffs)
-	if ratio < 0.999 {
-		t.Errorf("agreement with objdump %.4f, want at least 0.999", ratio)
-	}
+	agree.Check(t, 0.999)
 }

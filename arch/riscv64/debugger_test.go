@@ -1,21 +1,11 @@
 package riscv64
 
 import (
-	enchex "encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
-
-func code(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := enchex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // Prologues as GCC emits them for Linux 6.1 and the built-in kernel
 // (bytes from objdump), up to and past the point the frame pointer is set.
@@ -49,7 +39,7 @@ func TestScanPrologue(t *testing.T) {
 			arch.Prologue{SPAdjusted: true, SPOff: -16, FPSet: true, FPOff: -8}},
 		{"nothing", "", arch.Prologue{}},
 	} {
-		if got := (debugger{}).ScanPrologue(code(t, tc.code)); got != tc.want {
+		if got := (debugger{}).ScanPrologue(archtest.Code(t, tc.code)); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -69,7 +59,7 @@ func TestIsCall(t *testing.T) {
 		{"8280", 2, false},
 		{"0a05", 2, false}, // c.addi
 	} {
-		n, call := debugger{}.Call(code(t, tc.code))
+		n, call := debugger{}.Call(archtest.Code(t, tc.code))
 		if n != tc.n || call != tc.call {
 			t.Errorf("Call(%s) = %d, %v; want %d, %v", tc.code, n, call, tc.n, tc.call)
 		}

@@ -32,14 +32,7 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 		in.Encoding = encoding(code[off : off+n])
 		if t, ok := target(code[off:off+n], in.Addr); ok && in.Known {
 			in.Text = absolute(in.Text, t)
-			if sym != nil {
-				if name, o, ok := sym(t); ok {
-					in.Target = name
-					if o != 0 {
-						in.Target = fmt.Sprintf("%s+%#x", name, o)
-					}
-				}
-			}
+			in.Target = sym.Target(t)
 		}
 		out = append(out, in)
 		off += n

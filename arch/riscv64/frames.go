@@ -182,23 +182,10 @@ func (ps *prologueScanner) stored(reg uint32, off int64) {
 	}
 }
 
-// result is the prologue scanned.
+// result is the prologue scanned. A leaf may keep ra in its register, its
+// frame holding s0 alone.
 func (ps *prologueScanner) result() arch.Prologue {
-	p := ps.p
-	if ps.s0Saved {
-		p.FPStored, p.FPSlot = true, ps.s0Pos-p.SPOff
-	}
-	if !p.FPSet {
-		return p
-	}
-	if !ps.s0Saved {
-		// Without a saved fp the frame is not a frame-pointer frame;
-		// the standard layout is the best guess.
-		return standardPrologue
-	}
-	p.RAOff, p.FPOff = ps.raPos-p.FPPos, ps.s0Pos-p.FPPos
-	p.FPStored, p.FPSlot = false, 0
-	return p
+	return ps.p.Framed(ps.s0Pos, ps.s0Saved, ps.raPos, standardPrologue)
 }
 
 func signExtend(v int64, bits uint) int64 {

@@ -56,8 +56,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 	var levels int
 	switch satp >> 60 {
 	case 0:
-		w.Mode, w.Phys, w.PA = "Bare", va, hex(va)
-		return w, nil
+		return w.Untranslated("Bare", va), nil
 	case 8:
 		w.Mode, levels = "Sv39", 3
 	case 9:
@@ -69,8 +68,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 	}
 	vaBits := uint(12 + 9*levels)
 	if top := int64(va) >> (vaBits - 1); top != 0 && top != -1 {
-		w.Fault, w.Faulty = fmt.Sprintf("%s is not a valid %s address: bits 63..%d must all equal bit %d", hex(va), w.Mode, vaBits, vaBits-1), true
-		return w, nil
+		return w.Stopped(fmt.Sprintf("%s is not a valid %s address: bits 63..%d must all equal bit %d", hex(va), w.Mode, vaBits, vaBits-1)), nil
 	}
 	a := (satp & (1<<44 - 1)) << 12
 	for i := levels - 1; i >= 0; i-- {
@@ -82,8 +80,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 		}
 		w.Levels = append(w.Levels, arch.Level{Level: i, PTEAddr: hex(pa), PTE: hex(pte), Flags: pteFlags(pte)})
 		fail := func(why string) (arch.Walk, error) {
-			w.Fault, w.Faulty = fmt.Sprintf("level %d PTE at %s: %s", i, hex(pa), why), true
-			return w, nil
+			return w.Stopped(fmt.Sprintf("level %d PTE at %s: %s", i, hex(pa), why)), nil
 		}
 		switch {
 		case pte&pteV == 0:
@@ -110,9 +107,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 			return fail(fmt.Sprintf("misaligned superpage: a level-%d leaf whose PPN has low bits set", i))
 		}
 		mask := uint64(1)<<(12+9*uint(i)) - 1
-		w.Phys = ppn<<12&^mask | va&mask
-		w.PA, w.PageSize, w.Flags, w.Leaf = hex(w.Phys), pageSizes[i], pteFlags(pte), pte
-		return w, nil
+		return w.Mapped(ppn<<12&^mask|va&mask, pageSizes[i], pteFlags(pte), pte), nil
 	}
 	return w, nil // not reached: level 0 is always a leaf or a fault
 }

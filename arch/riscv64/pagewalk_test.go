@@ -4,17 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
-
-// memory is physical memory holding page tables, by address.
-type memory map[uint64]uint64
-
-func (m memory) read(pa uint64) (uint64, error) {
-	if pa%8 != 0 {
-		return 0, fmt.Errorf("misaligned PTE read at %#x", pa)
-	}
-	return m[pa], nil // unset memory reads as 0: an invalid PTE
-}
 
 // pointer and leaf build PTEs: a pointer to the table at pa, a leaf
 // mapping the page at pa with the given flags.
@@ -23,7 +15,7 @@ func leaf(pa uint64, flags uint64) uint64 { return pa>>12<<10 | pteV | flags }
 
 // tables builds, under root, the path of tables that leads va to a leaf
 // at level leafLevel; the tables sit at root + 0x1000*k.
-func tables(m memory, root uint64, levels int, va uint64, leafLevel int, pte uint64) {
+func tables(m archtest.Memory, root uint64, levels int, va uint64, leafLevel int, pte uint64) {
 	a := root
 	for i := levels - 1; i > leafLevel; i-- {
 		next := root + uint64(levels-i)*0x1000
@@ -62,9 +54,9 @@ func TestWalk(t *testing.T) {
 		{"Sv39 pointer at level 0", 8, 3, 0x1000, 0, pointer(0x80000000), "", "", "a pointer to a next level below level 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := memory{}
+			m := archtest.Memory{}
 			tables(m, root, tc.levels, tc.va, tc.level, tc.pte)
-			w, err := debugger{}.Walk(tc.va, satpReg(satpOf(tc.mode, root)), m.read)
+			w, err := debugger{}.Walk(tc.va, satpReg(satpOf(tc.mode, root)), m.Read)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,12 +70,12 @@ func TestWalk(t *testing.T) {
 	}
 
 	// Nothing mapped at the top level: the walk stops there.
-	w, _ := debugger{}.Walk(0, satpReg(satpOf(10, root)), memory{}.read)
+	w, _ := debugger{}.Walk(0, satpReg(satpOf(10, root)), archtest.Memory{}.Read)
 	if len(w.Levels) != 1 || !strings.Contains(w.Fault, "level 4 PTE at 0x80400000: not valid") {
 		t.Errorf("empty Sv57 table: %+v", w)
 	}
 	// A non-canonical address faults before any read.
-	w, _ = debugger{}.Walk(0x0000800000000000, satpReg(satpOf(8, root)), memory{}.read)
+	w, _ = debugger{}.Walk(0x0000800000000000, satpReg(satpOf(8, root)), archtest.Memory{}.Read)
 	if len(w.Levels) != 0 || !strings.Contains(w.Fault, "not a valid Sv39 address") {
 		t.Errorf("non-canonical Sv39 address: %+v", w)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 // Every trap cause gets a sentence that says why; page faults are judged
@@ -89,12 +90,12 @@ func TestMemAccess(t *testing.T) {
 		{"a260", mem{n: 2, base: 2, size: 8, imm: 8}},                   // c.ldsp ra,8(sp)
 		{"af27b500", mem{n: 4, base: 10, size: 4, store: true}},         // amoadd.w a5,a1,(a0)
 	} {
-		got, ok := memAccess(code(t, tc.code))
+		got, ok := memAccess(archtest.Code(t, tc.code))
 		if !ok || got != tc.want {
 			t.Errorf("memAccess(%s) = %+v, %v; want %+v", tc.code, got, ok, tc.want)
 		}
 	}
-	if _, ok := memAccess(code(t, "0a05")); ok { // c.addi
+	if _, ok := memAccess(archtest.Code(t, "0a05")); ok { // c.addi
 		t.Errorf("c.addi decoded as a memory access")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 func TestCall(t *testing.T) {
@@ -27,7 +28,7 @@ func TestCall(t *testing.T) {
 		{"06", 0, false}, // no instruction
 		{"e8 00", 0, false},
 	} {
-		n, call := debugger{}.Call(hexCode(t, c.code))
+		n, call := debugger{}.Call(archtest.Code(t, c.code))
 		if n != c.n || call != c.call {
 			t.Errorf("Call(%s) = %d, %v, want %d, %v", c.code, n, call, c.n, c.call)
 		}
@@ -38,7 +39,7 @@ func TestCallBefore(t *testing.T) {
 	// Fifteen bytes ending in each call, after the end of other code.
 	pad := "48 89 e5 48 89 e5 48 89 e5 48 89 e5 48 89 e5 "
 	tail := func(s string) []byte {
-		b := hexCode(t, pad+s)
+		b := archtest.Code(t, pad+s)
 		return b[len(b)-15:]
 	}
 	for _, c := range []struct {
@@ -67,7 +68,7 @@ func TestCallBefore(t *testing.T) {
 		t.Error("CallBefore(nil) = true")
 	}
 	// Fewer bytes than MaxInstruction, at the start of memory.
-	if !(debugger{}).CallBefore(hexCode(t, "ff d0")) {
+	if !(debugger{}).CallBefore(archtest.Code(t, "ff d0")) {
 		t.Error("CallBefore(ff d0) = false")
 	}
 }
@@ -106,7 +107,7 @@ func TestAccess(t *testing.T) {
 		{"f3 48 ab", arch.MemAccess{}, false},                                                                    // rep stos
 		{"67 8b 00", arch.MemAccess{}, false},                                                                    // mov (%eax),%eax
 	} {
-		got, ok := debugger{}.Access(hexCode(t, c.code))
+		got, ok := debugger{}.Access(archtest.Code(t, c.code))
 		if ok != c.ok || got != c.want {
 			t.Errorf("Access(%s) = %+v, %v, want %+v, %v", c.code, got, ok, c.want, c.ok)
 		}

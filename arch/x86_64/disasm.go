@@ -46,13 +46,8 @@ func (debugger) Disassemble(code []byte, addr uint64, count int, sym arch.Symbol
 		}
 		text, target, hasTarget := gnuText(inst, code[off:off+inst.Len], pc)
 		in := arch.Instruction{Addr: pc, Encoding: hexBytes(code[off : off+inst.Len]), Text: text, Known: true}
-		if hasTarget && sym != nil {
-			if name, o, ok := sym(target); ok {
-				in.Target = name
-				if o != 0 {
-					in.Target = fmt.Sprintf("%s+%#x", name, o)
-				}
-			}
+		if hasTarget {
+			in.Target = sym.Target(target)
 		}
 		out = append(out, in)
 		off += inst.Len

@@ -1,11 +1,10 @@
 package x86_64
 
 import (
-	enchex "encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 // The debugger is the architecture's Instructions and prologue scanner.
@@ -17,16 +16,6 @@ var (
 		ScanPrologue([]byte) arch.Prologue
 	} = debugger{}
 )
-
-// hexCode is the bytes "48 89 e5" spells.
-func hexCode(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := enchex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 const textAddr = 0xffffffff81000000
 
@@ -89,7 +78,7 @@ func TestDisassemble(t *testing.T) {
 		{"48 0f c7 f8", "rdseed %rax"},
 		{"c4 e2 f3 f7 c8", "shrx %rcx,%rax,%rcx"},
 	} {
-		code := hexCode(t, c.code)
+		code := archtest.Code(t, c.code)
 		got := debugger{}.Disassemble(code, textAddr, 1, nil)
 		if len(got) != 1 || got[0].Text != c.want || !got[0].Known || got[0].Encoding != c.code || got[0].Addr != textAddr {
 			t.Errorf("%s: %+v, want %q", c.code, got, c.want)
@@ -109,7 +98,7 @@ func TestDisassembleSequence(t *testing.T) {
 	}
 	// endbr64; call __fentry__; push %rbp; mov %rsp,%rbp; je +0x10 (to
 	// __fentry__+0x10, for the test's sake); jmp to an unnamed address.
-	code := hexCode(t, "f3 0f 1e fa e8 f7 0f 00 00 55 48 89 e5 0f 84 f7 0f 00 00 eb 00")
+	code := archtest.Code(t, "f3 0f 1e fa e8 f7 0f 00 00 55 48 89 e5 0f 84 f7 0f 00 00 eb 00")
 	const addr = 0xffffffff81000000
 	got := debugger{}.Disassemble(code, addr, 100, sym)
 	want := []arch.Instruction{
@@ -120,14 +109,7 @@ func TestDisassembleSequence(t *testing.T) {
 		{Addr: addr + 13, Encoding: "0f 84 f7 0f 00 00", Text: "je ffffffff8100100a", Target: "__fentry__+0xa", Known: true},
 		{Addr: addr + 19, Encoding: "eb 00", Text: "jmp ffffffff81000015", Known: true},
 	}
-	if len(got) != len(want) {
-		t.Fatalf("%d instructions, want %d: %+v", len(got), len(want), got)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("instruction %d: %+v, want %+v", i, got[i], want[i])
-		}
-	}
+	archtest.Instructions(t, got, want)
 	if got := (debugger{}).Disassemble(code, addr, 3, sym); len(got) != 3 {
 		t.Errorf("count 3: %d instructions", len(got))
 	}
@@ -136,7 +118,7 @@ func TestDisassembleSequence(t *testing.T) {
 		t.Errorf("code cut in an instruction: %+v", got)
 	}
 	// 0x06 (push %es) is no instruction in 64-bit mode.
-	bad := debugger{}.Disassemble(hexCode(t, "06 c3"), addr, 10, nil)
+	bad := debugger{}.Disassemble(archtest.Code(t, "06 c3"), addr, 10, nil)
 	if len(bad) != 2 || bad[0] != (arch.Instruction{Addr: addr, Encoding: "06", Text: ".byte 0x6"}) || bad[1].Text != "ret" || bad[1].Addr != addr+1 {
 		t.Errorf("unknown byte: %+v", bad)
 	}

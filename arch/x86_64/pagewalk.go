@@ -68,8 +68,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 		return w, err
 	}
 	if cr0&cr0PG == 0 {
-		w.Mode, w.Phys, w.PA = "paging off", va, hex(va)
-		return w, nil
+		return w.Untranslated("paging off", va), nil
 	}
 	cr3, err := reg("cr3")
 	if err != nil {
@@ -84,10 +83,7 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 	if err != nil {
 		return w, err
 	}
-	fault := func(why string) (arch.Walk, error) {
-		w.Fault, w.Faulty = why, true
-		return w, nil
-	}
+	fault := func(why string) (arch.Walk, error) { return w.Stopped(why), nil }
 	if efer&eferLMA == 0 {
 		w.Mode = "32-bit paging"
 		if cr4&cr4PAE != 0 {
@@ -131,10 +127,8 @@ func (debugger) Walk(va uint64, reg func(string) (uint64, error), read func(pa u
 			continue
 		}
 		mask := uint64(1)<<shift - 1
-		w.Phys = e&addrMask&^mask | va&mask
-		w.PA, w.PageSize, w.Leaf = hex(w.Phys), pageSizes[lvl], e
-		w.Flags = access(e, writable, user, noExec, cr0&cr0WP != 0, pk)
-		return w, nil
+		flags := access(e, writable, user, noExec, cr0&cr0WP != 0, pk)
+		return w.Mapped(e&addrMask&^mask|va&mask, pageSizes[lvl], flags, e), nil
 	}
 	return w, nil // not reached: level 1 is always a page or a fault
 }

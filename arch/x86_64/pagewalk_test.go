@@ -1,32 +1,12 @@
 package x86_64
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
-
-// memory is physical memory holding page tables, by address.
-type memory map[uint64]uint64
-
-func (m memory) read(pa uint64) (uint64, error) {
-	if pa%8 != 0 {
-		return 0, fmt.Errorf("misaligned entry read at %#x", pa)
-	}
-	return m[pa], nil // unset memory reads as 0: an entry not present
-}
-
-// regs are a vCPU's control registers.
-type regs map[string]uint64
-
-func (r regs) get(name string) (uint64, error) {
-	v, ok := r[name]
-	if !ok {
-		return 0, errors.New("no register " + name)
-	}
-	return v, nil
-}
 
 // Linux's: paging and write protection on, long mode with NX.
 const (
@@ -38,7 +18,7 @@ const (
 // tables builds, under root, the path of tables that leads va to the
 // entry leaf at level leafLevel, each table above it pointing down with
 // the flags upper; the tables sit at root + 0x1000*k.
-func tables(m memory, root uint64, levels int, va uint64, leafLevel int, leaf, upper uint64) {
+func tables(m archtest.Memory, root uint64, levels int, va uint64, leafLevel int, leaf, upper uint64) {
 	a := root
 	for lvl := levels; lvl > leafLevel; lvl-- {
 		next := root + uint64(levels-lvl+1)*0x1000
@@ -109,7 +89,7 @@ func TestWalk(t *testing.T) {
 			fault: "reserved bits set at level 3 (PDPTE at 0x1a0b000): bits 29:13"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := memory{}
+			m := archtest.Memory{}
 			upper := uint64(table)
 			if tc.upper != 0 {
 				upper = tc.upper
@@ -123,8 +103,8 @@ func TestWalk(t *testing.T) {
 				efer = tc.efer
 			}
 			// The low bits of CR3 are a PCID, not the table's address.
-			r := regs{"cr0": cr0Linux, "cr3": root | 0x5, "cr4": cr4, "efer": efer}
-			w, err := debugger{}.Walk(tc.va, r.get, m.read)
+			r := archtest.Regs{"cr0": cr0Linux, "cr3": root | 0x5, "cr4": cr4, "efer": efer}
+			w, err := debugger{}.Walk(tc.va, r.Get, m.Read)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,11 +141,11 @@ func parseHex(t *testing.T, s string) uint64 {
 // The levels' flags: what each entry is, then its bits.
 func TestWalkLevels(t *testing.T) {
 	const root = 0x100000
-	m := memory{}
+	m := archtest.Memory{}
 	va := uint64(0xffffffff8185b7e0)
 	tables(m, root, 4, va, 1, 0x185b000|pteP|ptePWT|pteA|pteD|pteG|ptePS|pteXD|5<<59, table)
-	r := regs{"cr0": cr0Linux, "cr3": root, "cr4": cr4PAE | cr4PKE, "efer": eferLinux}
-	w, err := debugger{}.Walk(va, r.get, m.read)
+	r := archtest.Regs{"cr0": cr0Linux, "cr3": root, "cr4": cr4PAE | cr4PKE, "efer": eferLinux}
+	w, err := debugger{}.Walk(va, r.Get, m.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,10 +168,10 @@ func TestWalkLevels(t *testing.T) {
 
 	// A 2M page's PS and PAT (bit 12); CR0.WP clear lets the kernel
 	// write a read-only page.
-	m = memory{}
+	m = archtest.Memory{}
 	tables(m, root, 4, va, 2, 0x1800000|pteP|ptePS|1<<12, table)
 	r["cr0"], r["cr4"] = cr0PG, cr4PAE
-	w, err = debugger{}.Walk(va, r.get, m.read)
+	w, err = debugger{}.Walk(va, r.Get, m.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,14 +184,14 @@ func TestWalkLevels(t *testing.T) {
 func TestWalkModes(t *testing.T) {
 	never := func(pa uint64) (uint64, error) { return 0, fmt.Errorf("read at %#x", pa) }
 	// Paging off: no translation, and nothing but CR0 read.
-	w, err := debugger{}.Walk(0xfffffff0, regs{"cr0": 0x60000010}.get, never)
+	w, err := debugger{}.Walk(0xfffffff0, archtest.Regs{"cr0": 0x60000010}.Get, never)
 	if err != nil || w.Mode != "paging off" || w.PA != "0xfffffff0" || w.Phys != 0xfffffff0 || w.Faulty || w.CR3 != "" {
 		t.Errorf("paging off: %+v, %v", w, err)
 	}
 	// Protected mode's paging is named, not walked.
 	for cr4, mode := range map[uint64]string{0: "32-bit paging", cr4PAE: "PAE paging"} {
-		r := regs{"cr0": cr0Linux, "cr3": 0x1000, "cr4": cr4, "efer": 0}
-		w, err := debugger{}.Walk(0xc1000000, r.get, never)
+		r := archtest.Regs{"cr0": cr0Linux, "cr3": 0x1000, "cr4": cr4, "efer": 0}
+		w, err := debugger{}.Walk(0xc1000000, r.Get, never)
 		if err != nil || w.Mode != mode || !w.Faulty || !strings.Contains(w.Fault, mode+" (protected mode, not long mode) is not supported") || w.PA != "" {
 			t.Errorf("%s: %+v, %v", mode, w, err)
 		}
@@ -227,18 +207,18 @@ func TestWalkModes(t *testing.T) {
 		{cr4PAE | cr4LA57, 0x0100000000000000, "0x100000000000000 is not canonical for 5-level paging: bits 63..57 must all equal bit 56"},
 		{cr4PAE | cr4LA57, 0x8000000000000000, "is not canonical for 5-level paging"},
 	} {
-		r := regs{"cr0": cr0Linux, "cr3": 0x1000, "cr4": tc.cr4, "efer": eferLinux}
-		w, err := debugger{}.Walk(tc.va, r.get, never)
+		r := archtest.Regs{"cr0": cr0Linux, "cr3": 0x1000, "cr4": tc.cr4, "efer": eferLinux}
+		w, err := debugger{}.Walk(tc.va, r.Get, never)
 		if err != nil || !w.Faulty || !strings.Contains(w.Fault, tc.fault) || len(w.Levels) != 0 {
 			t.Errorf("%#x: %+v, %v", tc.va, w, err)
 		}
 	}
 	// An error reading a register or an entry is the walk's error.
-	if _, err := (debugger{}).Walk(0, regs{"cr0": cr0Linux}.get, never); err == nil || !strings.Contains(err.Error(), "no register cr3") {
+	if _, err := (debugger{}).Walk(0, archtest.Regs{"cr0": cr0Linux}.Get, never); err == nil || !strings.Contains(err.Error(), "no register cr3") {
 		t.Errorf("no cr3: %v", err)
 	}
-	r := regs{"cr0": cr0Linux, "cr3": 0x1000, "cr4": cr4PAE, "efer": eferLinux}
-	if _, err := (debugger{}).Walk(0, r.get, never); err == nil || !strings.Contains(err.Error(), "read the level-4 PML4E at physical 0x1000: read at 0x1000") {
+	r := archtest.Regs{"cr0": cr0Linux, "cr3": 0x1000, "cr4": cr4PAE, "efer": eferLinux}
+	if _, err := (debugger{}).Walk(0, r.Get, never); err == nil || !strings.Contains(err.Error(), "read the level-4 PML4E at physical 0x1000: read at 0x1000") {
 		t.Errorf("entry read fails: %v", err)
 	}
 	if (debugger{}).Root() != "" {

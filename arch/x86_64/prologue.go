@@ -118,20 +118,10 @@ func (ps *prologueScanner) lower(n int64) {
 	}
 }
 
-// result is the prologue scanned.
+// result is the prologue scanned: once rbp is set, the return address
+// (at CFA-8 from the first instruction) is RASaved relative to it.
 func (ps *prologueScanner) result() arch.Prologue {
 	p := ps.p
-	if !p.FPSet {
-		if ps.fpSaved {
-			p.FPStored, p.FPSlot = true, ps.fpPos-p.SPOff
-		}
-		return p
-	}
-	if !ps.fpSaved {
-		// rbp set without the caller's pushed is no frame-pointer
-		// frame; the standard layout is the best guess.
-		return standardPrologue
-	}
-	p.RASaved, p.RAOff, p.FPOff = true, -8-p.FPPos, ps.fpPos-p.FPPos
-	return p
+	p.RASaved = p.FPSet
+	return p.Framed(ps.fpPos, ps.fpSaved, -8, standardPrologue)
 }

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/qemu-mcp/qemu-mcp/internal/testkit/linuxdir"
+	"github.com/qemu-mcp/qemu-mcp/internal/testkit/archtest"
 )
 
 // The tests in this file check the decoder against a real x86-64 Linux
@@ -21,16 +21,7 @@ import (
 // GNU objdump's reading of it.
 
 // testVmlinux opens the cached x86-64 vmlinux, skipping the test without it.
-func testVmlinux(t *testing.T) (*elf.File, string) {
-	t.Helper()
-	path := linuxdir.Vmlinux(t, "x86_64")
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f, path
-}
+func testVmlinux(t *testing.T) (*elf.File, string) { return archtest.Vmlinux(t, "x86_64") }
 
 // objdumpInsn is one instruction as objdump reads it.
 type objdumpInsn struct {
@@ -169,8 +160,7 @@ func textCode(t *testing.T, f *elf.File, addr uint64, n int) []byte {
 func TestDisassembleMatchesObjdump(t *testing.T) {
 	f, insns := objdumpSample(t)
 	var d debugger
-	var n, same int
-	diffs := map[string]int{}
+	var agree archtest.Agreement
 	for _, o := range insns {
 		got := d.Disassemble(textCode(t, f, o.addr, maxInstruction), o.addr, 1, nil)
 		if len(got) != 1 {
@@ -179,26 +169,9 @@ func TestDisassembleMatchesObjdump(t *testing.T) {
 		if got[0].Encoding != o.encoding {
 			t.Errorf("%#x: encoding %s, objdump %s", o.addr, got[0].Encoding, o.encoding)
 		}
-		n++
-		have := objdumpNormal(got[0].Text)
-		if have == o.text {
-			same++
-			continue
-		}
-		op := strings.Fields(o.text)[0]
-		if diffs[op] < 3 {
-			t.Logf("%#x %s: %q, objdump %q", o.addr, o.encoding, have, o.text)
-		}
-		diffs[op]++
+		agree.Compare(t, o.addr, o.encoding, objdumpNormal(got[0].Text), o.text)
 	}
-	if n < 4000 {
-		t.Fatalf("compared %d instructions, want thousands", n)
-	}
-	ratio := float64(same) / float64(n)
-	t.Logf("%d of %d instructions (%.3f%%) read as objdump reads them; differing, by mnemonic: %v", same, n, 100*ratio, diffs)
-	if ratio < 0.995 {
-		t.Errorf("agreement with objdump %.4f, want at least 0.995", ratio)
-	}
+	agree.Check(t, 0.995)
 }
 
 // TestScanPrologueVmlinux scans the starts of the kernel's functions: in
