@@ -35,7 +35,7 @@ import (
 
 // probeVersion changes whenever a probe changes what it decides (its
 // kernel included): cached answers of another version are probed again.
-const probeVersion = 4
+const probeVersion = 5
 
 // Answers of a probe.
 const (

@@ -631,9 +631,26 @@ func recordSession(ctx context.Context, g *guest) (c, t uint64, err error) {
 		return 0, 0, err
 	}
 	t += 1234
-	// Let the recording go on a little past t.
-	time.Sleep(200 * time.Millisecond)
-	return c, t, nil
+	// The recording must go on past t, however long a busy machine holds
+	// its QEMU back: a replay to a t it never recorded runs off the log.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := g.icount(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n > t+100_000 {
+			return c, t, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("the recording did not pass instruction %d in 10s (at %d)", t, n)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 var icountRe = regexp.MustCompile(`instruction count = (\d+)`)
