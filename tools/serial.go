@@ -93,40 +93,7 @@ func (w WaitResult) summary(pattern string) string {
 			fmt.Fprintf(&b, "; QEMU exited (status %d)", deref(w.ExitStatus))
 		}
 	case w.Panicked:
-		fmt.Fprintf(&b, "PANIC: %s", w.PanicMatch)
-		if t := w.Triage; t != nil {
-			if len(t.Others) > 0 {
-				fmt.Fprintf(&b, "; on hart %d", t.Hart)
-				if t.Processor != nil && *t.Processor != t.Hart {
-					fmt.Fprintf(&b, " (cpu %d)", *t.Processor)
-				}
-			}
-			if t.Culprit != nil {
-				fmt.Fprintf(&b, "; in %s", t.Culprit.String())
-			}
-			if t.Verdict != "" {
-				fmt.Fprintf(&b, "; %s", t.Verdict)
-			}
-			// The frames from the culprit down: those above it are the
-			// crash being reported (printk, panic), which the console shows.
-			var fns []string
-			from := 0
-			for i, f := range t.Backtrace.Frames {
-				if t.Culprit != nil && f.Addr == t.Culprit.Addr {
-					from = i
-					break
-				}
-			}
-			for _, f := range t.Backtrace.Frames[from:] {
-				if f.Function != "" {
-					fns = append(fns, f.Function)
-				}
-			}
-			if len(fns) > 10 {
-				fns = append(fns[:10], "...")
-			}
-			fmt.Fprintf(&b, "; backtrace: %s", strings.Join(fns, " < "))
-		}
+		w.writePanic(&b)
 	case w.Exited:
 		fmt.Fprintf(&b, "guest exited (status %d) before %s appeared", deref(w.ExitStatus), pattern)
 	case w.Idle:
@@ -156,6 +123,47 @@ func (w WaitResult) summary(pattern string) string {
 		b.WriteString(w.Tests.String() + "\n")
 	}
 	return b.String()
+}
+
+// writePanic writes the summary's account of a panic: the line that
+// matched, and the triage's hart, culprit, verdict and backtrace.
+func (w WaitResult) writePanic(b *strings.Builder) {
+	fmt.Fprintf(b, "PANIC: %s", w.PanicMatch)
+	t := w.Triage
+	if t == nil {
+		return
+	}
+	if len(t.Others) > 0 {
+		fmt.Fprintf(b, "; on hart %d", t.Hart)
+		if t.Processor != nil && *t.Processor != t.Hart {
+			fmt.Fprintf(b, " (cpu %d)", *t.Processor)
+		}
+	}
+	if t.Culprit != nil {
+		fmt.Fprintf(b, "; in %s", t.Culprit.String())
+	}
+	if t.Verdict != "" {
+		fmt.Fprintf(b, "; %s", t.Verdict)
+	}
+	// The frames from the culprit down: those above it are the
+	// crash being reported (printk, panic), which the console shows.
+	var fns []string
+	from := 0
+	for i, f := range t.Backtrace.Frames {
+		if t.Culprit != nil && f.Addr == t.Culprit.Addr {
+			from = i
+			break
+		}
+	}
+	for _, f := range t.Backtrace.Frames[from:] {
+		if f.Function != "" {
+			fns = append(fns, f.Function)
+		}
+	}
+	if len(fns) > 10 {
+		fns = append(fns[:10], "...")
+	}
+	fmt.Fprintf(b, "; backtrace: %s", strings.Join(fns, " < "))
 }
 
 // transcriptStopped says that a transcript stopped, where, and what is
