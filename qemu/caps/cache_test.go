@@ -71,7 +71,10 @@ func cacheFileOf(dir, bin string) string {
 
 // writeCached writes answers for bin as a server of probe version v
 // would have cached them.
-func writeCached(t *testing.T, dir, bin string, v int) {
+func writeCached(t *testing.T, dir, bin string, v int) { writeCachedAt(t, dir, bin, v, time.Now()) }
+
+// writeCachedAt is writeCached of answers probed at probed.
+func writeCachedAt(t *testing.T, dir, bin string, v int, probed time.Time) {
 	t.Helper()
 	fi, err := os.Stat(bin)
 	if err != nil {
@@ -81,10 +84,10 @@ func writeCached(t *testing.T, dir, bin string, v int) {
 	if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cached := fmt.Sprintf(`{"binary": %q, "size": %d, "mtime": %q, "version": "99.1.0", "probed_at": "2026-01-02T03:04:05Z",
+	cached := fmt.Sprintf(`{"binary": %q, "size": %d, "mtime": %q, "version": "99.1.0", "probed_at": %q,
 		"probe_version": %d, "timer_kept": {"answer": "yes", "detail": "cached", "ms": 12},
 		"in_place_load": {"answer": "no", "detail": "cached", "ms": 12}, "replay_checkpoint": {"answer": "failed", "ms": 3}}`,
-		bin, fi.Size(), fi.ModTime().UTC().Format(time.RFC3339Nano), v)
+		bin, fi.Size(), fi.ModTime().UTC().Format(time.RFC3339Nano), probed.UTC().Format(time.RFC3339Nano), v)
 	if err := os.WriteFile(f, []byte(cached), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +124,9 @@ func TestCachedAnswersNeedNoProbe(t *testing.T) {
 }
 
 // A cache file that does not hold this binary's answers as this version
-// probes them is ignored, and the binary probed again: the answers are
-// then cached for the binary as it is now.
+// probes them, or holds an answer the probe could not decide an hour ago,
+// is ignored, and the binary probed again: the answers are then cached
+// for the binary as it is now.
 func TestCacheIgnoredAndReprobed(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -134,6 +138,9 @@ func TestCacheIgnoredAndReprobed(t *testing.T) {
 			}
 		}},
 		{"older probe version", func(t *testing.T, cache, bin string) { writeCached(t, cache, bin, probeVersion-1) }},
+		{"failed long ago", func(t *testing.T, cache, bin string) {
+			writeCachedAt(t, cache, bin, probeVersion, time.Now().Add(-failedAge-time.Minute))
+		}},
 		{"newer probe version", func(t *testing.T, cache, bin string) { writeCached(t, cache, bin, probeVersion+1) }},
 		{"binary rewritten", func(t *testing.T, cache, bin string) {
 			f, err := os.OpenFile(bin, os.O_APPEND|os.O_WRONLY, 0)

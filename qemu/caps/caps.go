@@ -106,6 +106,19 @@ func (k Key) matches(c *Caps) bool {
 	return c.Binary == k.Path && c.Size == k.Size && c.ModTime.Equal(k.ModTime) && c.ProbeVersion == probeVersion
 }
 
+// failedAge is how long a cache file's answers stand when one of them is
+// Failed: a probe that could not tell (a busy machine, a QEMU killed
+// under it) is tried again by a server started later, where yes and no
+// stand until the binary changes.
+const failedAge = time.Hour
+
+// retry says c holds an answer the probe could not decide, decided
+// longer than failedAge before now.
+func (c *Caps) retry(now time.Time) bool {
+	failed := c.TimerKept.Answer == Failed || c.InPlaceLoad.Answer == Failed || c.ReplayCheckpoint.Answer == Failed
+	return failed && now.Sub(c.Probed) > failedAge
+}
+
 // decided holds the answers any Prober of this process decided or read,
 // by Key: the answers are facts about a binary, so whoever asks about it
 // (Known, TimerKept) gets them. A Prober's Status says what it knows
@@ -343,7 +356,7 @@ func cachePath(dir string, k Key, suffix string) string {
 
 func (p *Prober) readCache(k Key) *Caps {
 	c := readJSON[Caps](p.cfg.CacheDir, p.cacheFile(k))
-	if c == nil || !k.matches(c) {
+	if c == nil || !k.matches(c) || c.retry(time.Now()) {
 		return nil
 	}
 	return c
