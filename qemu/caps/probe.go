@@ -633,22 +633,32 @@ func recordSession(ctx context.Context, g *guest) (c, t uint64, err error) {
 	t += 1234
 	// The recording must go on past t, however long a busy machine holds
 	// its QEMU back: a replay to a t it never recorded runs off the log.
-	deadline := time.Now().Add(10 * time.Second)
+	var n uint64
+	err = poll(ctx, 10*time.Second, 20*time.Millisecond, func() (done bool, err error) {
+		n, err = g.icount(ctx)
+		return n > t+100_000, err
+	}, func() error { return fmt.Errorf("the recording did not pass instruction %d in 10s (at %d)", t, n) })
+	if err != nil {
+		return 0, 0, err
+	}
+	return c, t, nil
+}
+
+// poll calls done every interval until it says done or fails, ctx ends,
+// or timeout passes, when the error is late's.
+func poll(ctx context.Context, timeout, every time.Duration, done func() (bool, error), late func() error) error {
+	deadline := time.Now().Add(timeout)
 	for {
-		n, err := g.icount(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		if n > t+100_000 {
-			return c, t, nil
+		if ok, err := done(); ok || err != nil {
+			return err
 		}
 		if time.Now().After(deadline) {
-			return 0, 0, fmt.Errorf("the recording did not pass instruction %d in 10s (at %d)", t, n)
+			return late()
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+			return ctx.Err()
+		case <-time.After(every):
 		}
 	}
 }
@@ -684,25 +694,13 @@ func (g *guest) hmpOK(ctx context.Context, line string) (string, error) {
 
 // waitStop waits until the replaying guest is stopped (at a break).
 func (g *guest) waitStop(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	return poll(ctx, timeout, 10*time.Millisecond, func() (bool, error) {
 		running, err := g.mon().Running(ctx)
-		if err != nil {
-			return err
-		}
-		if !running {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			n, _ := g.icount(ctx)
-			return fmt.Errorf("still running after %v (at instruction %d)", timeout, n)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return !running, err
+	}, func() error {
+		n, _ := g.icount(ctx)
+		return fmt.Errorf("still running after %v (at instruction %d)", timeout, n)
+	})
 }
 
 // replayTo replays to instruction n and returns the registers there.
