@@ -790,19 +790,48 @@ func (c *Client) teardown(cause error) {
 // report, would simply hang. The detach is bounded (WithDetachTimeout) and
 // skipped if the connection is already gone. Close returns the detach's
 // error, if any; the connection is closed either way.
-func (c *Client) Close() error {
+func (c *Client) Close() error { return c.shut("close", c.detach) }
+
+// Leave closes the connection without detaching: the target stays as it
+// is, stopped or not started yet, where Close's detach would resume it
+// (QEMU resumes on a detach even a guest that has not run yet). It is for
+// a client that set no breakpoints or watchpoints; one that did is
+// detached as by Close, since a stub keeps them after a silent leave and
+// a guest that met one would stop with no debugger to say so.
+func (c *Client) Leave() error { return c.shut("leave", c.leave) }
+
+// shut runs before, bounded by the detach timeout, then closes the
+// connection; once.
+func (c *Client) shut(op string, before func(ctx context.Context) error) error {
 	var err error
 	c.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.detachTimeout)
 		defer cancel()
-		err = c.detach(ctx)
+		err = before(ctx)
 		c.teardown(ErrClosed)
 		<-c.readerDone
 	})
 	if err != nil {
-		return fmt.Errorf("gdb: close: detach: %w", err)
+		return fmt.Errorf("gdb: %s: detach: %w", op, err)
 	}
 	return nil
+}
+
+// leave detaches only a client that set breakpoints (see Leave).
+func (c *Client) leave(ctx context.Context) error {
+	set := false
+	select {
+	case c.cmdSem <- struct{}{}:
+		set = len(c.bps) > 0
+		<-c.cmdSem
+	case <-ctx.Done():
+		set = true // a command holds on: detach, to be safe
+	case <-c.done:
+	}
+	if !set {
+		return nil
+	}
+	return c.detach(ctx)
 }
 
 func (c *Client) detach(ctx context.Context) error {

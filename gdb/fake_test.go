@@ -3,6 +3,7 @@ package gdb
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -42,6 +43,57 @@ type fakeStub struct {
 
 	mu    sync.Mutex
 	conns []*fakeConn
+	// steps counts each thread's steps ("" without threads): a step
+	// moves its pc (register 3) on by 4; stalls are steps to come that
+	// leave it in place, as QEMU's now and then do.
+	steps  map[string]int
+	stalls int
+}
+
+// step records a step of thread.
+func (s *fakeStub) step(thread string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stalls > 0 {
+		s.stalls--
+		return
+	}
+	if s.steps == nil {
+		s.steps = map[string]int{}
+	}
+	s.steps[thread]++
+}
+
+// rewind puts thread's pc back where it was before its steps.
+func (s *fakeStub) rewind(thread string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.steps, thread)
+}
+
+// pc is v, a pc register's reply, moved on by thread's steps.
+func (s *fakeStub) pc(thread, v string) string {
+	s.mu.Lock()
+	n := s.steps[thread]
+	s.mu.Unlock()
+	b, err := hexBytes(v)
+	if err != nil || len(b) != 8 || n == 0 {
+		return v
+	}
+	pc := binary.LittleEndian.Uint64(b) + uint64(4*n)
+	return fmt.Sprintf("%016x", binary.LittleEndian.AppendUint64(nil, pc))
+}
+
+func hexBytes(v string) ([]byte, error) {
+	out := make([]byte, len(v)/2)
+	for i := range out {
+		n, err := strconv.ParseUint(v[2*i:2*i+2], 16, 8)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = byte(n)
+	}
+	return out, nil
 }
 
 type fakeConn struct {
@@ -285,8 +337,14 @@ func (f *fakeConn) handle(cmd string) {
 	case strings.HasPrefix(cmd, "p"):
 		n, _ := strconv.ParseUint(cmd[1:], 16, 32)
 		if v, ok := s.tregs[f.sel][int(n)]; ok {
+			if n == 3 {
+				v = s.pc(f.sel, v)
+			}
 			f.send(v)
 		} else if v, ok := s.regs[int(n)]; ok {
+			if n == 3 {
+				v = s.pc("", v)
+			}
 			f.send(v)
 		} else {
 			f.send("E14")
@@ -312,8 +370,14 @@ func (f *fakeConn) handle(cmd string) {
 		f.running.Store(true)
 	case strings.HasPrefix(cmd, "vCont;s:"):
 		f.cur = strings.TrimPrefix(cmd, "vCont;s:")
+		if s.threads != nil {
+			s.step(f.cur)
+		} else {
+			s.step("")
+		}
 		f.send("T05thread:" + f.cur + ";")
 	case cmd == "s":
+		s.step("")
 		f.send("T05thread:01;")
 	case cmd == "D" || strings.HasPrefix(cmd, "Z") || strings.HasPrefix(cmd, "z") || strings.HasPrefix(cmd, "P") || strings.HasPrefix(cmd, "M"):
 		f.send("OK")
@@ -678,7 +742,7 @@ func TestFakeThreads(t *testing.T) {
 	if got := cmds(); got != "Hc02 vCont;s:02" {
 		t.Errorf("step of 02: %s", got)
 	}
-	if pc("") != 0x80202000 {
+	if pc("") != 0x80202004 {
 		t.Error("after a step of 02, the default thread is not 02")
 	}
 	if got := cmds(); got != "Hg02 p3" {
@@ -686,7 +750,9 @@ func TestFakeThreads(t *testing.T) {
 	}
 
 	// 02 stopped at a breakpoint; then 01 is stepped. A continue steps 02
-	// past its breakpoint (01 is not at one) before resuming all.
+	// past its breakpoint (01 is not at one) before resuming all, and
+	// reads its pc after the step to see that it moved.
+	s.rewind("02")
 	if err := c.SetBreakpoint(ctx, Software, 0x80202000, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -697,20 +763,25 @@ func TestFakeThreads(t *testing.T) {
 	if err := c.Continue(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := cmdsUntil("c"); got != "Hg01 p3 Hg02 p3 z0,80202000,4 Hc02 vCont;s:02 Z0,80202000,4 c" {
+	if got := cmdsUntil("c"); got != "Hg01 p3 Hg02 p3 z0,80202000,4 p3 Hc02 vCont;s:02 p3 Z0,80202000,4 c" {
 		t.Errorf("continue: %s", got)
 	}
 	if _, err := c.Interrupt(ctx); err != nil {
 		t.Fatal(err)
 	}
 	cmds()
-	// Running one thread alone.
+	// Running one thread alone. The interrupt stopped 02, the thread
+	// last resumed alone, so it is still selected, and current: neither
+	// Hg nor Hc. QEMU's step now and then leaves the pc in place: it is
+	// stepped again.
+	s.rewind("02")
+	s.mu.Lock()
+	s.stalls = 1
+	s.mu.Unlock()
 	if err := c.Thread("02").Continue(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// The interrupt stopped 02, the thread last resumed alone, so it is
-	// still selected, and current: neither Hg nor Hc.
-	if got := cmdsUntil("vCont;c:02"); got != "p3 z0,80202000,4 vCont;s:02 Z0,80202000,4 vCont;c:02" {
+	if got := cmdsUntil("vCont;c:02"); got != "p3 z0,80202000,4 p3 vCont;s:02 p3 vCont;s:02 p3 Z0,80202000,4 vCont;c:02" {
 		t.Errorf("continue 02 alone: %s", got)
 	}
 }
@@ -752,3 +823,36 @@ func TestFakeNoDescription(t *testing.T) {
 type noDebugger struct{ arch.Arch }
 
 func (noDebugger) Debugger() arch.Debugger { return nil }
+
+// Leave goes without a detach, which would resume the guest (QEMU
+// resumes on a detach even a guest that has not run yet), unless the
+// client set breakpoints: those a silent leave would strand in the stub,
+// so it detaches as Close does.
+func TestFakeLeave(t *testing.T) {
+	for _, set := range []bool{false, true} {
+		s := newFakeStub(t)
+		c := s.dial(t)
+		f := s.conn(0)
+		if set {
+			if err := c.SetBreakpoint(bg(t), Software, 0x80200000, 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lastCmd(f)
+		if err := c.Leave(); err != nil {
+			t.Fatalf("Leave (breakpoints set: %v): %v", set, err)
+		}
+		select {
+		case <-c.Done():
+		default:
+			t.Error("the connection is still open after Leave")
+		}
+		time.Sleep(50 * time.Millisecond)
+		if got, want := lastCmd(f), map[bool]string{false: "", true: "D"}[set]; got != want {
+			t.Errorf("Leave with breakpoints set %v sent %q, want %q", set, got, want)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("Close after Leave: %v", err)
+		}
+	}
+}

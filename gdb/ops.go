@@ -464,6 +464,13 @@ func (c *Client) inTheWay(ctx context.Context, thread string, resuming bool) ([]
 // stepPast steps thread one instruction with the given breakpoints
 // removed and puts them back. If ctx ends during the step, the step goes
 // on; the next command puts them back once the target has stopped.
+//
+// QEMU (7.2 and 11.1, riscv64) now and then reports a single step done
+// without executing the instruction: the pc is where it was, and a
+// resume would meet the breakpoint just stepped past and report it again,
+// as if hit twice. A step that left the pc in place is made again, up to
+// stepAttempts times (an instruction that jumps to itself leaves it there
+// too, and is merely run that many times).
 func (c *Client) stepPast(ctx context.Context, thread string, remove []Breakpoint) (Stop, error) {
 	for i, bp := range remove {
 		if err := c.expectOK(ctx, fmt.Appendf(nil, "z%d,%x,%x", bp.Kind, bp.Addr, bp.Length)); err != nil {
@@ -472,17 +479,27 @@ func (c *Client) stepPast(ctx context.Context, thread string, remove []Breakpoin
 		}
 	}
 	c.reinsert = append(c.reinsert, remove...)
-	pkt, one, err := c.stepPacket(thread)
-	if err != nil {
-		return Stop{}, err
-	}
-	gen, err := c.resume(ctx, pkt, one)
-	if err != nil {
-		return Stop{}, err
-	}
-	s, err := c.waitGen(ctx, gen, false)
-	if err != nil {
-		return Stop{}, err
+	before, known := c.threadPC(ctx, thread)
+	var s Stop
+	for attempt := 1; ; attempt++ {
+		pkt, one, err := c.stepPacket(thread)
+		if err != nil {
+			return Stop{}, err
+		}
+		gen, err := c.resume(ctx, pkt, one)
+		if err != nil {
+			return Stop{}, err
+		}
+		if s, err = c.waitGen(ctx, gen, false); err != nil {
+			return Stop{}, err
+		}
+		if !known || attempt == stepAttempts || s.exited() || s.Reason != ReasonBreakpoint || s.Signal != SIGTRAP {
+			break
+		}
+		if pc, ok := c.threadPC(ctx, thread); !ok || pc != before {
+			break
+		}
+		c.log.Debug("gdb: a step left the pc in place; stepping again", "pc", fmt.Sprintf("%#x", before), "attempt", attempt)
 	}
 	if !s.exited() {
 		if err := c.putBack(ctx); err != nil {
@@ -490,6 +507,18 @@ func (c *Client) stepPast(ctx context.Context, thread string, remove []Breakpoin
 		}
 	}
 	return s, nil
+}
+
+// stepAttempts bounds the steps stepPast makes for one instruction.
+const stepAttempts = 3
+
+// threadPC reads thread's pc, if the target description names one.
+func (c *Client) threadPC(ctx context.Context, thread string) (uint64, bool) {
+	if c.pcIndex < 0 || c.selectThread(ctx, thread) != nil {
+		return 0, false
+	}
+	pc, err := c.readReg(ctx, c.desc.regs[c.pcIndex])
+	return pc, err == nil
 }
 
 // stepPacket steps thread ("" for the last to stop) alone: vCont steps
@@ -763,6 +792,19 @@ func (c *Client) SetPhysicalMemory(ctx context.Context, on bool) error {
 		return fmt.Errorf("gdb: physical memory mode: %w", err)
 	}
 	return nil
+}
+
+// Requeue makes st, the stop an Interrupt returned, unreported again, so
+// that the next Wait returns it: for a caller that stopped the guest to
+// act on it and found it stopped on its own first (a breakpoint hit),
+// which is not that caller's to report. It does nothing once the target
+// runs again.
+func (c *Client) Requeue(st Stop) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.running && c.err == nil {
+		c.last, c.haveLast, c.consumed = st, true, false
+	}
 }
 
 // StateReplaced tells the client the target's state was replaced behind
