@@ -145,14 +145,16 @@ func (s *Session) setClient(c *gdb.Client) {
 
 // Hold lets go of the stub now, without waiting for an operation in
 // progress (which ends as when the connection is lost), and holds off
-// every operation until release is called. QEMU removes the breakpoints
-// and lets the guest run, as when its debugger leaves; the session keeps
-// them, and its first operation after release connects again and sets
-// them again, as after QEMU restarted its stub. Whoever changes the
-// guest's state under the stub (a snapshot loaded in place) holds the
-// session meanwhile: the stub's stop replies would otherwise tell it of
-// stops and resumes it did not make.
-func (s *Session) Hold() (release func()) {
+// every operation until the hold is released. QEMU removes the
+// breakpoints and lets the guest run, as when its debugger leaves; the
+// session keeps them. Whoever changes the guest's state under the stub (a
+// snapshot loaded) holds the session meanwhile: the stub's stop replies
+// would otherwise tell it of stops and resumes it did not make. Before
+// the changed guest runs, the holder arms the session (Held.Arm) so that
+// its breakpoints are in place from the guest's first instruction; else
+// the session's first operation after the hold connects again and sets
+// them.
+func (s *Session) Hold() *Held {
 	if c := s.live.Swap(nil); c != nil {
 		if err := c.Close(); err != nil {
 			s.cfg.Logger.Debug("debugger: let go of the stub", "err", err)
@@ -166,7 +168,49 @@ func (s *Session) Hold() (release func()) {
 		}
 		s.setClient(nil)
 	}
-	return sync.OnceFunc(s.mu.Unlock)
+	return &Held{s: s, release: sync.OnceFunc(s.mu.Unlock)}
+}
+
+// Held is a session on hold (Session.Hold).
+type Held struct {
+	s       *Session
+	release func()
+}
+
+// Release ends the hold; later calls do nothing.
+func (h *Held) Release() { h.release() }
+
+// Arm gives the session c, a new connection to the stub of the stopped
+// guest the holder is about to resume, with its state replaced. The
+// session sets its breakpoints and watchpoints there and resumes the
+// guest itself, so that it meets them from its first instruction
+// (waiting for the session's next operation to connect would let the
+// guest pass them unseen); the holder's own resume (QMP "cont") then
+// finds it running. The session resumes it because QEMU 8.1 and later
+// report a stop only to a debugger that resumed the guest. A session that
+// holds none leaves c without resuming the guest, and connects when next
+// used. A breakpoint the stub refuses is dropped and logged, as on any
+// reconnection.
+func (h *Held) Arm(ctx context.Context, c *gdb.Client) error {
+	s := h.s
+	if s.c != nil {
+		// Armed before, in a QEMU that has since gone.
+		s.c.Close()
+		s.setClient(nil)
+	}
+	if len(s.breaks) == 0 && len(s.watches) == 0 {
+		return c.Leave()
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	s.setAll(ctx, c)
+	if err := c.Continue(ctx); err != nil {
+		c.Close()
+		return err
+	}
+	s.setClient(c)
+	return nil
 }
 
 // Close disconnects from the stub (which lets the guest run, as QEMU does
@@ -207,20 +251,7 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("debugger: connect to the gdbstub: %w", err)
 	}
-	// A connection that was lost took its breakpoints with it (QEMU
-	// removes them when its debugger leaves): set them again.
-	for a, b := range s.breaks {
-		if err := c.SetBreakpoint(ctx, b.kind, a, b.Length); err != nil {
-			s.cfg.Logger.Warn("debugger: breakpoint lost on reconnect", "at", b.Where.String(), "err", err)
-			delete(s.breaks, a)
-		}
-	}
-	for a, w := range s.watches {
-		if err := c.SetBreakpoint(ctx, w.kind, a, w.Length); err != nil {
-			s.cfg.Logger.Warn("debugger: watchpoint lost on reconnect", "at", hex(a), "err", err)
-			delete(s.watches, a)
-		}
-	}
+	s.setAll(ctx, c)
 	if !running {
 		// The stop the connection caused is not news.
 		s.pending(ctx, c)
@@ -233,6 +264,24 @@ func (s *Session) client(ctx context.Context) (*gdb.Client, error) {
 	}
 	s.setClient(c)
 	return c, nil
+}
+
+// setAll sets the session's breakpoints and watchpoints through c, a new
+// connection: one that was lost took them with it (QEMU removes them when
+// its debugger leaves). What the stub refuses is dropped and logged.
+func (s *Session) setAll(ctx context.Context, c *gdb.Client) {
+	for a, b := range s.breaks {
+		if err := c.SetBreakpoint(ctx, b.kind, a, b.Length); err != nil {
+			s.cfg.Logger.Warn("debugger: breakpoint lost on reconnect", "at", b.Where.String(), "err", err)
+			delete(s.breaks, a)
+		}
+	}
+	for a, w := range s.watches {
+		if err := c.SetBreakpoint(ctx, w.kind, a, w.Length); err != nil {
+			s.cfg.Logger.Warn("debugger: watchpoint lost on reconnect", "at", hex(a), "err", err)
+			delete(s.watches, a)
+		}
+	}
 }
 
 // stopped runs f with the guest stopped, and resumes it afterwards if it
@@ -249,18 +298,63 @@ func (s *Session) stoppedFrom(ctx context.Context, f func(c *gdb.Client, wasRunn
 		return err
 	}
 	wasRunning := c.Running()
+	var own *gdb.Stop
 	if wasRunning {
-		if _, err := c.Interrupt(ctx); err != nil {
+		st, err := c.Interrupt(ctx)
+		if err != nil {
 			return fmt.Errorf("debugger: stop the guest: %w", err)
+		}
+		if st.Reason != gdb.ReasonSignal || st.Signal != gdb.SIGINT {
+			// The guest stopped on its own (a breakpoint hit) before
+			// the interrupt: it stays stopped there, and the stop is
+			// the next call's to report, not resumed past unseen.
+			own = &st
 		}
 	}
 	ferr := f(c, wasRunning)
+	if own != nil {
+		c.Requeue(*own)
+		return ferr
+	}
 	if wasRunning {
 		if err := c.Continue(ctx); err != nil {
 			return errors.Join(ferr, fmt.Errorf("debugger: resume the guest: %w", err))
 		}
 	}
 	return ferr
+}
+
+// Paused runs f with the guest paused through the session, when it is
+// connected, and resumes the guest afterwards if it ran: a pause made
+// behind the session's back (QMP "stop", as a snapshot's save makes) is
+// reported to it as a stop it did not make, and QEMU 8.1 and later then
+// report no further stop, so a breakpoint hit would go unseen. Not
+// connected, f runs as it is, and the caller pauses the guest its own
+// way. A breakpoint hit the pause meets is kept: the guest stays stopped
+// there, for the next call to report. Paused waits for an operation in
+// progress (a debug_continue waiting for a stop) as long as ctx allows.
+func (s *Session) Paused(ctx context.Context, f func() error) error {
+	for !s.mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("debugger: wait for the debugger's call in progress to end: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	defer func() {
+		s.releaseIdle()
+		s.mu.Unlock()
+	}()
+	if s.c == nil || s.cfg.Timeline != nil {
+		return f()
+	}
+	select {
+	case <-s.c.Done():
+		s.setClient(nil)
+		return f()
+	default:
+	}
+	return s.stoppedFrom(ctx, func(*gdb.Client, bool) error { return f() })
 }
 
 // Where is a code address with what the symbols say of it.

@@ -64,8 +64,12 @@ type fakeGuest struct {
 	running bool
 	resumed func(n int)
 	resumes int
-	mu      sync.Mutex
-	mem     map[uint64]byte
+	// hitFirst, if set, is the stop the next interrupt reports instead
+	// of a pause: the guest stopped on its own just before (a breakpoint
+	// hit racing the interrupt).
+	hitFirst string
+	mu       sync.Mutex
+	mem      map[uint64]byte
 	// data are the kernel's variables, by name (see variable).
 	data map[string]fakeDatum
 	// bps are the breakpoints and watchpoints the stub holds, conns its
@@ -309,6 +313,14 @@ func (fc *fakeConn) hartOf(s string) (int, bool) {
 func (fc *fakeConn) interrupt() {
 	if r := fc.g.rep; r != nil {
 		r.interrupt()
+		return
+	}
+	fc.g.mu.Lock()
+	hit := fc.g.hitFirst
+	fc.g.hitFirst = ""
+	fc.g.mu.Unlock()
+	if hit != "" {
+		fc.send(hit)
 		return
 	}
 	fc.send("T02thread:" + thread(fc.g.stoppedHart()) + ";")

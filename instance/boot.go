@@ -330,7 +330,7 @@ func (b *booting) attachDebugger(_ context.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(log), gdb.WithArch(b.cfg.Arch))
+			return i.dialStub(ctx, mch)
 		},
 		Running: func(ctx context.Context) (bool, error) {
 			mch, err := i.Running()
@@ -345,6 +345,11 @@ func (b *booting) attachDebugger(_ context.Context) error {
 	})
 	i.hold("debugger", func() { i.debugger = d }, d.Close)
 	return nil
+}
+
+// dialStub connects to the gdbstub of mch, a QEMU of the instance.
+func (i *Instance) dialStub(ctx context.Context, mch *qemu.Process) (*gdb.Client, error) {
+	return gdb.Dial(ctx, "unix", mch.Paths().GDBSocket, gdb.WithLogger(i.mgr.log.With("instance", i.name)), gdb.WithArch(i.vm.config().Arch))
 }
 
 func (b *booting) recordQEMUStep(_ context.Context) error {

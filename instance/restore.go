@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/qemu-mcp/qemu-mcp/arch"
+	"github.com/qemu-mcp/qemu-mcp/debugger"
 	"github.com/qemu-mcp/qemu-mcp/gdb"
 	"github.com/qemu-mcp/qemu-mcp/internal/names"
 	"github.com/qemu-mcp/qemu-mcp/qemu"
@@ -34,6 +35,9 @@ type restoring struct {
 	con    *serial.Console
 	staged string // the copy QEMU loads
 	res    Restored
+	// held is the guest's debugger, held while the state is replaced
+	// under its stub; nil on a guest without one.
+	held *debugger.Held
 }
 
 // lostError is a restore that left no guest: the instance is to stop.
@@ -83,7 +87,8 @@ func (r *restoring) run(ctx context.Context) (Restored, error) {
 	defer release()
 	// Neither may the debugger act on the guest meanwhile.
 	if d := i.Debugger(); d != nil {
-		defer d.Hold()()
+		r.held = d.Hold()
+		defer r.held.Release()
 	}
 	if !loadsInPlace(old) {
 		return r.fresh(ctx, old)
@@ -142,7 +147,8 @@ func (r *restoring) freshAfter(ctx context.Context, old *qemu.Process, failed *i
 // Input goes on too: what was typed for the old guest and not read by it
 // is dropped (and counted), and what is typed during the restore waits
 // and reaches the restored guest whole. The debugger lets go of the stub
-// and connects again on its next use, its breakpoints set again. If every
+// while the state is replaced, and sets its breakpoints again before the
+// restored guest runs its first instruction. If every
 // part of the snapshot cannot be verified, the guest is left as it was; a
 // load in place that fails once the guest is stopped gives way to a new
 // QEMU (the result's Note says why); if the new QEMU fails to start, the
@@ -243,12 +249,30 @@ func (r *restoring) inPlace(ctx context.Context, mch *qemu.Process) (err error) 
 	}
 	r.step("loaded")
 	r.res.Cursor = markConsole(r.con, restoredWhat(meta, r.res.DiscardedInput))
+	r.armDebugger(ctx, mch)
 	if _, err := mon.Execute(ctx, "cont", nil); err != nil {
 		return &inPlaceError{fmt.Errorf("resume the restored guest: %w", err)}
 	}
 	r.step("running")
 	r.res.InPlace = true
 	return nil
+}
+
+// armDebugger sets the held debugger's breakpoints in mch's stub, the
+// restored guest stopped and about to run (debugger.Held.Arm), so that
+// a command typed right after the restore meets them. A failure costs
+// only that: it is logged, and the debugger sets them when next used.
+func (r *restoring) armDebugger(ctx context.Context, mch *qemu.Process) {
+	if r.held == nil {
+		return
+	}
+	c, err := r.i.dialStub(ctx, mch)
+	if err == nil {
+		err = r.held.Arm(ctx, c)
+	}
+	if err != nil {
+		r.i.mgr.log.Warn("set the breakpoints in the restored guest", "instance", r.i.name, "err", err)
+	}
 }
 
 // lastWords reads what the old guest printed last, so that it goes before
@@ -294,6 +318,10 @@ func (r *restoring) fresh(ctx context.Context, old *qemu.Process) (Restored, err
 				r.res.Cursor = markConsole(r.con, restoredWhat(meta, r.res.DiscardedInput))
 			})
 			rt.BeforeCont = thenCall(rt.BeforeCont, i.net.continueCapture())
+			rt.BeforeCont = thenCall(rt.BeforeCont, func(ctx context.Context, mch *qemu.Process) error {
+				r.armDebugger(ctx, mch)
+				return nil
+			})
 		},
 	})
 	if err != nil {
@@ -391,7 +419,9 @@ func resumeTimer(ctx context.Context, mch *qemu.Process, t *arch.Timer, count ui
 	if err != nil {
 		return fmt.Errorf("re-arm the guest's timer: %w", err)
 	}
-	defer c.Close()
+	// Not Close: its detach would start the guest now, before the
+	// restore's marker and the capture.
+	defer c.Leave()
 	if count != 0 {
 		// The count runs from this QEMU's start, behind the saved
 		// guest's time: a write sets it back where the save left it.

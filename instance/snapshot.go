@@ -213,7 +213,11 @@ func (i *Instance) SaveSnapshot(ctx context.Context, name string) (snapshot.Meta
 	for k, d := range i.vm.cfg.Drives {
 		drives[fmt.Sprintf("drive%d", k)] = d.Path
 	}
-	meta, err := i.mgr.Snapshots().Store().Save(ctx, mch.Monitor(), i.spec.Root, mach, name, mch.Version(), drives)
+	var pause func(ctx context.Context, f func() error) error
+	if d := i.Debugger(); d != nil {
+		pause = d.Paused
+	}
+	meta, err := i.mgr.Snapshots().Store().Save(ctx, mch.Monitor(), i.spec.Root, mach, name, mch.Version(), drives, pause)
 	if err != nil {
 		return snapshot.Meta{}, err
 	}

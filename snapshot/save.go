@@ -119,13 +119,16 @@ func deleteTagFrom(ctx context.Context, mon *qmp.Monitor, tag string, disks []Di
 // the save's own tag. A writable drive of another format cannot hold a
 // snapshot and fails the save before anything is written. The guest is
 // paused for the save and runs on afterwards. drivePaths names the drives'
-// host files for the record, by device ("drive0" ...).
+// host files for the record, by device ("drive0" ...). pause, if not
+// nil, runs the pause around the save of the state: a guest under a
+// debugger is paused through it (debugger.Session.Paused), where a pause
+// by QMP would tell the debugger of a stop it did not make.
 //
 // The save is a transaction (see the package comment): an older snapshot
 // of the name stays whole until the new one is complete and switched to
 // in one rename, and is removed only then. On failure what the save wrote
 // is removed and the older snapshot is untouched.
-func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machine, name, qemuVersion string, drivePaths map[string]string) (Meta, error) {
+func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machine, name, qemuVersion string, drivePaths map[string]string, pause func(ctx context.Context, f func() error) error) (Meta, error) {
 	if err := CheckName(name); err != nil {
 		return Meta{}, err
 	}
@@ -156,7 +159,16 @@ func (s Store) Save(ctx context.Context, mon *qmp.Monitor, root string, m Machin
 	if err := sv.createImage(); err != nil {
 		return Meta{}, err
 	}
-	mtime, err := sv.saveState()
+	var mtime uint64
+	saveState := func() error {
+		mtime, err = sv.saveState()
+		return err
+	}
+	if pause != nil {
+		err = pause(ctx, saveState)
+	} else {
+		err = saveState()
+	}
 	if err != nil {
 		return Meta{}, err
 	}

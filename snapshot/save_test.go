@@ -142,13 +142,13 @@ func saveChild(spec string) {
 	if err != nil {
 		fail(err)
 	}
-	old, err := st.Save(ctx, g.m.Monitor(), root, mach, "a", "test", nil)
+	old, err := st.Save(ctx, g.m.Monitor(), root, mach, "a", "test", nil, nil)
 	if err != nil {
 		fail(err)
 	}
 	fmt.Printf("old %s\n", old.Tag)
 	armed = true
-	if _, err := st.Save(ctx, g.m.Monitor(), root, mach, "a", "test", nil); err != nil {
+	if _, err := st.Save(ctx, g.m.Monitor(), root, mach, "a", "test", nil, nil); err != nil {
 		fail(err)
 	}
 	if delayed {
@@ -241,7 +241,7 @@ func TestSaveTransaction(t *testing.T) {
 	if _, err := sc.mon.Execute(ctx, "stop", nil); err != nil {
 		t.Fatal(err)
 	}
-	third, err := sc.st.Save(ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil)
+	third, err := sc.st.Save(ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +257,7 @@ func checkSaveReplaces(t *testing.T, sc *saveScene) Meta {
 	t.Helper()
 	var steps []string
 	sc.hook = func(s, _ string) { steps = append(steps, s) }
-	first, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", map[string]string{"drive0": sc.disk})
+	first, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", map[string]string{"drive0": sc.disk}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func checkSaveReplaces(t *testing.T, sc *saveScene) Meta {
 	}
 
 	steps = nil
-	second, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", map[string]string{"drive0": sc.disk})
+	second, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", map[string]string{"drive0": sc.disk}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func checkFailedSaves(t *testing.T, sc *saveScene, current Meta) {
 			writeFile(t, blocker, "")
 		}
 	}
-	_, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil)
+	_, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `save snapshot "a": record: `) || !strings.HasSuffix(err.Error(), `; the snapshot "a" saved before is unchanged`) {
 		t.Fatalf("a save whose record cannot be written: %v", err)
 	}
@@ -315,7 +315,7 @@ func checkFailedSaves(t *testing.T, sc *saveScene, current Meta) {
 			scancel()
 		}
 	}
-	if _, err := sc.st.Save(sctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil); !errors.Is(err, context.Canceled) {
+	if _, err := sc.st.Save(sctx, sc.mon, "/proj", sc.mach, "a", "7.2.0", nil, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled save: %v", err)
 	}
 	sc.hook = nil
@@ -331,7 +331,7 @@ func checkFailedSaves(t *testing.T, sc *saveScene, current Meta) {
 		t.Errorf("leftovers of saves that failed: %+v %v", rep, err)
 	}
 
-	if _, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "bad name", "7.2.0", nil); err == nil || !strings.Contains(err.Error(), "1 to 64 letters") {
+	if _, err := sc.st.Save(sc.ctx, sc.mon, "/proj", sc.mach, "bad name", "7.2.0", nil, nil); err == nil || !strings.Contains(err.Error(), "1 to 64 letters") {
 		t.Errorf("a bad name: %v", err)
 	}
 	assertWhole(t, sc.st, "/proj", sc.disk, current.Tag)

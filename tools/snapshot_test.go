@@ -585,7 +585,8 @@ func TestSnapshotInPlace(t *testing.T) {
 // shares and debugger as they were: a share mounted when the load came is
 // not mounted in the restored guest (as at the save), mounts again and
 // reads; the guest saves again (QEMU's mount blocker is gone); a
-// breakpoint set before the restore stops the restored kernel.
+// breakpoint set before the restore stops the restored kernel, the
+// first command typed after it included.
 func TestSnapshotRestoreSharesAndDebugger(t *testing.T) {
 	s, lin, root := linuxSession(t)
 	os.Mkdir(filepath.Join(root, "ro"), 0o755)
@@ -618,13 +619,22 @@ func TestSnapshotRestoreSharesAndDebugger(t *testing.T) {
 			t.Fatalf("restore %d: the share after the restore: %+v", k, o)
 		}
 		s.mustCall("qemu_snapshot_save", map[string]any{"name": "again"}, nil)
-		s.mustCall("serial_send", map[string]any{"data": "uname -sr"}, nil)
-		var st stopOut
-		s.mustCall("debug_continue", map[string]any{"timeout": 20}, &st)
-		if !st.Stopped || st.Reason != "breakpoint" || st.Function != "sys_newuname" {
-			t.Fatalf("restore %d: the breakpoint in the restored guest: %+v", k, st)
+		// The breakpoint is in place from the restored guest's first
+		// instruction: the command typed next stops in it, with no
+		// debugger call in between.
+		var hit struct {
+			waitOut
+			DebugStop *stopOut `json:"debug_stop"`
 		}
+		s.mustCall("serial_send", map[string]any{"data": "uname -sr", "wait_for": "Linux 6.1", "timeout": 3}, &hit)
+		if hit.Matched || hit.DebugStop == nil || hit.DebugStop.Reason != "breakpoint" || hit.DebugStop.Function != "sys_newuname" {
+			t.Fatalf("restore %d: the breakpoint in the restored guest: %+v, debugger %+v", k, hit.waitOut, hit.DebugStop)
+		}
+		var st stopOut
 		s.mustCall("debug_continue", map[string]any{"timeout": 0.5}, &st)
+		if st.Stopped {
+			t.Fatalf("restore %d: the continue from the breakpoint stopped again: %+v", k, st)
+		}
 		var w waitOut
 		s.mustCall("serial_read", map[string]any{"wait_for": "Linux 6.1.*\r\n" + testguest.LinuxPrompt, "timeout": 10}, &w)
 		if !w.Matched {
