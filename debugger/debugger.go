@@ -603,6 +603,36 @@ func (s *Session) Holding(ctx context.Context) (info StopInfo, ok bool) {
 	return info, err == nil
 }
 
+// Stops returns a channel closed once the guest is stopped under the
+// session (a breakpoint or watchpoint hit, a pause, a stop not yet
+// resumed), at once if it is: a console wait ends there, as a stopped
+// guest prints nothing more. It is nil when the session is not connected,
+// and never closes after ctx ends.
+func (s *Session) Stops(ctx context.Context) <-chan struct{} {
+	c := s.live.Load()
+	if c == nil || s.cfg.Timeline != nil {
+		return nil
+	}
+	ch := make(chan struct{})
+	go func() {
+		if c.AwaitStop(ctx) == nil {
+			close(ch)
+		}
+	}()
+	return ch
+}
+
+// HoldsStopped says whether the session holds the guest stopped, without
+// reporting the stop (see Holding); false while an operation is in
+// progress.
+func (s *Session) HoldsStopped() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	defer s.mu.Unlock()
+	return s.c != nil && !s.c.Running() && s.c.Err() == nil
+}
+
 // pending returns the stop of a stopped guest that no call has reported
 // yet (it hit a breakpoint between calls).
 func (s *Session) pending(ctx context.Context, c *gdb.Client) (gdb.Stop, bool) {

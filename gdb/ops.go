@@ -794,6 +794,13 @@ func (c *Client) SetPhysicalMemory(ctx context.Context, on bool) error {
 	return nil
 }
 
+// AwaitStop waits until the target is stopped, at once if it is; it
+// returns ctx's error if ctx ends first, and the connection's if it is
+// lost.
+func (c *Client) AwaitStop(ctx context.Context) error {
+	return c.await(ctx, func() bool { return !c.running })
+}
+
 // Requeue makes st, the stop an Interrupt returned, unreported again, so
 // that the next Wait returns it: for a caller that stopped the guest to
 // act on it and found it stopped on its own first (a breakpoint hit),

@@ -134,7 +134,7 @@ func (i *Instance) runCommand(ctx context.Context, req shell.Request) (res shell
 	began := time.Now().Truncate(time.Microsecond)
 	from := mch.Console().Buffer().End()
 	req.Wait = func(ctx context.Context, since int64, spec serial.Spec) (serial.Result, error) {
-		r, e, err := i.waitSince(ctx, since, spec, began)
+		r, e, err := i.waitSince(ctx, since, spec, began, false)
 		if e != nil {
 			ev = e
 		}

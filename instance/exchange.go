@@ -38,7 +38,7 @@ type Waited struct {
 	TriageErr error
 	// DebugStop is where and why the debugger holds the guest stopped,
 	// when it does at the end of a wait that found nothing: why the
-	// console stayed quiet.
+	// console stayed quiet (and why the wait ended before its timeout).
 	DebugStop *debugger.StopInfo
 }
 
@@ -46,9 +46,11 @@ type Waited struct {
 // it waited through and how it ended, with what the guest's state tells
 // of that end: the crash of a panic (on a guest with a debugger), the
 // debugger holding the guest, QEMU's exit and the event before it, and
-// the test results the output holds.
+// the test results the output holds. Unlike Wait, it also ends as soon as
+// the debugger holds the guest stopped: nothing more comes until it is
+// resumed.
 func (i *Instance) Await(ctx context.Context, since int64, spec serial.Spec) (Waited, error) {
-	res, ev, err := i.Wait(ctx, since, spec)
+	res, ev, err := i.waitSince(ctx, since, spec, time.Now().Truncate(time.Microsecond), true)
 	if err != nil {
 		return Waited{}, err
 	}

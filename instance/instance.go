@@ -443,13 +443,15 @@ func (i *Instance) Done() <-chan struct{} { return i.done }
 func (i *Instance) Wait(ctx context.Context, since int64, spec serial.Spec) (res serial.Result, ev *Event, err error) {
 	// QEMU stamps events with the host's clock to the microsecond: an
 	// event of this wait is one sent after it began.
-	return i.waitSince(ctx, since, spec, time.Now().Truncate(time.Microsecond))
+	return i.waitSince(ctx, since, spec, time.Now().Truncate(time.Microsecond), false)
 }
 
 // waitSince is Wait for a caller that began at began, before the wait
 // itself (a command typed, then waited for): an event sent since then ends
-// the wait at once, though it came before the wait began.
-func (i *Instance) waitSince(ctx context.Context, since int64, spec serial.Spec, began time.Time) (res serial.Result, ev *Event, err error) {
+// the wait at once, though it came before the wait began. With
+// untilDebugStop, the guest stopping under the debugger ends it too: a
+// stopped guest prints nothing more.
+func (i *Instance) waitSince(ctx context.Context, since int64, spec serial.Spec, began time.Time, untilDebugStop bool) (res serial.Result, ev *Event, err error) {
 	con := i.Console()
 	if con == nil {
 		return serial.Result{}, nil, fmt.Errorf("guest %q has no console yet", i.name)
@@ -462,6 +464,9 @@ func (i *Instance) waitSince(ctx context.Context, since int64, spec serial.Spec,
 		spec.Stop = i.events.waker()
 		if i.events.since(began) != nil {
 			spec.Stop = closedChan
+		}
+		if untilDebugStop {
+			spec.Stop = i.orDebugStop(ctx, spec.Stop)
 		}
 	}
 	res, err = con.Buffer().WaitFor(ctx, since, spec)
@@ -498,15 +503,54 @@ func (i *Instance) waitSince(ctx context.Context, since int64, spec serial.Spec,
 			awaitExit(i.Process(), i.done, 2*time.Second)
 		}
 		if res.Stopped && ev == nil {
+			if untilDebugStop {
+				if d := i.Debugger(); d != nil && d.HoldsStopped() {
+					return res, nil, nil
+				}
+				// A debugger call in progress stops the guest for a
+				// moment: let it end before looking again.
+				time.Sleep(debugSettle)
+			}
 			// An older event woke the wait: wait on.
 			spec.Stop = i.events.waker()
+			if untilDebugStop {
+				spec.Stop = i.orDebugStop(ctx, spec.Stop)
+			}
 			if spec.Timeout > 0 {
 				spec.Timeout = max(spec.Timeout-time.Since(began), time.Millisecond)
 			}
-			return i.waitSince(ctx, since, spec, began)
+			return i.waitSince(ctx, since, spec, began, untilDebugStop)
 		}
 	}
 	return res, ev, nil
+}
+
+// debugSettle is how long a wait lets a debugger call that stopped the
+// guest end before it waits on.
+const debugSettle = 25 * time.Millisecond
+
+// orDebugStop is a channel closed when stop is, or when the guest stops
+// under its debugger (debugger.Session.Stops), until ctx ends.
+func (i *Instance) orDebugStop(ctx context.Context, stop <-chan struct{}) <-chan struct{} {
+	d := i.Debugger()
+	if d == nil {
+		return stop
+	}
+	stops := d.Stops(ctx)
+	if stops == nil {
+		return stop
+	}
+	ch := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+		case <-stops:
+		case <-ctx.Done():
+			return
+		}
+		close(ch)
+	}()
+	return ch
 }
 
 // closedChan is a Stop that has fired.

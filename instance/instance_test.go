@@ -744,7 +744,7 @@ func TestWaitSinceEventBefore(t *testing.T) {
 	}
 	never.Timeout = 20 * time.Second
 	t0 := time.Now()
-	res, ev, err := i.waitSince(ctx, since, never, typed)
+	res, ev, err := i.waitSince(ctx, since, never, typed, false)
 	if err != nil || res.Matched || ev == nil || ev.Event != "RESET" || time.Since(t0) > 5*time.Second {
 		t.Fatalf("a command's wait after its reset: matched %v, timed out %v, event %+v, %v after %s", res.Matched, res.TimedOut, ev, err, time.Since(t0))
 	}

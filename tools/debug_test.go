@@ -169,15 +169,20 @@ func TestDebugTinyKernel(t *testing.T) {
 		t.Fatalf("help with a breakpoint set elsewhere: %+v", w)
 	}
 
-	// A console wait that the breakpoint makes quiet says so, and the
-	// stop it reported is not reported again.
+	// A console wait that the breakpoint makes quiet ends at the stop,
+	// not at its timeout, and says so; the stop it reported is not
+	// reported again.
 	var ws struct {
 		waitOut
 		DebugStop *stopOut `json:"debug_stop"`
 	}
-	s.mustCall("serial_send", map[string]any{"data": "echo first", "wait_for": "first\r\ntiny> $", "timeout": 2}, &ws)
-	if !ws.TimedOut || ws.DebugStop == nil || ws.DebugStop.Function != "cmd_echo" || ws.DebugStop.Reason != "breakpoint" {
+	start := time.Now()
+	s.mustCall("serial_send", map[string]any{"data": "echo first", "wait_for": "first\r\ntiny> $", "timeout": 30}, &ws)
+	if ws.TimedOut || ws.DebugStop == nil || ws.DebugStop.Function != "cmd_echo" || ws.DebugStop.Reason != "breakpoint" {
 		t.Fatalf("wait stopped by the breakpoint: %+v, debug_stop %+v", ws.waitOut, ws.DebugStop)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the wait took %v to end at the breakpoint", took)
 	}
 	var st stopOut
 	s.mustCall("debug_continue", map[string]any{"timeout": 0.3}, &st)
@@ -231,14 +236,19 @@ func TestDebugTinyKernel(t *testing.T) {
 		}
 		prev = st.PC
 	}
-	// A console wait on a guest the debugger holds says so.
+	// A console wait on a guest the debugger holds ends at once and
+	// says so.
 	var held struct {
 		waitOut
 		DebugStop *stopOut `json:"debug_stop"`
 	}
-	s.mustCall("serial_read", map[string]any{"wait_for": "never", "timeout": 0.2}, &held)
-	if !held.TimedOut || held.DebugStop == nil || held.DebugStop.Reason != "step" || held.DebugStop.PC != prev {
+	start = time.Now()
+	s.mustCall("serial_read", map[string]any{"wait_for": "never", "timeout": 30}, &held)
+	if held.TimedOut || held.DebugStop == nil || held.DebugStop.Reason != "step" || held.DebugStop.PC != prev {
 		t.Errorf("wait on a held guest: %+v, debug_stop %+v", held.waitOut, held.DebugStop)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the wait on a held guest took %v", took)
 	}
 	// Stepping over the calls to putn and puts lands after each of them,
 	// in cmd_echo, with the output printed.

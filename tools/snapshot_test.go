@@ -626,9 +626,14 @@ func TestSnapshotRestoreSharesAndDebugger(t *testing.T) {
 			waitOut
 			DebugStop *stopOut `json:"debug_stop"`
 		}
-		s.mustCall("serial_send", map[string]any{"data": "uname -sr", "wait_for": "Linux 6.1", "timeout": 3}, &hit)
-		if hit.Matched || hit.DebugStop == nil || hit.DebugStop.Reason != "breakpoint" || hit.DebugStop.Function != "sys_newuname" {
+		// The wait ends at the stop, not at its timeout.
+		start := time.Now()
+		s.mustCall("serial_send", map[string]any{"data": "uname -sr", "wait_for": "Linux 6.1", "timeout": 30}, &hit)
+		if hit.Matched || hit.TimedOut || hit.DebugStop == nil || hit.DebugStop.Reason != "breakpoint" || hit.DebugStop.Function != "sys_newuname" {
 			t.Fatalf("restore %d: the breakpoint in the restored guest: %+v, debugger %+v", k, hit.waitOut, hit.DebugStop)
+		}
+		if took := time.Since(start); took > 15*time.Second {
+			t.Errorf("restore %d: the wait took %v to end at the breakpoint", k, took)
 		}
 		var st stopOut
 		s.mustCall("debug_continue", map[string]any{"timeout": 0.5}, &st)
