@@ -108,9 +108,11 @@ func (p *Prober) newRun(dir, bin, kernel string) (*run, error) {
 // timed runs a probe under the timeout and times it; a probe that ran
 // out of time failed.
 func (r *run) timed(ctx context.Context, f func(context.Context) (Result, Result)) (Result, Result) {
+	// The clock starts before the deadline is set, so that a probe cut
+	// off by it is never timed under the timeout.
+	start := time.Now()
 	pctx, cancel := context.WithTimeout(ctx, r.p.cfg.Timeout)
 	defer cancel()
-	start := time.Now()
 	a, b := f(pctx)
 	ms := time.Since(start).Milliseconds()
 	for _, res := range []*Result{&a, &b} {
