@@ -3,9 +3,11 @@ package caps
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,10 +172,14 @@ func TestReplayProbeOutlivesQEMUDying(t *testing.T) {
 	t.Cleanup(func() { replayStarted = nil })
 	res := r.replayProbe(ctx)
 	t.Logf("replay probe: %s: %s", res.Answer, res.Detail)
-	if len(started) != 2 {
+	// QEMU may also die on its own in the second attempt (11.1.3 once, on
+	// a loaded machine: SIGABRT, replay_read_clock's assertion): a third
+	// attempt is then the retry doing its work.
+	died := fmt.Sprintf("QEMU died in %d earlier attempt(s): killed by SIGKILL", len(started)-1)
+	if len(started) < 2 || len(started) > 3 || !slices.Equal(started[:2], []int{1, 2}) {
 		t.Errorf("attempts started: %v, want [1 2]", started)
 	}
-	if res.Answer == Failed || !strings.Contains(res.Detail, "QEMU died in 1 earlier attempt(s): killed by SIGKILL") {
+	if res.Answer == Failed || !strings.Contains(res.Detail, died) {
 		t.Errorf("after QEMU died once: %s: %s", res.Answer, res.Detail)
 	}
 	if strings.HasPrefix(qemuVersion(ctx, bin), "11.") && res.Answer != Yes {
